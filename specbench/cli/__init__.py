@@ -1,0 +1,66 @@
+"""The `specbench` command: the root Typer app only joins one sub-app per command.
+
+User-facing errors (`SpecbenchError`) become one red line on stderr and a non-zero exit
+code here, and only here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from specbench.errors import SpecbenchError
+
+app = typer.Typer(
+    name="specbench",
+    help="Benchmark and tune LLM speculative decoding on your own prompts.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Sub-apps are imported lazily by module so `specbench --help` stays fast and one broken
+    # optional dependency does not take down every command.
+    import importlib
+
+    for module, name in (
+        ("specbench.cli.run", "run"),
+        ("specbench.cli.models", "models"),
+        ("specbench.cli.workloads", "workloads"),
+    ):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:  # command not built yet
+                continue
+            raise
+        mod.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except SpecbenchError as exc:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # click usage errors arrive here with standalone_mode=False
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(1)
+        raise

@@ -1,0 +1,161 @@
+"""Configuration as flat frozen dataclasses.
+
+`SamplingParams` (per request), `SpeculativeConfig` (method, k, draft), `EngineConfig`
+(device, dtype). Values are validated on construction so a bad flag fails before any model
+loads; errors name the field and what would be valid. `parse_speculative_config` accepts
+vLLM's `--speculative-config` JSON shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from specbench.errors import ConfigError
+
+METHODS = ("none", "draft_model", "ngram")
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request samples. Temperature 0 means greedy (an explicit argmax path)."""
+
+    temperature: float = 0.0  # 0 = greedy; >0 scales logits before softmax
+    top_p: float = 1.0  # nucleus mass in (0, 1]; 1 = off
+    top_k: int = 0  # keep the k most likely tokens; 0 = off
+    seed: int | None = None  # per-request RNG seed; None = derived from the request id
+    max_new_tokens: int = 128  # hard cap on emitted tokens
+    stop_token_ids: tuple[int, ...] = ()  # extra ids that end the request (EOS is always one)
+    ignore_eos: bool = False  # benchmark mode: decode exactly max_new_tokens
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)):
+            raise ConfigError(f"--temperature must be a finite number >= 0, got {self.temperature!r}")
+        if self.temperature < 0:
+            raise ConfigError(f"--temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ConfigError(f"--top-k must be >= 0 (0 = off), got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def with_(self, **changes: Any) -> "SamplingParams":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """Which drafter proposes tokens and how many per step."""
+
+    method: str = "none"  # none | draft_model | ngram
+    num_speculative_tokens: int = 0  # k: draft tokens proposed per verification step
+    draft: str | None = None  # draft model (catalog name, HF dir or .gguf), draft_model only
+    ngram_min: int = 1  # prompt lookup: shortest suffix n-gram to match
+    ngram_max: int = 4  # prompt lookup: longest suffix n-gram to match (tried first)
+    # Stop drafting early when the draft model's top probability falls below this
+    # (0 = always draft k tokens). Lossless: it only shortens the proposal.
+    draft_confidence_threshold: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"unknown method {self.method!r}; valid: {', '.join(METHODS)}")
+        if self.num_speculative_tokens < 0:
+            raise ConfigError(
+                f"--num-speculative-tokens must be >= 0, got {self.num_speculative_tokens}"
+            )
+        if self.method == "ngram" and self.draft is not None:
+            raise ConfigError("--draft cannot be used with method 'ngram' (prompt lookup needs no model)")
+        if self.method == "draft_model" and self.num_speculative_tokens > 0 and not self.draft:
+            raise ConfigError("method 'draft_model' needs a draft model (--draft)")
+        if not (1 <= self.ngram_min <= self.ngram_max):
+            raise ConfigError(
+                f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got "
+                f"{self.ngram_min}..{self.ngram_max}"
+            )
+        if not (0.0 <= self.draft_confidence_threshold < 1.0):
+            raise ConfigError(
+                "draft_confidence_threshold must be in [0, 1), got "
+                f"{self.draft_confidence_threshold}"
+            )
+
+    @property
+    def speculative(self) -> bool:
+        return self.method != "none" and self.num_speculative_tokens > 0
+
+    @property
+    def short(self) -> str:
+        """A short label for directory names and tables, e.g. `draft_model-k4`."""
+        return "baseline" if not self.speculative else f"{self.method}-k{self.num_speculative_tokens}"
+
+
+BASELINE = SpeculativeConfig()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Where and in which precision the models run."""
+
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "auto"  # auto = bf16 on CUDA and on CPUs with avx512_bf16, else float32
+    trust_remote_code: bool = False  # never run a model repo's own code unless asked
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES and not self.device.startswith("cuda:"):
+            raise ConfigError(f"--device must be one of {', '.join(DEVICES)} (or cuda:N), got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+
+
+_VLLM_METHOD_ALIASES = {
+    "draft_model": "draft_model",
+    "draft": "draft_model",
+    "ngram": "ngram",
+    "prompt_lookup": "ngram",
+    "none": "none",
+}
+
+
+def parse_speculative_config(text: str) -> SpeculativeConfig:
+    """Parse vLLM's `--speculative-config` JSON, e.g.
+    `{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}`."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--speculative-config is not valid JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(obj, dict):
+        raise ConfigError("--speculative-config must be a JSON object")
+    known = {"method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+             "draft_confidence_threshold"}
+    unknown = sorted(set(obj) - known)
+    if unknown:
+        raise ConfigError(
+            f"--speculative-config: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
+        )
+    raw_method = obj.get("method")
+    if raw_method is None:
+        raw_method = "draft_model" if obj.get("model") else "none"
+    method = _VLLM_METHOD_ALIASES.get(str(raw_method))
+    if method is None:
+        raise ConfigError(
+            f"--speculative-config: unknown method {raw_method!r}; valid: {', '.join(sorted(_VLLM_METHOD_ALIASES))}"
+        )
+    k = obj.get("num_speculative_tokens", 0 if method == "none" else 4)
+    if not isinstance(k, int) or isinstance(k, bool):
+        raise ConfigError(f"--speculative-config: num_speculative_tokens must be an integer, got {k!r}")
+    return SpeculativeConfig(
+        method=method,
+        num_speculative_tokens=k,
+        draft=obj.get("model"),
+        ngram_min=int(obj.get("prompt_lookup_min", 1)),
+        ngram_max=int(obj.get("prompt_lookup_max", 4)),
+        draft_confidence_threshold=float(obj.get("draft_confidence_threshold", 0.0)),
+    )

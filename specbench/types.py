@@ -1,0 +1,55 @@
+"""The types that travel between layers.
+
+`Request` is what a workload becomes once tokenized (token ids plus the text for HTTP
+backends); `Result` is what any backend returns for one request: output ids, raw per-token
+timestamps and per-verification-step events. Every latency metric is derived later from these
+raw timestamps (specbench.metrics), so all backends are measured the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specbench.config import SamplingParams
+
+
+@dataclass(frozen=True)
+class Request:
+    id: str  # unique within a workload, stable across runs (pairs baseline and speculative)
+    prompt_ids: tuple[int, ...]
+    sampling: SamplingParams
+    category: str = "default"
+    workload: str = "custom"
+    kind: str = "real"  # real | high-entropy | regression | custom
+    prompt_text: str | None = None  # rendered prompt (after the chat template), for HTTP backends
+    messages: tuple[dict[str, str], ...] | None = None  # chat form, for chat-completions backends
+    expected_ids: tuple[int, ...] | None = None  # regression prompts: the reference output
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One target verification step (or one plain decode step for the baseline)."""
+
+    drafted: int  # draft tokens proposed this step (0 for a plain decode step)
+    accepted: int  # of those, how many the verifier accepted
+    first_rejection: int  # index of the first rejected draft token; -1 when all were accepted
+    emitted: int  # tokens emitted by this step (accepted + 1 correction/bonus, clipped at stops)
+    draft_time_s: float
+    verify_time_s: float
+
+
+@dataclass
+class Result:
+    request_id: str
+    output_ids: list[int]
+    arrival_time: float  # perf_counter when the request was admitted to the queue
+    start_time: float  # perf_counter when its prefill began (queue wait = start - arrival)
+    token_times: list[float]  # perf_counter at which each output token was emitted
+    finish_reason: str  # stop | length | error | cancelled
+    steps: list[StepEvent] = field(default_factory=list)
+    target_forward_passes: int = 0  # prefill counts as one
+    prefill_time_s: float = 0.0
+    peak_memory_bytes: int | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
