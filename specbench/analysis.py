@@ -1,0 +1,305 @@
+"""Summaries of records as DataFrames: percentiles, throughput, acceptance, speedup vs the
+baseline, paired bootstrap confidence intervals, and a console view of them.
+
+Everything here reads the records columns (`specbench.records.SCHEMA`) and nothing else;
+no torch, no models. Definitions:
+
+- Latency percentiles (TTFT, TPOT, E2E, ITL) use successful samples only (no error, finish
+  reason not error/cancelled) and numpy's default (linear) interpolation, as vLLM's
+  benchmark does.
+- Per-user output speed (`output_tps_per_user`) is the mean over requests of
+  (output_tokens - 1) / (e2e_s - ttft_s) = 1 / TPOT: the decode speed one user sees once
+  streaming starts (GenAI-Perf's "output token throughput per user"). Requests with fewer
+  than two output tokens, or whose tokens all came in one burst (zero decode time), have no
+  value and are left out.
+- Total output throughput (`output_tps`) is the sum of output tokens of successful
+  samples over the configuration's wall span, max(finish_s) - min(arrival_s).
+- Acceptance rate and mean acceptance length are given request-weighted (mean of the
+  per-request values; `_req`) and token-weighted (pooled sums; `_tok`), because long outputs
+  otherwise dominate. Token-weighted mean acceptance length = 1 + sum(accepted) /
+  sum(num_steps), 1.0 when nothing was drafted.
+- Speedups are baseline / speculative for latencies and speculative / baseline for
+  throughputs, so > 1 always means the speculative configuration is faster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.table import Table
+
+from specbench.errors import RecordsError
+
+GROUP_KEYS = ["config_id", "method", "num_speculative_tokens", "concurrency"]
+PERCENTILES = (50, 95, 99)
+_LATENCIES = ("ttft", "tpot", "e2e")
+_FAILED_REASONS = ("error", "cancelled")
+
+
+def ok_mask(df: pd.DataFrame) -> pd.Series:
+    """Samples that completed: no error message and not finished by error or cancellation."""
+    return df["error"].isna() & ~df["finish_reason"].isin(_FAILED_REASONS)
+
+
+def _pct(values: pd.Series | np.ndarray, q: float) -> float:
+    arr = np.asarray(values, dtype=float)
+    arr = arr[~np.isnan(arr)]
+    return float(np.percentile(arr, q)) if arr.size else float("nan")
+
+
+def _ratio(num: float, den: float) -> float:
+    return float(num) / float(den) if den and not np.isnan(den) else float("nan")
+
+
+def _summarize_group(g: pd.DataFrame) -> dict[str, Any]:
+    ok = g[ok_mask(g)]
+    rate = g["request_rate"].iloc[0]
+    row: dict[str, Any] = {
+        "is_baseline": bool(g["is_baseline"].iloc[0]),
+        "request_rate": float("nan") if pd.isna(rate) else float(rate),
+        "n": len(g),
+        "errors": int(len(g) - len(ok)),
+    }
+    for name in _LATENCIES:
+        for q in PERCENTILES:
+            row[f"{name}_p{q}_s"] = _pct(ok[f"{name}_s"], q)
+    itl = np.concatenate([np.asarray(x, dtype=float) for x in ok["itl_s"]]) if len(ok) else np.array([])
+    for q in (50, 99):
+        row[f"itl_p{q}_s"] = _pct(itl, q)
+
+    decode_s = ok["e2e_s"] - ok["ttft_s"]
+    per_user = (ok["output_tokens"] - 1) / decode_s.where(decode_s > 0)
+    per_user = per_user[ok["output_tokens"] >= 2]
+    row["output_tps_per_user"] = float(per_user.mean()) if per_user.notna().any() else float("nan")
+
+    wall = float(ok["finish_s"].max() - ok["arrival_s"].min()) if len(ok) else float("nan")
+    row["wall_s"] = wall
+    row["output_tokens"] = int(ok["output_tokens"].sum())
+    row["output_tps"] = _ratio(row["output_tokens"], wall) if wall > 0 else float("nan")
+    row["requests_per_s"] = _ratio(len(ok), wall) if wall > 0 else float("nan")
+
+    drafted = int(ok["drafted_tokens"].sum())
+    accepted = int(ok["accepted_tokens"].sum())
+    steps = int(ok["num_steps"].sum())
+    row["drafted_tokens"] = drafted
+    row["accepted_tokens"] = accepted
+    row["acceptance_rate_tok"] = _ratio(accepted, drafted)
+    rates = ok["acceptance_rate"].dropna()
+    row["acceptance_rate_req"] = float(rates.mean()) if len(rates) else float("nan")
+    row["mean_acceptance_length_tok"] = (
+        1.0 + accepted / steps if steps else 1.0 if len(ok) else float("nan"))
+    mal = ok["mean_acceptance_length"].dropna()
+    row["mean_acceptance_length_req"] = float(mal.mean()) if len(mal) else float("nan")
+
+    match = g["token_match_rate"].dropna()
+    row["token_match_rate_mean"] = float(match.mean()) if len(match) else float("nan")
+    peak = g["peak_memory_bytes"].dropna()
+    row["peak_memory_bytes"] = float(peak.max()) if len(peak) else float("nan")
+    return row
+
+
+SUMMARY_COLUMNS = [
+    *GROUP_KEYS, "is_baseline", "request_rate", "n", "errors",
+    *(f"{name}_p{q}_s" for name in _LATENCIES for q in PERCENTILES),
+    "itl_p50_s", "itl_p99_s", "output_tps_per_user", "wall_s", "output_tokens", "output_tps",
+    "requests_per_s", "drafted_tokens", "accepted_tokens", "acceptance_rate_tok",
+    "acceptance_rate_req", "mean_acceptance_length_tok", "mean_acceptance_length_req",
+    "token_match_rate_mean", "peak_memory_bytes",
+]
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (config_id, method, num_speculative_tokens, concurrency), in order of first
+    appearance, with `SUMMARY_COLUMNS`. Units are in the names (`_s`, `_bytes`,
+    `tps` = output tokens per second); `n` counts samples, `errors` failed ones."""
+    rows = []
+    for key, g in df.groupby(GROUP_KEYS, sort=False, dropna=False):
+        rows.append({**dict(zip(GROUP_KEYS, key)), **_summarize_group(g)})
+    out = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    assert not rows or set(rows[0]) == set(SUMMARY_COLUMNS)
+    return out
+
+
+def _same_rate(a: Any, b: Any) -> bool:
+    a_na, b_na = pd.isna(a), pd.isna(b)
+    return (a_na and b_na) or (not a_na and not b_na and float(a) == float(b))
+
+
+def speedups(summary: pd.DataFrame) -> pd.DataFrame:
+    """For each speculative row of `summary`, ratios against the baseline row
+    (`is_baseline`) at the same concurrency and request rate; > 1 = faster.
+
+    Columns: config_id, method, num_speculative_tokens, concurrency, baseline_config_id,
+    tpot_p50_speedup, e2e_p50_speedup (baseline / speculative), output_tps_speedup,
+    output_tps_per_user_speedup (speculative / baseline). NaN where no baseline matches.
+    """
+    cols = GROUP_KEYS + ["baseline_config_id", "tpot_p50_speedup", "e2e_p50_speedup",
+                         "output_tps_speedup", "output_tps_per_user_speedup"]
+    base = summary[summary["is_baseline"]]
+    rows = []
+    for _, s in summary[~summary["is_baseline"]].iterrows():
+        match = base[(base["concurrency"] == s["concurrency"])
+                     & base["request_rate"].map(lambda r: _same_rate(r, s["request_rate"]))]
+        out = {k: s[k] for k in GROUP_KEYS}
+        if len(match):
+            b = match.iloc[0]
+            out.update(
+                baseline_config_id=b["config_id"],
+                tpot_p50_speedup=_ratio(b["tpot_p50_s"], s["tpot_p50_s"]),
+                e2e_p50_speedup=_ratio(b["e2e_p50_s"], s["e2e_p50_s"]),
+                output_tps_speedup=_ratio(s["output_tps"], b["output_tps"]),
+                output_tps_per_user_speedup=_ratio(s["output_tps_per_user"], b["output_tps_per_user"]),
+            )
+        else:
+            out.update(baseline_config_id=None, tpot_p50_speedup=np.nan, e2e_p50_speedup=np.nan,
+                       output_tps_speedup=np.nan, output_tps_per_user_speedup=np.nan)
+        rows.append(out)
+    return pd.DataFrame(rows, columns=cols)
+
+
+_STATS: dict[str, Callable[..., Any]] = {"median": np.median, "mean": np.mean}
+
+
+def _per_prompt(df: pd.DataFrame, metric: str) -> pd.Series:
+    ok = df[ok_mask(df)]
+    # Repeated samples of one prompt are averaged so each prompt is one pair.
+    return ok.groupby("prompt_id")[metric].mean().dropna()
+
+
+def paired_bootstrap_speedup(
+    df_base: pd.DataFrame,
+    df_spec: pd.DataFrame,
+    metric: str = "tpot_s",
+    stat: str = "median",
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """Speedup stat(base) / stat(spec) of a latency `metric` (lower is better, so > 1 means
+    the speculative run is faster), with a percentile bootstrap confidence interval.
+
+    Samples are paired by prompt_id: only prompts with a successful value in both frames are
+    used, and each bootstrap replicate resamples whole pairs, so prompt difficulty cancels.
+    Returns (point, lo, hi).
+    """
+    if stat not in _STATS:
+        raise ValueError(f"stat must be one of {', '.join(_STATS)}, got {stat!r}")
+    f = _STATS[stat]
+    base = _per_prompt(df_base, metric)
+    spec = _per_prompt(df_spec, metric)
+    shared = base.index.intersection(spec.index)
+    if len(shared) < 2:
+        raise RecordsError(
+            f"paired bootstrap needs at least 2 prompts with a {metric} value in both runs; "
+            f"found {len(shared)} shared prompt id(s)"
+        )
+    b = base.loc[shared].to_numpy(dtype=float)
+    s = spec.loc[shared].to_numpy(dtype=float)
+    point = _ratio(f(b), f(s))
+    rng = np.random.default_rng(seed)
+    n = len(shared)
+    ratios = np.empty(n_boot)
+    chunk = max(1, 2_000_000 // n)  # bounded memory for large prompt sets
+    for start in range(0, n_boot, chunk):
+        stop = min(n_boot, start + chunk)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios[start:stop] = f(b[idx], axis=1) / f(s[idx], axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.nanquantile(ratios, [alpha, 1.0 - alpha])
+    return point, float(lo), float(hi)
+
+
+def per_position_acceptance(df: pd.DataFrame, k: int | None = None) -> np.ndarray:
+    """acceptance[i] = verification steps whose i-th draft token was accepted / steps,
+    pooled over all rows of `df` (pass one configuration). Length `k`, by default the largest
+    `num_speculative_tokens` in `df`; empty when no step proposed drafts."""
+    per_step = [np.asarray(x, dtype=int) for x in df["accepted_per_step"] if len(x)]
+    if k is None:
+        k = int(df["num_speculative_tokens"].max()) if len(df) else 0
+    if not per_step or k <= 0:
+        return np.zeros(0)
+    accepted = np.concatenate(per_step)
+    positions = np.arange(k)
+    # Acceptance is a prefix: a step that accepted a tokens accepted positions 0..a-1.
+    return (accepted[:, None] > positions[None, :]).sum(axis=0) / len(accepted)
+
+
+# --------------------------------------------------------------------------------------
+# Console view
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds with about three significant digits: 1234, 123, 12.3, 1.23."""
+    if pd.isna(seconds):
+        return "–"
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
+
+
+def _ms3(row: pd.Series, name: str) -> str:
+    return " / ".join(_ms(row[f"{name}_p{q}_s"]) for q in PERCENTILES)
+
+
+def _num(v: Any, fmt: str) -> str:
+    return "–" if v is None or pd.isna(v) else format(v, fmt)
+
+
+def rich_summary_table(summary: pd.DataFrame, speedups: pd.DataFrame) -> Table:
+    """Console view of `summary` and `speedups`: a latency table above a throughput and
+    speculation table, wrapped in one borderless grid so each stays under 120 columns."""
+    latency = Table(title="Latency (ms: p50 / p95 / p99)", title_justify="left")
+    latency.add_column("config", overflow="fold")
+    latency.add_column("conc", justify="right")
+    latency.add_column("n", justify="right")
+    latency.add_column("err", justify="right")
+    latency.add_column("TTFT", justify="right")
+    latency.add_column("TPOT", justify="right")
+    latency.add_column("E2E", justify="right")
+
+    spec = Table(title="Throughput and speculation", title_justify="left")
+    spec.add_column("config", overflow="fold")
+    spec.add_column("conc", justify="right")
+    spec.add_column("tok/s\nper user", justify="right")
+    spec.add_column("tok/s\ntotal", justify="right")
+    spec.add_column("accept rate\ntok / req", justify="right")
+    spec.add_column("accept len\ntok / req", justify="right")
+    spec.add_column("speedup\nTPOT", justify="right")
+    spec.add_column("speedup\ntok/s", justify="right")
+    spec.add_column("peak\nMiB", justify="right")
+
+    sp = speedups.set_index("config_id") if len(speedups) else None
+    for _, r in summary.iterrows():
+        latency.add_row(str(r["config_id"]), str(r["concurrency"]), str(r["n"]),
+                        str(r["errors"]), _ms3(r, "ttft"), _ms3(r, "tpot"), _ms3(r, "e2e"))
+        if r["is_baseline"]:
+            tpot_x = tps_x = "1.00"
+        elif sp is not None and r["config_id"] in sp.index:
+            x = sp.loc[r["config_id"]]
+            if isinstance(x, pd.DataFrame):  # same config_id at several concurrencies
+                x = x[x["concurrency"] == r["concurrency"]].iloc[0]
+            tpot_x, tps_x = _num(x["tpot_p50_speedup"], ".2f"), _num(x["output_tps_speedup"], ".2f")
+        else:
+            tpot_x = tps_x = "–"
+        peak = r["peak_memory_bytes"]
+        spec.add_row(
+            str(r["config_id"]),
+            str(r["concurrency"]),
+            _num(r["output_tps_per_user"], ".1f"),
+            _num(r["output_tps"], ".1f"),
+            f"{_num(r['acceptance_rate_tok'], '.2f')} / {_num(r['acceptance_rate_req'], '.2f')}",
+            f"{_num(r['mean_acceptance_length_tok'], '.2f')} / "
+            f"{_num(r['mean_acceptance_length_req'], '.2f')}",
+            tpot_x,
+            tps_x,
+            _num(peak / 2**20 if not pd.isna(peak) else peak, ".0f"),
+        )
+
+    grid = Table.grid(padding=(1, 0))
+    grid.add_column()
+    grid.add_row(latency)
+    grid.add_row(spec)
+    return grid

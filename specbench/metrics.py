@@ -1,0 +1,157 @@
+"""Per-sample metrics from one `Result`, derived only from its raw timestamps and step events.
+
+Definitions follow vLLM's so numbers line up with production dashboards (see ENGINE.md,
+"Metrics with agreed definitions"):
+
+- TTFT  = first token time - arrival time (arrival = admission to the queue)
+- queue = prefill start - arrival time
+- E2E   = last token time - arrival time
+- TPOT  = (E2E - TTFT) / (output_tokens - 1); undefined (None) below two output tokens
+- ITL   = gaps between consecutive token emission times; a verification step that emits
+  several tokens at once produces zero gaps, and those are kept (they are what makes
+  speculative decoding fast)
+- acceptance rate = accepted draft tokens / drafted tokens (None when nothing was drafted)
+- mean acceptance length = 1 + accepted / verification steps that had drafts
+  (tokens per target step; 1.0 for the baseline)
+
+Boundary: this module turns one (Request, Result) pair into a flat dict whose keys are the
+per-sample columns of `specbench.records.SCHEMA`; it knows nothing about files or runs.
+Missing values are `None` (null in Parquet, NaN in pandas), never a made-up number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from specbench.types import Request, Result
+
+# The keys `sample_metrics` returns; `specbench.records` checks its schema against these.
+METRIC_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "arrival_s",
+    "finish_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "queue_s",
+    "itl_s",
+    "target_forward_passes",
+    "num_steps",
+    "drafted_tokens",
+    "accepted_tokens",
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "accepted_per_step",
+    "rejection_positions",
+    "prefill_time_s",
+    "draft_time_s",
+    "verify_time_s",
+    "peak_memory_bytes",
+    "finish_reason",
+    "error",
+    "output_token_ids",
+    "token_match_rate",
+    "first_divergence",
+)
+
+
+def match_fields(output_ids: Sequence[int], reference_ids: Sequence[int]) -> tuple[float, int]:
+    """Compare an output with a reference output token by token.
+
+    Returns `(token_match_rate, first_divergence)`:
+    - token_match_rate = (positions i < min(len) where both agree) / max(len); a length
+      difference therefore counts against the rate. Two empty sequences match fully (1.0).
+    - first_divergence = first index where they differ (the shorter length when one is a
+      strict prefix of the other); -1 when they are identical.
+    """
+    out = list(output_ids)
+    ref = list(reference_ids)
+    longest = max(len(out), len(ref))
+    if longest == 0:
+        return 1.0, -1
+    shortest = min(len(out), len(ref))
+    agree = sum(1 for i in range(shortest) if out[i] == ref[i])
+    first = next((i for i in range(shortest) if out[i] != ref[i]), None)
+    if first is None:
+        first = -1 if len(out) == len(ref) else shortest
+    return agree / longest, first
+
+
+def sample_metrics(
+    request: Request,
+    result: Result,
+    *,
+    config_start: float | None = None,
+    reference_ids: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Metrics for one sample, keyed by the per-sample columns of the records schema.
+
+    `config_start` is the `perf_counter` time the configuration (all requests at one
+    concurrency) started; it anchors `arrival_s` / `finish_s` so total throughput can be
+    derived from records alone. Without it those two are None.
+
+    `reference_ids` is the output to compare against for losslessness (normally the
+    baseline's output for the same prompt); when omitted, `request.expected_ids` is used if the
+    prompt has one. Without a reference, token_match_rate and first_divergence are None.
+
+    `result.token_times` holds one emission time per output token.
+    """
+    times = list(result.token_times)
+    n_out = len(result.output_ids)
+    arrival = result.arrival_time
+
+    ttft = times[0] - arrival if times else None
+    e2e = times[-1] - arrival if times else None
+    tpot = (e2e - ttft) / (n_out - 1) if (times and n_out >= 2) else None
+    itl = [b - a for a, b in zip(times, times[1:])]
+
+    # Only steps that proposed drafts are verification steps in vLLM's sense; plain decode
+    # steps (baseline, or an n-gram lookup that found nothing) do not enter acceptance stats.
+    draft_steps = [s for s in result.steps if s.drafted > 0]
+    drafted = sum(s.drafted for s in draft_steps)
+    accepted = sum(s.accepted for s in draft_steps)
+    num_steps = len(draft_steps)
+
+    if reference_ids is None and request.expected_ids is not None:
+        reference_ids = request.expected_ids
+    if reference_ids is not None:
+        match_rate, first_div = match_fields(result.output_ids, reference_ids)
+    else:
+        match_rate, first_div = None, None
+
+    if config_start is not None:
+        arrival_s = arrival - config_start
+        finish_s = times[-1] - config_start if times else None
+    else:
+        arrival_s = finish_s = None
+
+    return {
+        "input_tokens": len(request.prompt_ids),
+        "output_tokens": n_out,
+        "arrival_s": arrival_s,
+        "finish_s": finish_s,
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "e2e_s": e2e,
+        "queue_s": result.start_time - arrival,
+        "itl_s": itl,
+        "target_forward_passes": result.target_forward_passes,
+        "num_steps": num_steps,
+        "drafted_tokens": drafted,
+        "accepted_tokens": accepted,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "mean_acceptance_length": 1.0 + accepted / num_steps if num_steps else 1.0,
+        "accepted_per_step": [s.accepted for s in draft_steps],
+        "rejection_positions": [s.first_rejection for s in draft_steps],
+        "prefill_time_s": result.prefill_time_s,
+        "draft_time_s": sum(s.draft_time_s for s in result.steps),
+        "verify_time_s": sum(s.verify_time_s for s in result.steps),
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "finish_reason": result.finish_reason,
+        "error": result.error,
+        "output_token_ids": list(result.output_ids),
+        "token_match_rate": match_rate,
+        "first_divergence": first_div,
+    }

@@ -1,0 +1,428 @@
+"""The records schema and its Parquet files: the product of every run.
+
+One pyarrow schema (`SCHEMA`), defined once here, with units in the column names and a short
+description per column (field metadata key `description`; `column_docs()` lists them for the
+README). One row per sample. The run's metadata (`RunMetadata`: config, package versions,
+device, git revision, command line, status) travels as JSON in the Parquet file's key-value
+metadata under the key `specbench`, and beside it as a pretty `run.json`.
+
+A run directory holds `samples.parquet` and `run.json`. `RunWriter` rewrites both
+atomically (temp file in the same directory, fsync, os.replace) on every `flush()`, so a run
+interrupted between configurations keeps everything that completed in a valid file.
+`read_run()` loads a run directory or Parquet file back into a DataFrame.
+
+Boundary: records know the row dicts built from `specbench.metrics` and the config types;
+they never compute metrics or summaries (that is `specbench.analysis`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from importlib import metadata as _importlib_metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from specbench.config import SpeculativeConfig
+from specbench.errors import RecordsError
+from specbench.metrics import METRIC_COLUMNS
+from specbench.types import Request
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SAMPLES_FILE = "samples.parquet"
+RUN_FILE = "run.json"
+METADATA_KEY = b"specbench"
+SCHEMA_VERSION = 1
+DEFAULT_RUNS_DIR = Path("runs")
+
+
+def _f(name: str, type_: pa.DataType, description: str, nullable: bool = False) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable, metadata={"description": description})
+
+
+_I32 = pa.int32()
+_I64 = pa.int64()
+_F64 = pa.float64()
+_STR = pa.string()
+
+SCHEMA = pa.schema(
+    [
+        # --- what was run -------------------------------------------------------------
+        _f("run_id", _STR, "Run identifier (also the run directory name)."),
+        _f("config_id", _STR, "Configuration label within the run (method, k, concurrency)."),
+        _f("backend", _STR, "Backend that served the request: embedded | hf | openai."),
+        _f("method", _STR, "Speculative method: none | draft_model | ngram."),
+        _f("num_speculative_tokens", _I32,
+           "k: draft tokens proposed per verification step (0 = baseline)."),
+        _f("draft_model", _STR,
+           "Draft model name or path (null unless method is draft_model).", True),
+        _f("concurrency", _I32, "Maximum requests in flight at once."),
+        _f("request_rate", _F64,
+           "Poisson arrival rate in requests/s (null = all requests at once, closed loop).", True),
+        _f("is_baseline", pa.bool_(), "True for the non-speculative reference configuration."),
+        # --- the prompt and how it was sampled ------------------------------------------
+        _f("workload", _STR, "Prompt set name."),
+        _f("workload_kind", _STR, "Prompt set kind: real | high-entropy | regression | custom."),
+        _f("category", _STR, "Prompt category within the workload (e.g. code, chat)."),
+        _f("prompt_id", _STR,
+           "Prompt identifier, stable across runs (pairs baseline and speculative samples)."),
+        _f("seed", _I64, "Per-request sampling seed (null = derived from the prompt id).", True),
+        _f("temperature", _F64, "Sampling temperature (0 = greedy)."),
+        _f("top_p", _F64, "Nucleus sampling mass (1 = off)."),
+        _f("top_k", _I32, "Top-k sampling cutoff (0 = off)."),
+        _f("max_new_tokens", _I32, "Cap on generated tokens."),
+        _f("input_tokens", _I32, "Prompt length in tokens."),
+        _f("output_tokens", _I32, "Generated tokens."),
+        # --- latency, from per-token timestamps (vLLM definitions) ----------------------
+        _f("arrival_s", _F64,
+           "Arrival time in s, relative to the start of this configuration.", True),
+        _f("finish_s", _F64,
+           "Last-token time in s, relative to the start of this configuration.", True),
+        _f("ttft_s", _F64, "Time to first token in s: arrival to first output token.", True),
+        _f("tpot_s", _F64,
+           "Time per output token in s: (e2e_s - ttft_s) / (output_tokens - 1).", True),
+        _f("e2e_s", _F64, "End-to-end latency in s: arrival to last output token.", True),
+        _f("queue_s", _F64, "Queue wait in s: arrival to start of prefill."),
+        _f("itl_s", pa.list_(_F64),
+           "Inter-token latencies in s (zero gaps inside one accepted burst kept)."),
+        # --- speculative decoding -------------------------------------------------------
+        _f("target_forward_passes", _I32, "Target model forward passes, prefill included."),
+        _f("num_steps", _I32, "Verification steps that proposed at least one draft token."),
+        _f("drafted_tokens", _I32, "Draft tokens proposed, summed over steps."),
+        _f("accepted_tokens", _I32, "Draft tokens accepted, summed over steps."),
+        _f("acceptance_rate", _F64,
+           "accepted_tokens / drafted_tokens (null when nothing was drafted).", True),
+        _f("mean_acceptance_length", _F64,
+           "1 + accepted_tokens / num_steps: tokens per target step (1 for baseline)."),
+        _f("accepted_per_step", pa.list_(_I32), "Accepted draft tokens at each verification step."),
+        _f("rejection_positions", pa.list_(_I32),
+           "First rejected draft index at each verification step (-1 = all accepted)."),
+        _f("prefill_time_s", _F64, "Time spent in prefill in s."),
+        _f("draft_time_s", _F64, "Time spent drafting in s, summed over steps."),
+        _f("verify_time_s", _F64, "Time spent in target verification in s, summed over steps."),
+        _f("peak_memory_bytes", _I64,
+           "Peak memory in bytes the backend reported (accelerator, or process RSS on CPU).", True),
+        # --- outcome --------------------------------------------------------------------
+        _f("finish_reason", _STR, "Why generation ended: stop | length | error | cancelled."),
+        _f("error", _STR, "Error message (null when the request succeeded).", True),
+        _f("output_token_ids", pa.list_(_I32), "Generated token ids."),
+        _f("token_match_rate", _F64,
+           "Fraction of positions equal to the reference output (agreeing positions / longer "
+           "length; null without a reference).", True),
+        _f("first_divergence", _I32,
+           "First position that differs from the reference output (-1 = identical; null without "
+           "a reference).", True),
+    ]
+)
+
+COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
+_REQUIRED_NON_NULL = frozenset(f.name for f in SCHEMA if not f.nullable)
+
+assert set(METRIC_COLUMNS) <= set(COLUMNS), set(METRIC_COLUMNS) - set(COLUMNS)
+
+
+def _type_name(t: pa.DataType) -> str:
+    if pa.types.is_list(t):
+        return f"list<{_type_name(t.value_type)}>"
+    return {"double": "float64", "bool": "bool", "string": "string"}.get(str(t), str(t))
+
+
+def column_docs() -> list[tuple[str, str, str]]:
+    """(name, type, description) for every column, in schema order (for the README).
+    Types read like `float64`, `list<int32>`; nullable columns end in `?`."""
+    return [
+        (f.name, _type_name(f.type) + ("?" if f.nullable else ""), f.metadata[b"description"].decode())
+        for f in SCHEMA
+    ]
+
+
+def make_row(
+    *,
+    run_id: str,
+    config_id: str,
+    backend: str,
+    spec: SpeculativeConfig,
+    concurrency: int,
+    request_rate: float | None,
+    request: Request,
+    metrics: dict[str, Any],
+    is_baseline: bool | None = None,
+) -> dict[str, Any]:
+    """One records row: the configuration and request columns plus `metrics`
+    (the dict from `specbench.metrics.sample_metrics`). `is_baseline` defaults to whether
+    `spec` is non-speculative."""
+    s = request.sampling
+    row: dict[str, Any] = {
+        "run_id": run_id,
+        "config_id": config_id,
+        "backend": backend,
+        "method": spec.method,
+        "num_speculative_tokens": spec.num_speculative_tokens,
+        "draft_model": spec.draft,
+        "concurrency": concurrency,
+        "request_rate": request_rate,
+        "is_baseline": (not spec.speculative) if is_baseline is None else is_baseline,
+        "workload": request.workload,
+        "workload_kind": request.kind,
+        "category": request.category,
+        "prompt_id": request.id,
+        "seed": s.seed,
+        "temperature": float(s.temperature),
+        "top_p": float(s.top_p),
+        "top_k": s.top_k,
+        "max_new_tokens": s.max_new_tokens,
+    }
+    row.update(metrics)
+    return row
+
+
+# --------------------------------------------------------------------------------------
+# Run metadata
+
+
+def _package_version(name: str) -> str | None:
+    # importlib.metadata, not `import torch`: reading a version must not load the library.
+    try:
+        return _importlib_metadata.version(name)
+    except _importlib_metadata.PackageNotFoundError:
+        return None
+
+
+def _git_revision(cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rev = out.stdout.strip()
+    return rev if out.returncode == 0 and rev else None
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class RunMetadata:
+    """Everything needed to interpret and reproduce a run; stored with its samples."""
+
+    run_id: str
+    created_at: str  # UTC, ISO 8601
+    config: dict[str, Any]  # the run configuration, JSON-serializable
+    versions: dict[str, str | None]  # specbench, torch, transformers, python
+    device: str | None  # e.g. "NVIDIA H200" or "cpu (x86_64)"
+    git_revision: str | None  # HEAD of the repository in the working directory, if any
+    hostname: str
+    command: list[str]  # the command line, argv style
+    status: str = "interrupted"  # complete | interrupted; only close(complete=True) says complete
+    finished_at: str | None = None  # UTC, ISO 8601; set by RunWriter.close
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def collect(
+        cls,
+        run_id: str,
+        config: dict[str, Any],
+        *,
+        device: str | None = None,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
+    ) -> "RunMetadata":
+        """Gather versions, host, git revision and command line from the current process."""
+        return cls(
+            run_id=run_id,
+            created_at=_utc_now(),
+            config=config,
+            versions={
+                "specbench": _package_version("specbench"),
+                "torch": _package_version("torch"),
+                "transformers": _package_version("transformers"),
+                "python": platform.python_version(),
+            },
+            device=device,
+            git_revision=_git_revision(cwd),
+            hostname=socket.gethostname(),
+            command=list(sys.argv if command is None else command),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def make_run_id(config_short: str, now: _dt.datetime | None = None) -> str:
+    """`<UTC yyyymmdd-HHMMSS>-<config_short>`, e.g. `20261129-101500-draft_model-k4`.
+    Characters unsafe in a directory name become `_`."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    label = re.sub(r"[^A-Za-z0-9._-]+", "_", config_short).strip("._") or "run"
+    return f"{now:%Y%m%d-%H%M%S}-{label}"
+
+
+def default_run_dir(run_id: str, root: Path = DEFAULT_RUNS_DIR) -> Path:
+    """Where a run goes unless told otherwise: `runs/<run_id>`."""
+    return Path(root) / run_id
+
+
+# --------------------------------------------------------------------------------------
+# Writing
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Call `write(fileobj)` on a temp file beside `path`, fsync it, then rename over `path`.
+    A reader (or a crash) sees the old file or the new one, never a partial one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename itself durable; not possible on every platform, so best effort.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class RunWriter:
+    """Accumulates rows and writes a run directory atomically.
+
+    Call `flush()` after each configuration and `close(complete=...)` at the end (or use it
+    as a context manager: an exception, Ctrl-C included, closes it as interrupted).
+    """
+
+    def __init__(self, run_dir: Path, metadata: RunMetadata, overwrite: bool = False) -> None:
+        self.run_dir = Path(run_dir)
+        self.metadata = metadata
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise RecordsError(f"run directory {self.run_dir} exists and is not a directory")
+        if self.run_dir.is_dir() and any(self.run_dir.iterdir()):
+            if not overwrite:
+                raise RecordsError(
+                    f"run directory {self.run_dir} already exists and is not empty; "
+                    "pass --overwrite to replace it or choose another --out"
+                )
+            # Only our own files are removed: --overwrite must never delete a user's data.
+            for name in (SAMPLES_FILE, RUN_FILE):
+                (self.run_dir / name).unlink(missing_ok=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._tables: list[pa.Table] = []
+        self._closed = False
+
+    @property
+    def samples_path(self) -> Path:
+        return self.run_dir / SAMPLES_FILE
+
+    @property
+    def num_rows(self) -> int:
+        return sum(t.num_rows for t in self._tables)
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        """Queue rows (dicts keyed by `COLUMNS`); they reach disk on the next flush."""
+        if not rows:
+            return
+        for i, row in enumerate(rows):
+            missing = [c for c in COLUMNS if c not in row]
+            unknown = [c for c in row if c not in SCHEMA.names]
+            if missing or unknown:
+                raise ValueError(f"row {i}: missing columns {missing}, unknown columns {unknown}")
+            nulls = [c for c in _REQUIRED_NON_NULL if row[c] is None]
+            if nulls:
+                raise ValueError(f"row {i}: null in non-nullable columns {sorted(nulls)}")
+        # Converting now surfaces a type error at the row that caused it, not at flush time.
+        self._tables.append(pa.Table.from_pylist(rows, schema=SCHEMA))
+
+    def _schema_with_metadata(self) -> pa.Schema:
+        payload = json.dumps(self.metadata.to_dict(), sort_keys=True).encode()
+        return SCHEMA.with_metadata({METADATA_KEY: payload})
+
+    def flush(self) -> None:
+        """Write `samples.parquet` and `run.json` with every row added so far."""
+        schema = self._schema_with_metadata()
+        if self._tables:
+            table = pa.concat_tables(self._tables).replace_schema_metadata(schema.metadata)
+            self._tables = [table.replace_schema_metadata(None)]
+        else:
+            table = schema.empty_table()
+        _atomic_write(self.samples_path, lambda fh: pq.write_table(table, fh))
+        text = json.dumps(self.metadata.to_dict(), indent=2, sort_keys=True) + "\n"
+        _atomic_write(self.run_dir / RUN_FILE, lambda fh: fh.write(text.encode()))
+
+    def close(self, complete: bool) -> None:
+        """Record whether the run completed or was interrupted, and write everything."""
+        self.metadata.status = "complete" if complete else "interrupted"
+        self.metadata.finished_at = _utc_now()
+        self.flush()
+        self._closed = True
+
+    def __enter__(self) -> "RunWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self._closed:
+            self.close(complete=exc_type is None)
+
+
+# --------------------------------------------------------------------------------------
+# Reading
+
+
+def read_run(path: Path | str) -> tuple["pd.DataFrame", dict[str, Any]]:
+    """Load a run: `path` is a run directory or a Parquet file written by `RunWriter`.
+    Returns (one row per sample, run metadata dict)."""
+    path = Path(path)
+    file = path / SAMPLES_FILE if path.is_dir() else path
+    if not file.is_file():
+        if path.is_dir():
+            raise RecordsError(f"{path} is not a specbench run: it has no {SAMPLES_FILE}")
+        raise RecordsError(f"no run at {path} (expected a run directory or a {SAMPLES_FILE} file)")
+    try:
+        table = pq.read_table(file)
+    except (pa.ArrowException, OSError) as exc:
+        raise RecordsError(f"{file} is not a readable Parquet file ({exc})") from None
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise RecordsError(f"{file} is not a specbench run: its Parquet metadata has no 'specbench' key")
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError:
+        raise RecordsError(f"{file}: the 'specbench' metadata is not valid JSON") from None
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise RecordsError(f"{file} is missing column(s): {', '.join(missing)}")
+    return table.to_pandas(), meta

@@ -1,0 +1,258 @@
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from specbench import records
+from specbench.config import SamplingParams, SpeculativeConfig
+from specbench.errors import RecordsError
+from specbench.metrics import sample_metrics
+from specbench.records import (
+    COLUMNS,
+    SCHEMA,
+    RunMetadata,
+    RunWriter,
+    column_docs,
+    default_run_dir,
+    make_row,
+    make_run_id,
+    read_run,
+)
+from specbench.types import Request, Result, StepEvent
+
+SPEC = SpeculativeConfig(method="draft_model", num_speculative_tokens=2, draft="tiny-draft")
+
+
+def _row(pid: str, spec: SpeculativeConfig = SPEC, error: bool = False, **kw) -> dict:
+    req = Request(id=pid, prompt_ids=(1, 2, 3), category="code", workload="w", kind="regression",
+                  sampling=SamplingParams(temperature=0.7, top_p=0.9, top_k=20, seed=7,
+                                          max_new_tokens=8))
+    if error:
+        res = Result(request_id=pid, output_ids=[], arrival_time=1.0, start_time=1.0,
+                     token_times=[], finish_reason="error", error="server said no")
+    else:
+        res = Result(request_id=pid, output_ids=[4, 5, 6, 7], arrival_time=1.0, start_time=1.1,
+                     token_times=[1.5, 1.7, 1.7, 1.9], finish_reason="length",
+                     steps=[StepEvent(2, 1, 1, 2, 0.01, 0.02), StepEvent(2, 2, -1, 3, 0.01, 0.02)],
+                     target_forward_passes=3, peak_memory_bytes=2**30)
+    m = sample_metrics(req, res, config_start=0.5, reference_ids=[4, 5, 9, 7])
+    return make_row(run_id="r1", config_id=f"{spec.short}-c1", backend="embedded", spec=spec,
+                    concurrency=1, request_rate=kw.get("request_rate"), request=req, metrics=m)
+
+
+def _meta(run_id: str = "r1") -> RunMetadata:
+    return RunMetadata.collect(run_id, {"target": "tiny", "k": [2]}, device="cpu", command=["specbench", "run"])
+
+
+def test_schema_has_units_and_descriptions():
+    for f in SCHEMA:
+        assert f.metadata and f.metadata[b"description"], f.name
+    for name in ("ttft_s", "tpot_s", "e2e_s", "queue_s", "itl_s", "peak_memory_bytes"):
+        assert name in COLUMNS
+    docs = column_docs()
+    assert [d[0] for d in docs] == list(COLUMNS)
+    assert ("itl_s", "list<float64>") == docs[COLUMNS.index("itl_s")][:2]
+    assert docs[COLUMNS.index("token_match_rate")][1] == "float64?"
+
+
+def test_make_row_fills_every_column():
+    row = _row("a")
+    assert set(row) == set(COLUMNS)
+    assert row["is_baseline"] is False
+    assert make_row(run_id="r", config_id="b", backend="hf", spec=SpeculativeConfig(), concurrency=1,
+                    request_rate=None, request=Request("x", (1,), SamplingParams()),
+                    metrics=sample_metrics(Request("x", (1,), SamplingParams()),
+                                           Result("x", [1], 0, 0, [0.1], "stop")))["is_baseline"]
+
+
+def test_round_trip_preserves_values_and_list_columns(tmp_path):
+    rows = [_row("a"), _row("b", error=True), _row("c", request_rate=2.5)]
+    run_dir = tmp_path / "run"
+    with RunWriter(run_dir, _meta()) as w:
+        w.add(rows)
+    df, meta = read_run(run_dir)
+    assert list(df.columns) == list(COLUMNS)
+    assert len(df) == 3
+    a = df.iloc[0]
+    assert a["prompt_id"] == "a" and a["method"] == "draft_model" and a["draft_model"] == "tiny-draft"
+    assert a["ttft_s"] == pytest.approx(0.5) and a["tpot_s"] == pytest.approx(0.4 / 3)
+    assert a["arrival_s"] == pytest.approx(0.5) and a["finish_s"] == pytest.approx(1.4)
+    assert list(a["itl_s"]) == pytest.approx([0.2, 0.0, 0.2])
+    assert list(a["accepted_per_step"]) == [1, 2]
+    assert list(a["rejection_positions"]) == [1, -1]
+    assert list(a["output_token_ids"]) == [4, 5, 6, 7]
+    assert a["token_match_rate"] == pytest.approx(0.75) and a["first_divergence"] == 2
+    assert a["seed"] == 7 and a["top_k"] == 20 and a["temperature"] == pytest.approx(0.7)
+    assert a["peak_memory_bytes"] == 2**30
+    assert pd.isna(a["request_rate"]) and df.iloc[2]["request_rate"] == 2.5
+    b = df.iloc[1]
+    assert b["error"] == "server said no" and pd.isna(b["ttft_s"]) and len(b["itl_s"]) == 0
+    assert pd.isna(b["acceptance_rate"])
+    # the file carries the schema (types, descriptions) and the metadata
+    schema = pq.read_schema(run_dir / "samples.parquet")
+    assert schema.field("itl_s").type == pa.list_(pa.float64())
+    assert schema.field("ttft_s").metadata[b"description"]
+    assert meta["run_id"] == "r1" and meta["status"] == "complete"
+    assert meta["config"] == {"target": "tiny", "k": [2]}
+    assert meta["device"] == "cpu" and meta["command"] == ["specbench", "run"]
+    assert set(meta["versions"]) == {"specbench", "torch", "transformers", "python"}
+    dt.datetime.fromisoformat(meta["created_at"])
+    assert json.loads((run_dir / "run.json").read_text()) == meta
+
+
+def test_read_run_accepts_the_parquet_file(tmp_path):
+    with RunWriter(tmp_path / "run", _meta()) as w:
+        w.add([_row("a")])
+    df, meta = read_run(tmp_path / "run" / "samples.parquet")
+    assert len(df) == 1 and meta["status"] == "complete"
+
+
+def test_flush_is_atomic_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    w = RunWriter(tmp_path / "run", _meta())
+    w.add([_row("a")])
+    w.flush()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["run.json", "samples.parquet"]
+    # A failure in the middle of writing leaves the previous file intact and no temp file.
+    w.add([_row("b")])
+
+    def broken(table, where, **kw):
+        where.write(b"PAR1 partial garbage")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(records.pq, "write_table", broken)
+    with pytest.raises(OSError):
+        w.flush()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["run.json", "samples.parquet"]
+    df, _ = read_run(tmp_path / "run")
+    assert list(df["prompt_id"]) == ["a"]
+
+
+def test_interrupted_run_flushed_but_not_closed_is_readable(tmp_path):
+    w = RunWriter(tmp_path / "run", _meta())
+    w.add([_row("a"), _row("b")])
+    w.flush()
+    w.add([_row("c")])  # never flushed: lost, but the file stays valid
+    del w
+    df, meta = read_run(tmp_path / "run")
+    assert list(df["prompt_id"]) == ["a", "b"]
+    assert meta["status"] == "interrupted"
+
+
+def test_killed_process_keeps_flushed_configurations(tmp_path):
+    # A real process that dies hard after two flushes (no close, no finally blocks).
+    code = f"""
+import os, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_records import _row, _meta
+from specbench.records import RunWriter
+
+w = RunWriter({str(tmp_path / 'run')!r}, _meta())
+for pid in ("a", "b"):
+    w.add([_row(pid)])
+    w.flush()
+w.add([_row("c")])
+os._exit(1)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    df, meta = read_run(tmp_path / "run")
+    assert list(df["prompt_id"]) == ["a", "b"] and meta["status"] == "interrupted"
+    assert not [p for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_exception_inside_writer_context_marks_interrupted(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with RunWriter(tmp_path / "run", _meta()) as w:
+            w.add([_row("a")])
+            w.flush()
+            raise KeyboardInterrupt
+    df, meta = read_run(tmp_path / "run")
+    assert len(df) == 1 and meta["status"] == "interrupted" and meta["finished_at"]
+
+
+def test_empty_run_is_valid(tmp_path):
+    with RunWriter(tmp_path / "run", _meta()):
+        pass
+    df, meta = read_run(tmp_path / "run")
+    assert len(df) == 0 and list(df.columns) == list(COLUMNS) and meta["status"] == "complete"
+
+
+def test_existing_nonempty_dir_refused_without_overwrite(tmp_path):
+    run_dir = tmp_path / "run"
+    with RunWriter(run_dir, _meta()) as w:
+        w.add([_row("a")])
+    with pytest.raises(RecordsError, match="--overwrite") as exc:
+        RunWriter(run_dir, _meta())
+    assert str(run_dir) in str(exc.value)
+    (run_dir / "notes.txt").write_text("mine")
+    with RunWriter(run_dir, _meta("r2"), overwrite=True) as w:
+        w.add([_row("z")])
+    df, meta = read_run(run_dir)
+    assert list(df["prompt_id"]) == ["z"] and meta["run_id"] == "r2"
+    assert (run_dir / "notes.txt").read_text() == "mine"  # only our files are replaced
+
+
+def test_existing_empty_dir_is_accepted(tmp_path):
+    (tmp_path / "run").mkdir()
+    RunWriter(tmp_path / "run", _meta()).close(complete=True)
+    assert (tmp_path / "run" / "samples.parquet").is_file()
+
+
+def test_add_rejects_malformed_rows(tmp_path):
+    w = RunWriter(tmp_path / "run", _meta())
+    row = _row("a")
+    del row["ttft_s"]
+    with pytest.raises(ValueError, match="ttft_s"):
+        w.add([row])
+    bad = _row("a")
+    bad["prompt_id"] = None
+    with pytest.raises(ValueError, match="prompt_id"):
+        w.add([bad])
+
+
+def test_missing_columns_error_names_them(tmp_path):
+    with RunWriter(tmp_path / "run", _meta()) as w:
+        w.add([_row("a")])
+    table = pq.read_table(tmp_path / "run" / "samples.parquet")
+    table = table.drop_columns(["ttft_s", "itl_s"])
+    pq.write_table(table, tmp_path / "old.parquet")
+    with pytest.raises(RecordsError, match="ttft_s, itl_s"):
+        read_run(tmp_path / "old.parquet")
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty_dir", "not_parquet", "foreign_parquet"])
+def test_not_a_run_path_is_an_error(tmp_path, kind):
+    path = tmp_path / "thing"
+    if kind == "empty_dir":
+        path.mkdir()
+    elif kind == "not_parquet":
+        path = tmp_path / "x.parquet"
+        path.write_text("hello")
+    elif kind == "foreign_parquet":
+        path = tmp_path / "x.parquet"
+        pq.write_table(pa.table({"a": [1]}), path)
+    with pytest.raises(RecordsError, match=str(path.name)):
+        read_run(path)
+
+
+def test_make_run_id_and_default_dir():
+    now = dt.datetime(2026, 11, 29, 10, 15, 0, tzinfo=dt.timezone.utc)
+    assert make_run_id("draft_model-k4", now=now) == "20261129-101500-draft_model-k4"
+    assert make_run_id("a b/c", now=now) == "20261129-101500-a_b_c"
+    assert default_run_dir("x").as_posix() == "runs/x"
+
+
+def test_metadata_git_revision(tmp_path):
+    assert RunMetadata.collect("r", {}, cwd=tmp_path).git_revision is None
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "x"], cwd=tmp_path, check=True)
+    rev = RunMetadata.collect("r", {}, cwd=tmp_path).git_revision
+    assert rev and len(rev) == 40 and np.all([c in "0123456789abcdef" for c in rev])
