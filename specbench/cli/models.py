@@ -1,0 +1,148 @@
+"""`specbench models`: list the catalog, pull a model into the cache, describe a model.
+
+A view over specbench.models: no fetching or loading logic lives here, only tables and
+messages. Errors surface as SpecbenchError subclasses for the root app to print.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+models_app = typer.Typer(
+    help="List, pull and inspect models (catalog names, Hugging Face directories, .gguf files).",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(models_app, name="models")
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+@models_app.command("list")
+def list_models() -> None:
+    """Show the catalog models, their verified size and sha256, and whether they are cached."""
+    from specbench.models import catalog, fetch
+
+    # Converted models live at <cache>/models/<name>; the caption says where, so the table
+    # stays narrow enough for an 80-column terminal.
+    table = Table(title="catalog", caption=f"cached models: {fetch.cache_root() / 'models'}")
+    table.add_column("name", no_wrap=True)
+    for col in ("role", "gguf size", "sha256", "cached"):
+        table.add_column(col, no_wrap=True)
+    for entry in catalog.CATALOG.values():
+        cached = fetch.is_converted(fetch.converted_dir(entry.name))
+        table.add_row(entry.name, entry.role, _size(entry.size), entry.sha256[:12],
+                      "yes" if cached else "no")
+    Console().print(table)
+
+
+@models_app.command("pull")
+def pull(
+    name: str = typer.Argument(..., help="catalog name (see `specbench models list`) or a .gguf file"),
+    check: bool = typer.Option(True, help="load the converted model once and report the time"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bars"),
+) -> None:
+    """Download, assemble, verify and convert a model into the cache (once; later pulls are instant)."""
+    from specbench.config import EngineConfig
+    from specbench.errors import ModelError
+    from specbench.models import catalog, fetch, loading
+
+    console = Console()
+    started = time.perf_counter()
+    path = Path(name).expanduser()
+    if catalog.is_catalog_name(name) and not path.exists():
+        dest = fetch.pull(name, progress=not quiet)
+    elif path.is_file() and path.suffix.lower() == ".gguf":
+        dest = fetch.convert_user_gguf(path, progress=not quiet)
+    else:
+        raise ModelError(
+            f"cannot pull {name!r}; pass a catalog name ({', '.join(catalog.names())}) or a .gguf file"
+        )
+    console.print(f"[green]ready[/] {dest}  ({time.perf_counter() - started:.1f} s)", highlight=False)
+    if check:
+        # Loading once proves the directory is complete and shows what every run will pay.
+        loaded = loading.load_model(str(dest), EngineConfig(device="cpu"))
+        console.print(
+            f"loads in {loaded.load_s:.1f} s ({str(loaded.dtype).removeprefix('torch.')}, cpu)",
+            highlight=False,
+        )
+
+
+def _describe(path: Path) -> dict[str, Any]:
+    """Config summary of a converted or Hugging Face directory, without loading weights."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    from specbench.models import fetch, loading
+
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    text = config.get_text_config()
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    try:
+        gen = GenerationConfig.from_pretrained(path, local_files_only=True)
+    except OSError:
+        gen = None
+    weights = sum(p.stat().st_size for p in path.glob("*.safetensors"))
+    info: dict[str, Any] = {
+        "path": str(path),
+        "architecture": ", ".join(getattr(config, "architectures", None) or [config.model_type]),
+        "layers": getattr(text, "num_hidden_layers", None),
+        "hidden size": getattr(text, "hidden_size", None),
+        "attention heads (q / kv)": f"{getattr(text, 'num_attention_heads', '?')} / "
+                                    f"{getattr(text, 'num_key_value_heads', '?')}",
+        "vocab (lm_head / tokenizer)": f"{text.vocab_size:,} / {len(tokenizer):,}",
+        "dtype": str(getattr(config, "dtype", None) or "?").removeprefix("torch."),
+        "eos ids": ", ".join(str(i) for i in loading.eos_ids(gen, tokenizer)),
+        "max context": getattr(text, "max_position_embeddings", None),
+        "tied embeddings": getattr(config, "tie_word_embeddings", None),
+        "weights on disk": _size(weights) if weights else "-",
+    }
+    marker = path / fetch.MARKER
+    if marker.is_file():
+        source = json.loads(marker.read_text())
+        info["converted from"] = source.get("catalog") or source.get("gguf")
+    return info
+
+
+@models_app.command("info")
+def info(
+    name_or_path: str = typer.Argument(..., help="catalog name, Hugging Face directory or .gguf file"),
+) -> None:
+    """Summarize a model's configuration: architecture, layers, hidden size, vocab, dtype, eos ids."""
+    from specbench.errors import ModelError
+    from specbench.models import catalog, loading
+
+    console = Console()
+    table = Table(show_header=False, title=name_or_path)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    is_name = catalog.is_catalog_name(name_or_path) and not Path(name_or_path).exists()
+    if is_name:
+        entry = catalog.get_entry(name_or_path)
+        table.add_row("description", entry.description)
+        table.add_row("role", entry.role)
+        table.add_row("packages", f"{entry.parts[0].requirement} ... ({len(entry.parts)} wheels)"
+                      if len(entry.parts) > 1 else entry.parts[0].requirement)
+        table.add_row("gguf size", f"{entry.size:,} bytes")
+        table.add_row("sha256", entry.sha256)
+    try:
+        path = loading.resolve_model_path(name_or_path, pull_missing=False)
+    except ModelError:
+        if not is_name:
+            raise
+        table.add_row("cached", f"no: run `specbench models pull {name_or_path}`")
+        console.print(table)
+        return
+    for key, value in _describe(path).items():
+        table.add_row(key, str(value))
+    console.print(table)
