@@ -337,10 +337,9 @@ class RunWriter:
                     f"run directory {self.run_dir} already exists and is not empty; "
                     "pass --overwrite to replace it or choose another --out"
                 )
-            # Only our own files are removed: --overwrite must never delete a user's data.
-            for name in (SAMPLES_FILE, RUN_FILE):
-                (self.run_dir / name).unlink(missing_ok=True)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # Nothing is deleted or created yet: the previous records stay until the first flush
+        # that has rows replaces them atomically, so a run that fails early loses nothing
+        # (and leaves no empty directory behind). Only our own files are ever replaced.
         self._tables: list[pa.Table] = []
         self._closed = False
 
@@ -373,6 +372,9 @@ class RunWriter:
 
     def flush(self) -> None:
         """Write `samples.parquet` and `run.json` with every row added so far."""
+        if not self._tables and self.samples_path.exists():
+            return  # no new rows yet: keep the records being overwritten until there are
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         schema = self._schema_with_metadata()
         if self._tables:
             table = pa.concat_tables(self._tables).replace_schema_metadata(schema.metadata)

@@ -45,7 +45,10 @@ _register()
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns (not raises) a command's typer.Exit code.
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except SpecbenchError as exc:
         from rich.console import Console
 
@@ -61,6 +64,6 @@ def main() -> None:
         if isinstance(exc, click.exceptions.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(1)
+        if isinstance(exc, click.exceptions.Abort):  # Ctrl-C outside a command's own handler
+            sys.exit(130)
         raise

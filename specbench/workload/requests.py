@@ -143,7 +143,7 @@ def build_requests(workload: Workload, tokenizer: Any, base: SamplingParams, *,
         ))
     if not requests:
         limit_note = (f" longer than max_context - max_new_tokens (max_context={max_context}); "
-                      "raise --max-context, lower --max-new-tokens or pass --truncate"
+                      "lower --max-new-tokens or pass --truncate"
                       if max_context is not None else " empty after tokenization")
         raise WorkloadError(f"{workload.name}: all {len(workload.prompts)} prompts are"
                             f"{limit_note}")

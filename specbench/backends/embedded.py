@@ -1,0 +1,45 @@
+"""The embedded backend: specbench's own engine on locally loaded models."""
+
+from __future__ import annotations
+
+import platform
+
+import torch
+
+from specbench.config import SpeculativeConfig
+from specbench.engine import Engine
+from specbench.memory import peak_bytes, reset_peak
+from specbench.types import Request, Result
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+class EmbeddedBackend:
+    name = "embedded"
+
+    def __init__(self, target, draft=None):
+        """`target`/`draft`: `specbench.models.LoadedModel`s (draft optional)."""
+        self.target = target
+        self.draft = draft
+        self.engine = Engine(target.model, draft.model if draft is not None else None,
+                             eos_token_ids=target.eos_token_ids, max_context=target.max_context)
+        self.device = self.engine.device
+        self.device_name = describe_device(self.device)
+
+    def generate(self, request: Request, spec: SpeculativeConfig, *, arrival_time: float) -> Result:
+        reset_peak(self.device)
+        try:
+            g = self.engine.generate(request.prompt_ids, request.sampling, spec)
+        except torch.OutOfMemoryError as exc:
+            return Result(request.id, [], arrival_time, arrival_time, [], "error",
+                          error=f"out of memory: {str(exc).splitlines()[0]}")
+        return Result(
+            request_id=request.id, output_ids=g.output_ids, arrival_time=arrival_time,
+            start_time=g.start_time, token_times=g.token_times, finish_reason=g.finish_reason,
+            steps=g.steps, target_forward_passes=g.target_forward_passes,
+            prefill_time_s=g.prefill_time_s, peak_memory_bytes=peak_bytes(self.device),
+        )

@@ -1,0 +1,214 @@
+"""`specbench run`: run prompt sets through a backend at each configuration, paired with the
+non-speculative baseline, and write one Parquet row per sample."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig, parse_speculative_config
+from specbench.errors import ConfigError
+
+DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
+DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
+BACKENDS = ("embedded", "hf")
+
+console = Console(stderr=True)
+
+
+def parse_int_list(values: list[str] | None, flag: str) -> list[int] | None:
+    """`-k 2,4 -k 8` -> [2, 4, 8]; one clear line for anything else."""
+    if not values:
+        return None
+    out: list[int] = []
+    for v in values:
+        for part in str(v).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                out.append(int(part))
+            except ValueError:
+                raise ConfigError(f"{flag}: {part!r} is not an integer (use e.g. {flag} 1,2,4)") from None
+    return out
+
+
+def run(
+    target: Annotated[str, typer.Option(help="Target model: catalog name, HF model directory or .gguf file.")] = DEFAULT_TARGET,
+    draft: Annotated[Optional[str], typer.Option(help="Draft model for method draft_model (default: the catalog's 0.5B when the target is the default).")] = None,
+    method: Annotated[str, typer.Option(help="Speculative method: none | draft_model | ngram.")] = "draft_model",
+    num_speculative_tokens: Annotated[Optional[list[str]], typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step; a list (1,2,4) runs one configuration each.")] = None,
+    speculative_config: Annotated[Optional[str], typer.Option(help="vLLM-style JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'. Overrides --method/-k/--draft.")] = None,
+    workload: Annotated[str, typer.Option(help="Named prompt set (see `specbench workloads list`), a .jsonl/.json/.parquet/.csv file, or hf:NAME[:split].")] = "real",
+    prompt_field: Annotated[Optional[str], typer.Option(help="Field holding the prompt in a user file.")] = None,
+    num_prompts: Annotated[Optional[int], typer.Option(help="Seeded sample of this many prompts (default: 6 for named sets, all for files).")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="Tokens to generate per request.")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (0 = greedy).")] = None,
+    top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling mass in (0, 1].")] = None,
+    top_k: Annotated[Optional[int], typer.Option(help="Top-k sampling (0 = off).")] = None,
+    seed: Annotated[int, typer.Option(help="Base seed: prompt sampling and per-request seeds.")] = 0,
+    ignore_eos: Annotated[bool, typer.Option(help="Decode exactly max-new-tokens, ignoring EOS.")] = False,
+    concurrency: Annotated[Optional[list[str]], typer.Option(help="Requests in flight; a list (1,4,16) runs each.")] = None,
+    warmup: Annotated[int, typer.Option(help="Warm-up requests per configuration, excluded from records.")] = 1,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32 (auto = bf16 on CUDA and on CPUs with avx512_bf16).")] = "auto",
+    backend: Annotated[str, typer.Option(help="embedded (specbench's engine) | hf (transformers generate(), the reference).")] = "embedded",
+    out: Annotated[Optional[Path], typer.Option(help="Run directory (default runs/<timestamp>-<config>).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace the records in an existing run directory.")] = False,
+    baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Pair each configuration with the non-speculative baseline.")] = True,
+    chat_template: Annotated[bool, typer.Option("--chat-template/--no-chat-template", help="Apply the target tokenizer's chat template.")] = True,
+    truncate: Annotated[bool, typer.Option(help="Left-truncate prompts longer than the context instead of skipping them.")] = False,
+    trust_remote_code: Annotated[bool, typer.Option(help="Allow model repositories to run their own code.")] = False,
+) -> None:
+    """Run a prompt set through the engine, paired with the baseline; write per-sample Parquet."""
+    from specbench import analysis
+    from specbench.records import RunMetadata, RunWriter, default_run_dir, make_run_id
+    from specbench.runner import plan, run_configuration
+
+    # ---- validate every flag before anything slow happens -------------------------------
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if warmup < 0:
+        raise ConfigError(f"--warmup must be >= 0, got {warmup}")
+    if num_prompts is not None and num_prompts < 1:
+        raise ConfigError(f"--num-prompts must be >= 1, got {num_prompts}")
+    engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    ks = parse_int_list(num_speculative_tokens, "--num-speculative-tokens") or [4]
+    if speculative_config:
+        parsed = parse_speculative_config(speculative_config)
+        method, ks, draft = parsed.method, [parsed.num_speculative_tokens], parsed.draft or draft
+        ngram = (parsed.ngram_min, parsed.ngram_max)
+    else:
+        ngram = (1, 4)
+    if method == "none" and not baseline:
+        raise ConfigError("--method none with --no-baseline leaves nothing to run")
+    if method == "draft_model" and draft is None and target == DEFAULT_TARGET:
+        draft = DEFAULT_DRAFT
+    if method == "none":
+        draft = None  # the baseline drafts nothing
+    specs = [SpeculativeConfig(method=method, num_speculative_tokens=k,
+                               draft=draft if method == "draft_model" else None,
+                               ngram_min=ngram[0], ngram_max=ngram[1]) for k in ks]
+    if method == "ngram" and draft is not None:
+        raise ConfigError("--draft cannot be used with method 'ngram' (prompt lookup needs no model)")
+    overrides = {k: v for k, v in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
+                                   ("max_new_tokens", max_new_tokens)) if v is not None}
+    base = SamplingParams(seed=seed, ignore_eos=ignore_eos,
+                          **{k: v for k, v in overrides.items()})
+    if "max_new_tokens" not in overrides:
+        base = base.with_(max_new_tokens=64)
+    concurrencies = parse_int_list(concurrency, "--concurrency") or [1]
+    configs = plan(specs, concurrencies, baseline=baseline)
+    for c in concurrencies:
+        if c != 1:
+            raise ConfigError(
+                f"--concurrency {c}: continuous batching is not available yet; only --concurrency 1 runs"
+            )
+
+    from specbench.workload import build_requests, load_workload
+
+    wl = load_workload(workload, prompt_field=prompt_field,
+                       num_prompts=num_prompts if num_prompts is not None else (
+                           6 if not Path(workload).suffix and not workload.startswith("hf:") else None),
+                       seed=seed)
+    run_cfg = {
+        "target": target, "draft": draft, "method": method, "num_speculative_tokens": ks,
+        "ngram": list(ngram), "workload": wl.name, "workload_kind": wl.kind,
+        "num_prompts": len(wl.prompts), "sampling": overrides, "seed": seed,
+        "ignore_eos": ignore_eos, "concurrency": concurrencies, "warmup": warmup,
+        "device": device, "dtype": dtype, "backend": backend, "baseline": baseline,
+        "chat_template": chat_template, "truncate": truncate,
+        "configurations": [c.config_id for c in configs],
+    }
+    short = specs[0].short if len(specs) == 1 else f"{method}-k{'_'.join(map(str, ks))}"
+    run_id = make_run_id(short)
+    run_dir = out if out is not None else default_run_dir(run_id)
+    if out is not None:
+        run_id = run_dir.name
+    metadata = RunMetadata.collect(run_id, run_cfg)
+    writer = RunWriter(run_dir, metadata, overwrite=overwrite)  # refuses an existing dir early
+
+    # ---- models -------------------------------------------------------------------------
+    from specbench.models.loading import check_same_tokenizer, load_model
+
+    t0 = time.perf_counter()
+    console.print(f"loading target [bold]{target}[/]")
+    tgt = load_model(target, engine_cfg)
+    drf = None
+    if any(s.method == "draft_model" and s.speculative for s in specs):
+        console.print(f"loading draft [bold]{draft}[/]")
+        drf = load_model(draft, engine_cfg)
+        check_same_tokenizer(tgt, drf)
+    console.print(f"models ready in {time.perf_counter() - t0:.1f} s on {tgt.device} ({str(tgt.dtype).replace('torch.', '')})")
+
+    requests, skipped = build_requests(wl, tgt.tokenizer, base, use_chat_template=chat_template,
+                                       max_context=tgt.max_context, truncate=truncate,
+                                       overrides=overrides)
+    if skipped:
+        console.print(f"[yellow]skipped {skipped} prompt(s) longer than the context of {tgt.max_context} tokens (use --truncate to keep them)[/]")
+
+    if backend == "embedded":
+        from specbench.backends.embedded import EmbeddedBackend
+        be = EmbeddedBackend(tgt, drf)
+    else:
+        from specbench.backends.hf import HFBackend
+        be = HFBackend(tgt, drf)
+    metadata.device = be.device_name
+    metadata.config["dtype_resolved"] = str(tgt.dtype).replace("torch.", "")
+
+    # ---- run ----------------------------------------------------------------------------
+    baseline_outputs: dict[str, list[int]] = {}
+    completed = False
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[tps]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=console) as progress:
+            for cfg in configs:
+                task = progress.add_task(cfg.config_id, total=len(requests), tps="")
+                tokens = [0, time.perf_counter()]
+
+                def tick(req, res, task=task, tokens=tokens):
+                    tokens[0] += len(res.output_ids)
+                    rate = tokens[0] / max(time.perf_counter() - tokens[1], 1e-9)
+                    progress.update(task, advance=1, tps=f"{rate:.1f} tok/s")
+
+                if warmup:
+                    progress.update(task, description=f"{cfg.config_id} (warm-up)")
+                run_configuration(be, requests, cfg, run_id=run_id, writer=writer, warmup=warmup,
+                                  baseline_outputs=baseline_outputs, on_result=tick)
+                progress.update(task, description=cfg.config_id)
+        completed = True
+    except KeyboardInterrupt:
+        writer.close(complete=False)
+        console.print(f"[yellow]interrupted: {writer.num_rows} completed sample(s) kept in {writer.samples_path}[/]")
+        raise typer.Exit(130)
+    finally:
+        if completed:
+            writer.close(complete=True)
+
+    # ---- summary ------------------------------------------------------------------------
+    from specbench.records import read_run
+
+    df, _ = read_run(run_dir)
+    summary = analysis.summarize(df)
+    out_console = Console()
+    out_console.print(analysis.rich_summary_table(summary, analysis.speedups(summary)))
+    greedy_diff = df[(~df["is_baseline"]) & (df["temperature"] == 0) & df["token_match_rate"].notna()
+                     & (df["token_match_rate"] < 1.0)]
+    if len(greedy_diff):
+        why = ("reduced-precision verification of several tokens at once can flip near-ties"
+               if metadata.config.get("dtype_resolved") in ("bfloat16", "float16")
+               else "in float32 this points at a bug: please report it")
+        out_console.print(f"[yellow]{len(greedy_diff)} greedy speculative sample(s) differ from the baseline "
+                          f"output ({why}; see token_match_rate / first_divergence)[/]")
+    out_console.print(f"records: {writer.samples_path}  ({len(df)} samples)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)

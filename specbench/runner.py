@@ -1,0 +1,104 @@
+"""Turns a run plan into records: warm-up, the baseline paired with each speculative
+configuration on the same requests, honest timing, one row per sample.
+
+The runner knows backends (requests in, results out) and the records schema; it never
+touches models or text. Rows are handed to a `RunWriter` as they complete, so an interrupted
+run keeps every finished sample.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from specbench.backends.base import Backend
+from specbench.config import BASELINE, SpeculativeConfig
+from specbench.errors import ConfigError
+from specbench.metrics import sample_metrics
+from specbench.records import RunWriter, make_row
+from specbench.types import Request, Result
+
+
+@dataclass(frozen=True)
+class Configuration:
+    spec: SpeculativeConfig
+    concurrency: int = 1
+
+    @property
+    def config_id(self) -> str:
+        return f"{self.spec.short}-c{self.concurrency}"
+
+    @property
+    def is_baseline(self) -> bool:
+        return not self.spec.speculative
+
+
+def plan(specs: Sequence[SpeculativeConfig], concurrencies: Sequence[int],
+         baseline: bool = True) -> list[Configuration]:
+    """Per concurrency: the baseline first (so speculative rows can be matched against its
+    outputs), then each distinct speculative configuration."""
+    out: list[Configuration] = []
+    for c in concurrencies:
+        if c < 1:
+            raise ConfigError(f"--concurrency values must be >= 1, got {c}")
+        chosen = [BASELINE] if baseline else []
+        for s in specs:
+            if not s.speculative:
+                continue  # k = 0 or method none is the baseline: run only when asked for
+            if s not in chosen:
+                chosen.append(s)
+        out.extend(Configuration(s, c) for s in chosen)
+    if not out:
+        raise ConfigError("nothing to run: --no-baseline with only non-speculative configurations")
+    return out
+
+
+def compares_with_baseline(request: Request) -> bool:
+    """Match fields are recorded for greedy requests (lossless decoding must reproduce the
+    baseline token for token) and for every regression prompt. A sampled regression prompt
+    only matches in distribution, so its match rate is informative, not a correctness check."""
+    return request.sampling.greedy or request.kind == "regression"
+
+
+def run_configuration(
+    backend: Backend,
+    requests: Sequence[Request],
+    config: Configuration,
+    *,
+    run_id: str,
+    writer: RunWriter | None = None,
+    warmup: int = 0,
+    baseline_outputs: dict[str, list[int]] | None = None,
+    on_result: Callable[[Request, Result], None] | None = None,
+) -> list[dict]:
+    """Run every request once under `config` (closed loop, concurrency 1) and return the
+    rows; warm-up requests run first and are discarded."""
+    if config.concurrency != 1:
+        raise ConfigError(
+            f"--concurrency {config.concurrency}: this backend runs one request at a time; "
+            "use --concurrency 1"
+        )
+    for i in range(min(warmup, len(requests))):
+        backend.generate(requests[i], config.spec, arrival_time=time.perf_counter())
+    rows: list[dict] = []
+    config_start = time.perf_counter()
+    for request in requests:
+        result = backend.generate(request, config.spec, arrival_time=time.perf_counter())
+        reference = None
+        if baseline_outputs is not None and not config.is_baseline and compares_with_baseline(request):
+            reference = baseline_outputs.get(request.id)
+        metrics = sample_metrics(request, result, config_start=config_start, reference_ids=reference)
+        row = make_row(run_id=run_id, config_id=config.config_id, backend=backend.name,
+                       spec=config.spec, concurrency=config.concurrency, request_rate=None,
+                       request=request, metrics=metrics, is_baseline=config.is_baseline)
+        rows.append(row)
+        if writer is not None:
+            writer.add([row])
+        if config.is_baseline and baseline_outputs is not None and result.error is None:
+            baseline_outputs[request.id] = list(result.output_ids)
+        if on_result is not None:
+            on_result(request, result)
+    if writer is not None:
+        writer.flush()
+    return rows
