@@ -64,6 +64,12 @@ class SpeculativeConfig:
     # Stop drafting early when the draft model's top probability falls below this
     # (0 = always draft k tokens). Lossless: it only shortens the proposal.
     draft_confidence_threshold: float = 0.0
+    # Speculation switches off for a step while more than this many requests are in flight
+    # (vLLM's speculative_disable_by_batch_size); None = never.
+    disable_by_batch_size: int | None = None
+    # Per request, k grows by 2 after a fully accepted step and shrinks by 1 otherwise,
+    # within [1, num_speculative_tokens] (transformers' "heuristic" schedule, capped).
+    dynamic_k: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -81,6 +87,8 @@ class SpeculativeConfig:
                 f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got "
                 f"{self.ngram_min}..{self.ngram_max}"
             )
+        if self.disable_by_batch_size is not None and self.disable_by_batch_size < 1:
+            raise ConfigError(f"disable_by_batch_size must be >= 1, got {self.disable_by_batch_size}")
         if not (0.0 <= self.draft_confidence_threshold < 1.0):
             raise ConfigError(
                 "draft_confidence_threshold must be in [0, 1), got "
@@ -94,7 +102,14 @@ class SpeculativeConfig:
     @property
     def short(self) -> str:
         """A short label for directory names and tables, e.g. `draft_model-k4`."""
-        return "baseline" if not self.speculative else f"{self.method}-k{self.num_speculative_tokens}"
+        if not self.speculative:
+            return "baseline"
+        label = f"{self.method}-k{self.num_speculative_tokens}"
+        if self.dynamic_k:
+            label += "dyn"
+        if self.disable_by_batch_size is not None:
+            label += f"-off{self.disable_by_batch_size}"
+        return label
 
 
 BASELINE = SpeculativeConfig()
@@ -134,7 +149,8 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
     if not isinstance(obj, dict):
         raise ConfigError("--speculative-config must be a JSON object")
     known = {"method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
-             "draft_confidence_threshold"}
+             "draft_confidence_threshold", "disable_by_batch_size", "speculative_disable_by_batch_size",
+             "dynamic_k"}
     unknown = sorted(set(obj) - known)
     if unknown:
         raise ConfigError(
@@ -158,4 +174,6 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         ngram_min=int(obj.get("prompt_lookup_min", 1)),
         ngram_max=int(obj.get("prompt_lookup_max", 4)),
         draft_confidence_threshold=float(obj.get("draft_confidence_threshold", 0.0)),
+        disable_by_batch_size=obj.get("disable_by_batch_size", obj.get("speculative_disable_by_batch_size")),
+        dynamic_k=bool(obj.get("dynamic_k", False)),
     )

@@ -24,10 +24,12 @@ from specbench.types import Request, Result
 class Configuration:
     spec: SpeculativeConfig
     concurrency: int = 1
+    request_rate: float | None = None  # requests/s (Poisson); None = closed loop
 
     @property
     def config_id(self) -> str:
-        return f"{self.spec.short}-c{self.concurrency}"
+        rate = f"-r{self.request_rate:g}" if self.request_rate else ""
+        return f"{self.spec.short}-c{self.concurrency}{rate}"
 
     @property
     def is_baseline(self) -> bool:
@@ -35,7 +37,7 @@ class Configuration:
 
 
 def plan(specs: Sequence[SpeculativeConfig], concurrencies: Sequence[int],
-         baseline: bool = True) -> list[Configuration]:
+         baseline: bool = True, request_rate: float | None = None) -> list[Configuration]:
     """Per concurrency: the baseline first (so speculative rows can be matched against its
     outputs), then each distinct speculative configuration."""
     out: list[Configuration] = []
@@ -48,7 +50,7 @@ def plan(specs: Sequence[SpeculativeConfig], concurrencies: Sequence[int],
                 continue  # k = 0 or method none is the baseline: run only when asked for
             if s not in chosen:
                 chosen.append(s)
-        out.extend(Configuration(s, c) for s in chosen)
+        out.extend(Configuration(s, c, request_rate) for s in chosen)
     if not out:
         raise ConfigError("nothing to run: --no-baseline with only non-speculative configurations")
     return out
@@ -71,27 +73,30 @@ def run_configuration(
     warmup: int = 0,
     baseline_outputs: dict[str, list[int]] | None = None,
     on_result: Callable[[Request, Result], None] | None = None,
-) -> list[dict]:
-    """Run every request once under `config` (closed loop, concurrency 1) and return the
-    rows; warm-up requests run first and are discarded."""
-    if config.concurrency != 1:
+    rate_seed: int = 0,
+) -> tuple[list[dict], dict]:
+    """Run every request once under `config` and return (rows, configuration stats).
+
+    Warm-up requests run first, at the same concurrency, and are discarded. Rows reach the
+    writer as requests finish, so an interrupt keeps every completed sample.
+    """
+    batched = hasattr(backend, "run")
+    if not batched and (config.concurrency != 1 or config.request_rate):
         raise ConfigError(
-            f"--concurrency {config.concurrency}: this backend runs one request at a time; "
-            "use --concurrency 1"
+            f"the {backend.name} backend runs one request at a time: use --concurrency 1 "
+            "without --request-rate (or --backend embedded)"
         )
-    for i in range(min(warmup, len(requests))):
-        backend.generate(requests[i], config.spec, arrival_time=time.perf_counter())
     rows: list[dict] = []
-    config_start = time.perf_counter()
-    for request in requests:
-        result = backend.generate(request, config.spec, arrival_time=time.perf_counter())
+
+    def record(request: Request, result: Result) -> None:
         reference = None
         if baseline_outputs is not None and not config.is_baseline and compares_with_baseline(request):
             reference = baseline_outputs.get(request.id)
         metrics = sample_metrics(request, result, config_start=config_start, reference_ids=reference)
         row = make_row(run_id=run_id, config_id=config.config_id, backend=backend.name,
-                       spec=config.spec, concurrency=config.concurrency, request_rate=None,
-                       request=request, metrics=metrics, is_baseline=config.is_baseline)
+                       spec=config.spec, concurrency=config.concurrency,
+                       request_rate=config.request_rate, request=request, metrics=metrics,
+                       is_baseline=config.is_baseline)
         rows.append(row)
         if writer is not None:
             writer.add([row])
@@ -99,6 +104,24 @@ def run_configuration(
             baseline_outputs[request.id] = list(result.output_ids)
         if on_result is not None:
             on_result(request, result)
+
+    warm = list(requests[: min(warmup, len(requests))])
+    if batched:
+        if warm:
+            backend.run(warm, config.spec, concurrency=min(config.concurrency, len(warm)))
+        config_start = time.perf_counter()
+        _, info = backend.run(list(requests), config.spec, concurrency=config.concurrency,
+                              request_rate=config.request_rate, rate_seed=rate_seed,
+                              on_result=record)
+    else:
+        for request in warm:
+            backend.generate(request, config.spec, arrival_time=time.perf_counter())
+        config_start = time.perf_counter()
+        for request in requests:
+            record(request, backend.generate(request, config.spec, arrival_time=time.perf_counter()))
+        info = {"wall_s": time.perf_counter() - config_start}
     if writer is not None:
+        stats = writer.metadata.config.setdefault("configuration_stats", {})
+        stats[config.config_id] = info
         writer.flush()
-    return rows
+    return rows, info

@@ -54,7 +54,10 @@ def run(
     top_k: Annotated[Optional[int], typer.Option(help="Top-k sampling (0 = off).")] = None,
     seed: Annotated[int, typer.Option(help="Base seed: prompt sampling and per-request seeds.")] = 0,
     ignore_eos: Annotated[bool, typer.Option(help="Decode exactly max-new-tokens, ignoring EOS.")] = False,
-    concurrency: Annotated[Optional[list[str]], typer.Option(help="Requests in flight; a list (1,4,16) runs each.")] = None,
+    concurrency: Annotated[Optional[list[str]], typer.Option(help="Maximum requests in flight (closed loop); a list (1,4,16) runs each.")] = None,
+    request_rate: Annotated[Optional[float], typer.Option(help="Open loop: Poisson arrivals at this many requests/s (seeded by --seed), capped by --concurrency.")] = None,
+    disable_by_batch_size: Annotated[Optional[int], typer.Option(help="Switch speculation off while more than this many requests are in flight.")] = None,
+    dynamic_k: Annotated[bool, typer.Option(help="Per request, grow k by 2 after a fully accepted step and shrink it by 1 otherwise (max = k).")] = False,
     warmup: Annotated[int, typer.Option(help="Warm-up requests per configuration, excluded from records.")] = 1,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32 (auto = bf16 on CUDA and on CPUs with avx512_bf16).")] = "auto",
@@ -92,9 +95,16 @@ def run(
         draft = DEFAULT_DRAFT
     if method == "none":
         draft = None  # the baseline drafts nothing
+    if request_rate is not None and request_rate <= 0:
+        raise ConfigError(f"--request-rate must be > 0 requests/s, got {request_rate}")
+    knobs = {"disable_by_batch_size": disable_by_batch_size, "dynamic_k": dynamic_k}
+    if speculative_config:
+        knobs = {"disable_by_batch_size": parsed.disable_by_batch_size or disable_by_batch_size,
+                 "dynamic_k": parsed.dynamic_k or dynamic_k,
+                 "draft_confidence_threshold": parsed.draft_confidence_threshold}
     specs = [SpeculativeConfig(method=method, num_speculative_tokens=k,
                                draft=draft if method == "draft_model" else None,
-                               ngram_min=ngram[0], ngram_max=ngram[1]) for k in ks]
+                               ngram_min=ngram[0], ngram_max=ngram[1], **knobs) for k in ks]
     if method == "ngram" and draft is not None:
         raise ConfigError("--draft cannot be used with method 'ngram' (prompt lookup needs no model)")
     overrides = {k: v for k, v in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
@@ -104,12 +114,10 @@ def run(
     if "max_new_tokens" not in overrides:
         base = base.with_(max_new_tokens=64)
     concurrencies = parse_int_list(concurrency, "--concurrency") or [1]
-    configs = plan(specs, concurrencies, baseline=baseline)
-    for c in concurrencies:
-        if c != 1:
-            raise ConfigError(
-                f"--concurrency {c}: continuous batching is not available yet; only --concurrency 1 runs"
-            )
+    configs = plan(specs, concurrencies, baseline=baseline, request_rate=request_rate)
+    if backend == "hf" and (any(c != 1 for c in concurrencies) or request_rate):
+        raise ConfigError("--backend hf runs one request at a time: use --concurrency 1 without "
+                          "--request-rate (the embedded backend batches)")
 
     from specbench.workload import build_requests, load_workload
 
@@ -121,7 +129,8 @@ def run(
         "target": target, "draft": draft, "method": method, "num_speculative_tokens": ks,
         "ngram": list(ngram), "workload": wl.name, "workload_kind": wl.kind,
         "num_prompts": len(wl.prompts), "sampling": overrides, "seed": seed,
-        "ignore_eos": ignore_eos, "concurrency": concurrencies, "warmup": warmup,
+        "ignore_eos": ignore_eos, "concurrency": concurrencies, "request_rate": request_rate,
+        "disable_by_batch_size": disable_by_batch_size, "dynamic_k": dynamic_k, "warmup": warmup,
         "device": device, "dtype": dtype, "backend": backend, "baseline": baseline,
         "chat_template": chat_template, "truncate": truncate,
         "configurations": [c.config_id for c in configs],
@@ -181,7 +190,7 @@ def run(
                 if warmup:
                     progress.update(task, description=f"{cfg.config_id} (warm-up)")
                 run_configuration(be, requests, cfg, run_id=run_id, writer=writer, warmup=warmup,
-                                  baseline_outputs=baseline_outputs, on_result=tick)
+                                  baseline_outputs=baseline_outputs, on_result=tick, rate_seed=seed)
                 progress.update(task, description=cfg.config_id)
         completed = True
     except KeyboardInterrupt:

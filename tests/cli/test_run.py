@@ -364,7 +364,11 @@ BAD_FLAGS = {
     "top-p-zero": (["--top-p", "0"], ["--top-p", "(0, 1]"]),
     "negative-temperature": (["--temperature", "-1"], ["--temperature", ">= 0"]),
     "unknown-method": (["--method", "bogus"], ["'bogus'", "draft_model", "ngram"]),
-    "concurrency": (["--concurrency", "4"], ["--concurrency 4", "not available"]),
+    "concurrency-zero": (["--concurrency", "0"], ["--concurrency", ">= 1", "0"]),
+    "concurrency-not-int": (["--concurrency", "1,x"], ["--concurrency", "'x'"]),
+    "negative-request-rate": (["--request-rate", "-2"], ["--request-rate", "> 0"]),
+    "disable-by-batch-size-zero": (["--disable-by-batch-size", "0"], ["disable_by_batch_size", ">= 1"]),
+    "hf-with-concurrency": (["--backend", "hf", "--concurrency", "2"], ["--backend hf", "--concurrency 1"]),
     "unknown-backend": (["--backend", "nope"], ["--backend", "'nope'", "embedded", "hf"]),
     "unknown-workload": (["--workload", "nosuch"],
                          ["unknown workload 'nosuch'", "regression", "business", "high-entropy"]),
@@ -518,16 +522,21 @@ def interrupted_run(models, prompts_file, tmp_path, monkeypatch):
     """A run whose 5th request (the 2nd of the speculative configuration) gets Ctrl-C."""
     from specbench.backends.embedded import EmbeddedBackend
 
-    real = EmbeddedBackend.generate
+    real = EmbeddedBackend.run
     calls = []
 
-    def generate(self, request, spec, *, arrival_time):
-        calls.append(request.id)
-        if len(calls) == 5:
-            raise KeyboardInterrupt
-        return real(self, request, spec, arrival_time=arrival_time)
+    def run(self, requests, spec, **kwargs):
+        record = kwargs.get("on_result")
+        if record is not None:  # not the warm-up
+            def on_result(request, result):
+                calls.append(request.id)
+                if len(calls) == 5:
+                    raise KeyboardInterrupt
+                record(request, result)
+            kwargs["on_result"] = on_result
+        return real(self, requests, spec, **kwargs)
 
-    monkeypatch.setattr(EmbeddedBackend, "generate", generate)
+    monkeypatch.setattr(EmbeddedBackend, "run", run)
     out = tmp_path / "intr"
     res = specbench("run", "--target", models[0], "--draft", models[1], "-k", "2",
                     "--workload", prompts_file, *FAST, "--out", out)
