@@ -1,0 +1,41 @@
+"""`specbench report`: write one self-contained HTML report (works offline) from runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from specbench.errors import ConfigError
+
+
+def report(
+    paths: Annotated[Optional[list[Path]], typer.Argument(metavar="RUN_OR_STUDY", help="Run directories or samples.parquet files (studies once a study loader exists).", show_default=False)] = None,
+    baseline: Annotated[Optional[Path], typer.Option(help="Run whose baseline is the reference for every configuration (default: each run's own baseline).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="HTML file to write (default reports/<first run id>.html); a directory gets <run id>.html inside.")] = None,
+    allow_mixed: Annotated[bool, typer.Option("--allow-mixed", help="Report runs of different workloads or target models together.")] = False,
+    title: Annotated[Optional[str], typer.Option(help="Page title (default: workload and target model).")] = None,
+    n_boot: Annotated[int, typer.Option(help="Bootstrap resamples for the speedup confidence intervals.")] = 2000,
+) -> None:
+    """Write a self-contained HTML report: verdict per concurrency, plots, per-sample table."""
+    from specbench.report import build_report, default_out, load_inputs, write_report
+
+    if n_boot < 100:
+        raise ConfigError(f"--n-boot must be >= 100, got {n_boot}")
+    inputs = load_inputs(paths or [], baseline=baseline, allow_mixed=allow_mixed)
+    target = out if out is not None else default_out(inputs)
+    if target.is_dir():
+        target = target / default_out(inputs).name
+    elif target.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"--out {target}: give an .html file name (or an existing directory)")
+    page = build_report(inputs, title=title, n_boot=n_boot)
+    path = write_report(page, target)
+    Console().print(f"report: {path}  ({path.stat().st_size / 2**20:.1f} MiB, "
+                    f"{len(inputs.frame)} samples from {len(inputs.runs)} run(s))", highlight=False,
+                    soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

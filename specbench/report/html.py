@@ -1,0 +1,266 @@
+"""Render a report to one self-contained HTML file: Jinja2 templates (`templates/`), Plotly
+figures, plotly.js inlined once in the page head, CSS and the small table-sorting script
+inlined too. The file needs no network: no CDN, no fonts, no images to fetch.
+
+`build_report(inputs)` returns the page as a string; `write_report(page, path)` writes it
+atomically. `specbench.cli.report` is the command around them.
+
+Boundary: presentation only; numbers come from `specbench.report.verdict` and figures from
+`specbench.report.plots`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shlex
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata as _metadata
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+import plotly.io as pio
+import plotly.offline
+from markupsafe import Markup
+
+from specbench import analysis
+from specbench.report import fmt, plots, verdict
+from specbench.report.inputs import ReportInputs, RunInput
+
+TEMPLATES = Path(__file__).parent / "templates"
+DEFAULT_REPORTS_DIR = Path("reports")
+PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(ms=fmt.ms, times=fmt.times, ci=fmt.ci, num=fmt.num, pct=fmt.pct,
+                       mib=fmt.mib, signed_mib=fmt.signed_mib, signed_pct=fmt.signed_pct,
+                       missing=fmt.missing)
+    return env
+
+
+def _version(name: str) -> str | None:
+    try:
+        return _metadata.version(name)
+    except _metadata.PackageNotFoundError:
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# Header: what was run
+
+
+def _sampling(df: pd.DataFrame, cfg: dict[str, Any]) -> str:
+    combos = df.drop_duplicates("prompt_id")[["temperature", "top_p", "top_k", "max_new_tokens"]]
+    distinct = combos.drop_duplicates()
+
+    def one(t: float, p: float, k: int) -> str:
+        if t == 0:
+            return "greedy"
+        parts = [f"temperature {t:g}"]
+        if p < 1:
+            parts.append(f"top-p {p:g}")
+        if k > 0:
+            parts.append(f"top-k {k}")
+        return ", ".join(parts)
+
+    tokens = sorted(set(int(x) for x in combos["max_new_tokens"]))
+    cap = (f"max {tokens[0]} new tokens" if len(tokens) == 1
+           else f"max {tokens[0]}–{tokens[-1]} new tokens")
+    eos = "; EOS ignored" if cfg.get("ignore_eos") else ""
+    if len(distinct[["temperature", "top_p", "top_k"]].drop_duplicates()) == 1:
+        r = distinct.iloc[0]
+        return f"{one(r['temperature'], r['top_p'], r['top_k'])}, {cap}{eos}"
+    greedy = int((combos["temperature"] == 0).sum())
+    return (f"per prompt: {greedy} greedy, {len(combos) - greedy} sampled "
+            f"(temperature {combos['temperature'].min():g}–{combos['temperature'].max():g}), "
+            f"{cap}{eos}")
+
+
+def _methods(df: pd.DataFrame) -> str:
+    spec = df[~df["is_baseline"]]
+    if spec.empty:
+        return "none (baseline only)"
+    parts = []
+    for method, g in spec.groupby("method", sort=False):
+        ks = sorted(set(int(k) for k in g["num_speculative_tokens"]))
+        parts.append(f"{method} (k = {', '.join(map(str, ks))})")
+    return "; ".join(parts)
+
+
+def run_header(run: RunInput, run_id: str) -> list[tuple[str, str]]:
+    """(field, value) pairs describing one run, from its run.json metadata and its rows."""
+    meta, df = run.meta, run.frame
+    cfg = meta.get("config") or {}
+    versions = meta.get("versions") or {}
+    drafts = sorted(str(d) for d in df["draft_model"].dropna().unique())
+    workloads = df.drop_duplicates("workload")
+    concs = sorted(set(int(c) for c in df["concurrency"]))
+    rate = df["request_rate"].dropna()
+    dtype = cfg.get("dtype_resolved") or cfg.get("dtype")
+    rev = meta.get("git_revision")
+    status = str(meta.get("status", "unknown"))
+    rows = [
+        ("run", run_id),
+        ("status", status if status == "complete" else f"{status} (some configurations may be "
+                                                        "incomplete)"),
+        ("target model", str(cfg.get("target", "?"))),
+        ("draft model", ", ".join(drafts) if drafts else "–"),
+        ("method", _methods(df)),
+        ("workload", "; ".join(f"{w.workload} ({w.workload_kind}), "
+                               f"{df.loc[df['workload'] == w.workload, 'prompt_id'].nunique()} prompts"
+                               for w in workloads.itertuples())),
+        ("sampling", _sampling(df, cfg)),
+        ("load", f"concurrency {', '.join(map(str, concs))}"
+                 + (f", Poisson arrivals at {rate.iloc[0]:g} req/s" if len(rate) else
+                    ", closed loop")),
+        ("device", f"{meta.get('device') or '?'}" + (f", {dtype}" if dtype else "")
+                   + f", backend {', '.join(sorted(df['backend'].unique()))}"),
+        ("git revision", rev[:12] if rev else "–"),
+        ("host", str(meta.get("hostname", "–"))),
+        ("samples", f"{len(df)} ({int((~analysis.ok_mask(df)).sum())} failed)"),
+        ("when", f"{meta.get('created_at', '?')} → {meta.get('finished_at') or '?'} (UTC)"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)),
+        ("command", shlex.join(str(a) for a in meta.get("command", [])) or "–"),
+    ]
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+# Per-sample table
+
+
+@dataclass
+class Cell:
+    text: str
+    sort: Any = None  # numeric sort key; None sorts as text
+
+
+def _cell_ms(v: Any) -> Cell:
+    return Cell(fmt.ms(v), None if fmt.missing(v) else float(v))
+
+
+def _cell_num(v: Any, text: str) -> Cell:
+    return Cell(text, None if fmt.missing(v) else float(v))
+
+
+SAMPLE_HEADERS = ["#", "configuration", "conc", "prompt", "category", "out tok", "TTFT ms",
+                  "TPOT ms", "E2E ms", "accept rate", "accept len", "match", "1st diverg.",
+                  "finish"]
+
+
+def sample_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    rows = []
+    for i, r in frame.iterrows():
+        ok = r["error"] is None or (isinstance(r["error"], float) and pd.isna(r["error"]))
+        finish = str(r["finish_reason"]) + ("" if ok else f": {r['error']}")
+        div = r["first_divergence"]
+        rows.append({
+            "anchor": verdict.sample_anchor(int(i)),
+            "failed": not ok or r["finish_reason"] in ("error", "cancelled"),
+            "cells": [
+                Cell(str(i), int(i)), Cell(str(r["label"])),
+                Cell(str(r["concurrency"]), int(r["concurrency"])),
+                Cell(str(r["prompt_id"])), Cell(str(r["category"])),
+                Cell(str(r["output_tokens"]), int(r["output_tokens"])),
+                _cell_ms(r["ttft_s"]), _cell_ms(r["tpot_s"]), _cell_ms(r["e2e_s"]),
+                _cell_num(r["acceptance_rate"], fmt.pct(r["acceptance_rate"])),
+                _cell_num(r["mean_acceptance_length"] if not r["is_baseline"] else None,
+                          fmt.num(r["mean_acceptance_length"]) if not r["is_baseline"] else fmt.DASH),
+                _cell_num(r["token_match_rate"], fmt.pct(r["token_match_rate"])),
+                _cell_num(div, fmt.DASH if fmt.missing(div) else
+                          ("none" if int(div) < 0 else str(int(div)))),
+                Cell(finish),
+            ],
+        })
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+
+
+def _figure_html(plot: plots.Plot) -> Markup:
+    assert plot.figure is not None
+    height = plot.figure.layout.height or 420
+    return Markup(pio.to_html(plot.figure, full_html=False, include_plotlyjs=False,
+                              div_id=f"plot-{plot.name}", config=PLOT_CONFIG,
+                              default_width="100%", default_height=f"{height}px"))
+
+
+def default_title(inputs: ReportInputs) -> str:
+    workloads = ", ".join(dict.fromkeys(str(w) for w in inputs.frame["workload"]))
+    targets = ", ".join(dict.fromkeys(str((r.meta.get("config") or {}).get("target", "?"))
+                                      for r in inputs.runs))
+    return f"Speculative decoding on {workloads} · {targets}"
+
+
+def build_report(inputs: ReportInputs, *, title: str | None = None, n_boot: int = verdict.N_BOOT,
+                 seed: int = 0) -> str:
+    """The whole report page as one HTML string."""
+    table = verdict.verdict_table(inputs, n_boot=n_boot, seed=seed)
+    sections = []
+    for name, builders in plots.SECTIONS:
+        items = []
+        for build in builders:
+            p = build(inputs, table)
+            items.append({"plot": p, "html": _figure_html(p) if p.figure is not None else None})
+        sections.append({"title": name, "id": name.split()[0].lower(), "items": items})
+    studies = []
+    for study in inputs.studies:
+        items = [{"plot": p, "html": _figure_html(p) if p.figure is not None else None}
+                 for p in plots.study_plots(study)]
+        studies.append({"name": study.name, "items": items})
+    notes = list(inputs.notes)
+    for run, rid in zip(inputs.runs, inputs.run_ids):
+        if run.meta.get("status") != "complete":
+            notes.append(f"run {rid} did not complete (status: {run.meta.get('status')}); its "
+                         "last configuration may have fewer samples")
+    verdict_groups = [(int(c), g.to_dict("records")) for c, g in table.groupby("concurrency")]
+    page = _env().get_template("report.html.j2").render(
+        title=title or default_title(inputs),
+        generated_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        versions={"specbench": _version("specbench"), "plotly": _version("plotly")},
+        recommendation=verdict.recommendation(table),
+        method_sentences=verdict.method_sentences(table),
+        verdict_groups=verdict_groups,
+        confidence=int(verdict.CONFIDENCE * 100),
+        n_boot=n_boot,
+        notes=notes,
+        runs=[run_header(r, rid) for r, rid in zip(inputs.runs, inputs.run_ids)],
+        sections=sections,
+        studies=studies,
+        outliers=verdict.outliers(inputs.frame),
+        sample_headers=SAMPLE_HEADERS,
+        samples=sample_rows(inputs.frame),
+        plotly_js=Markup(plotly.offline.get_plotlyjs()),
+    )
+    return page
+
+
+def default_out(inputs: ReportInputs) -> Path:
+    return DEFAULT_REPORTS_DIR / f"{inputs.run_ids[0]}.html"
+
+
+def write_report(page: str, out: Path) -> Path:
+    """Write `page` to `out` atomically (temp file beside it, then rename); returns `out`."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(page)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the report from a web server
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return out

@@ -1,0 +1,253 @@
+"""What a report is built from: runs (and, later, studies) loaded, checked and joined into one
+frame, with every speculative configuration paired with the baseline it is measured against.
+
+`load_inputs(paths, baseline=..., allow_mixed=...)` turns the command line into a
+`ReportInputs`:
+
+- `frame`: the samples of every run, one row per sample, with three added columns:
+  `label` (the configuration label shown in the report: the run's `config_id`, prefixed with
+  the run id where two runs use the same config_id), `series` (the label without its
+  concurrency suffix, so one configuration can be followed across concurrency) and `source`
+  (the run id). `config_id` is replaced by `label` so `specbench.analysis` groups the
+  configurations of different runs apart; the run's own id stays in `run_config_id`.
+- `pairs`: speculative label -> baseline label (or None when no baseline matches), at the same
+  concurrency and request rate. Without `--baseline`, each run's configurations are measured
+  against that run's own baseline (same process, same prompts); a run without one borrows the
+  baseline of the only other run that has one. With `--baseline RUN`, RUN's baseline is the
+  reference for everything and other runs' baseline rows are left out.
+
+Studies (extension point): `LOADERS` is the list of functions tried in order on each path;
+each returns a `RunInput`, a `StudyInput` or None ("not mine"). The run loader is last and
+raises the records error for a path nobody claims. A study loader (Optuna; `specbench.sweep`)
+adds itself in front and returns a `StudyInput` whose `runs` are its trials' runs: those join
+the frame like any run, and the study itself reaches `specbench.report.plots.STUDY_PLOTS`.
+Loaders must not import torch.
+
+Boundary: reads records through `specbench.records.read_run`; computes no statistics.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specbench.errors import ConfigError, RecordsError
+from specbench.records import SAMPLES_FILE, read_run
+
+
+@dataclass
+class RunInput:
+    """One run: its samples (records columns) and its run.json metadata."""
+
+    path: Path
+    frame: pd.DataFrame
+    meta: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        return str(self.meta.get("run_id") or self.path.name)
+
+
+@dataclass
+class StudyInput:
+    """A parameter search over runs (Optuna). No loader builds one yet; see the module
+    docstring. `trials` has one row per trial with at least `number`, `state`, `run_id`,
+    one `values_<objective>` column per objective and one `params_<name>` column per
+    parameter (Optuna's `study.trials_dataframe()` shape); `directions` is minimize/maximize
+    per objective, in the order of the `values_` columns."""
+
+    path: Path
+    name: str
+    trials: pd.DataFrame
+    directions: list[str]
+    runs: list[RunInput] = field(default_factory=list)
+
+
+Loader = Callable[[Path], "RunInput | StudyInput | None"]
+
+
+def load_run(path: Path) -> RunInput:
+    """A run directory or samples.parquet; raises `RecordsError` for anything else."""
+    df, meta = read_run(path)
+    if df.empty:
+        raise RecordsError(f"{path} has no samples (an empty or interrupted run)")
+    return RunInput(Path(path), df, meta)
+
+
+LOADERS: list[Loader] = [load_run]
+
+
+def load_path(path: Path) -> RunInput | StudyInput:
+    for loader in LOADERS:
+        got = loader(Path(path))
+        if got is not None:
+            return got
+    raise RecordsError(f"{path} is neither a specbench run nor a study")  # pragma: no cover
+
+
+@dataclass
+class ReportInputs:
+    runs: list[RunInput]
+    run_ids: list[str]  # unique per run, same order as `runs` (a repeated id gets '#2')
+    studies: list[StudyInput]
+    frame: pd.DataFrame
+    pairs: dict[str, str | None]
+    baseline_run: str | None  # run id given with --baseline
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def labels(self) -> list[str]:
+        return list(dict.fromkeys(self.frame["label"]))
+
+
+def _unique_run_ids(runs: list[RunInput]) -> list[str]:
+    ids: list[str] = []
+    for r in runs:
+        rid, n = r.run_id, 2
+        while rid in ids:
+            rid, n = f"{r.run_id}#{n}", n + 1
+        ids.append(rid)
+    return ids
+
+
+_CONCURRENCY_SUFFIX = re.compile(r"-c\d+(-r[0-9.e+-]+)?$")
+
+
+def _series(config_id: str) -> str:
+    return _CONCURRENCY_SUFFIX.sub("", config_id) or config_id
+
+
+def _check_mixed(runs: list[RunInput], ids: list[str]) -> None:
+    """Workloads (and target models) must agree unless --allow-mixed: a speedup measured on
+    one prompt set says nothing about another."""
+    workloads: dict[str, list[str]] = {}
+    targets: dict[str, list[str]] = {}
+    for r, rid in zip(runs, ids):
+        for w in pd.unique(r.frame["workload"]):
+            workloads.setdefault(str(w), []).append(rid)
+        target = (r.meta.get("config") or {}).get("target")
+        if target is not None:
+            targets.setdefault(str(target), []).append(rid)
+    if len(workloads) > 1:
+        listed = "; ".join(f"{w} ({', '.join(v)})" for w, v in workloads.items())
+        raise ConfigError(f"the runs use different workloads: {listed}; pass --allow-mixed to "
+                          "report them together")
+    if len(targets) > 1:
+        listed = "; ".join(f"{t} ({', '.join(v)})" for t, v in targets.items())
+        raise ConfigError(f"the runs use different target models: {listed}; pass --allow-mixed "
+                          "to report them together")
+
+
+def _same_rate(a: Any, b: Any) -> bool:
+    if pd.isna(a) or pd.isna(b):
+        return bool(pd.isna(a) and pd.isna(b))
+    return float(a) == float(b)
+
+
+def _pair(frame: pd.DataFrame, baseline_run: str | None) -> dict[str, str | None]:
+    configs = frame.drop_duplicates("label")[
+        ["label", "source", "is_baseline", "concurrency", "request_rate"]]
+    bases = configs[configs["is_baseline"]]
+    sources_with_base = list(dict.fromkeys(bases["source"]))
+    pairs: dict[str, str | None] = {}
+    for c in configs[~configs["is_baseline"]].itertuples():
+        if baseline_run is not None:
+            pool = bases
+        elif c.source in sources_with_base:
+            pool = bases[bases["source"] == c.source]
+        elif len(sources_with_base) == 1:
+            pool = bases
+        elif not sources_with_base:
+            pool = bases.iloc[0:0]
+        else:
+            raise ConfigError(
+                f"run {c.source} has no baseline and runs {', '.join(sources_with_base)} each "
+                "have one; pass --baseline RUN to choose the reference")
+        match = pool[(pool["concurrency"] == c.concurrency)
+                     & pool["request_rate"].map(lambda r, rate=c.request_rate: _same_rate(r, rate))]
+        pairs[c.label] = str(match["label"].iloc[0]) if len(match) else None
+    return pairs
+
+
+def combine(runs: Sequence[RunInput], *, baseline: RunInput | None = None,
+            allow_mixed: bool = False) -> ReportInputs:
+    """Join runs into one frame (see the module docstring); `baseline`, when given, must be
+    one of `runs` and is the only source of baseline rows."""
+    runs = list(runs)
+    ids = _unique_run_ids(runs)
+    if not allow_mixed:
+        _check_mixed(runs, ids)
+    notes: list[str] = []
+    baseline_id = None
+    if baseline is not None:
+        baseline_id = ids[runs.index(baseline)]
+        if not baseline.frame["is_baseline"].any():
+            raise ConfigError(f"--baseline {baseline.path}: that run has no baseline rows "
+                              "(it was run with --no-baseline)")
+    frames = []
+    for r, rid in zip(runs, ids):
+        df = r.frame.copy()
+        if baseline_id is not None and rid != baseline_id and df["is_baseline"].any():
+            notes.append(f"baseline rows of run {rid} left out: --baseline {baseline_id} is the "
+                         "reference")
+            df = df[~df["is_baseline"]]
+        df["source"] = rid
+        frames.append(df)
+    frame = pd.concat(frames, ignore_index=True)
+    frame["run_config_id"] = frame["config_id"]
+    runs_per_config = frame.groupby("config_id")["source"].nunique()
+    shared = set(runs_per_config[runs_per_config > 1].index)
+    frame["label"] = [f"{s} · {c}" if c in shared else c
+                      for s, c in zip(frame["source"], frame["config_id"])]
+    frame["series"] = [f"{s} · {_series(c)}" if c in shared else _series(c)
+                       for s, c in zip(frame["source"], frame["config_id"])]
+    frame["config_id"] = frame["label"]
+    pairs = _pair(frame, baseline_id)
+    missing = sorted(lbl for lbl, b in pairs.items() if b is None)
+    if missing:
+        notes.append("no baseline at the same concurrency for: " + ", ".join(missing))
+    return ReportInputs(runs=runs, run_ids=ids, studies=[], frame=frame, pairs=pairs,
+                        baseline_run=baseline_id, notes=notes)
+
+
+def load_inputs(paths: Sequence[Path | str], *, baseline: Path | str | None = None,
+                allow_mixed: bool = False) -> ReportInputs:
+    """Load every path (runs, or studies once a study loader exists) and `combine` them.
+    The same run given twice (or again as --baseline) is read once."""
+    if not paths:
+        raise ConfigError("give at least one run directory or samples.parquet file")
+    runs: list[RunInput] = []
+    studies: list[StudyInput] = []
+    seen: dict[Path, RunInput] = {}
+
+    def add_run(r: RunInput) -> RunInput:
+        key = r.path.resolve()
+        if key.name == SAMPLES_FILE:
+            key = key.parent
+        if key not in seen:
+            seen[key] = r
+            runs.append(r)
+        return seen[key]
+
+    for p in paths:
+        got = load_path(Path(p))
+        if isinstance(got, StudyInput):
+            studies.append(got)
+            for r in got.runs:
+                add_run(r)
+        else:
+            add_run(got)
+    base_run = None
+    if baseline is not None:
+        got = load_path(Path(baseline))
+        if isinstance(got, StudyInput):
+            raise ConfigError(f"--baseline {baseline}: give a run, not a study")
+        base_run = add_run(got)
+    inputs = combine(runs, baseline=base_run, allow_mixed=allow_mixed)
+    inputs.studies = studies
+    return inputs

@@ -1,0 +1,134 @@
+"""`specbench report` end to end: the file it writes (from synthetic runs and from a real run on
+tiny models), where it writes it, and bad input refused with one line on stderr and exit 2."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow.parquet as pq
+import pytest
+
+from report_helpers import specbench, synthetic_run
+from specbench.records import SAMPLES_FILE, read_run
+
+
+def refused(res, *needles: str) -> str:
+    assert res.code == 2, res.output
+    assert "Traceback" not in res.output
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.err
+    msg = " ".join(res.err.split())
+    for n in needles:
+        assert n in msg, (n, msg)
+    return msg
+
+
+def test_report_writes_one_html_file(synthetic, tmp_path):
+    out = tmp_path / "reports" / "syn.html"
+    res = specbench("report", synthetic, "--out", out, "--n-boot", "300")
+    assert res.code == 0, res.output
+    assert out.is_file() and out.stat().st_size > 1_000_000
+    assert f"report: {out}" in " ".join(res.out.split())
+    assert "72 samples from 1 run(s)" in res.out
+    assert list(out.parent.iterdir()) == [out]  # no temp file left behind
+
+
+def test_report_defaults_to_reports_dir_named_after_the_run(synthetic, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = specbench("report", synthetic / SAMPLES_FILE, "--n-boot", "200")  # the file works too
+    assert res.code == 0, res.output
+    assert (tmp_path / "reports" / f"{synthetic.name}.html").is_file()
+
+
+def test_out_directory_gets_the_default_file_name(synthetic, tmp_path):
+    res = specbench("report", synthetic, "--out", tmp_path, "--n-boot", "200")
+    assert res.code == 0, res.output
+    assert (tmp_path / f"{synthetic.name}.html").is_file()
+
+
+# ---- a real run on tiny models --------------------------------------------------------------
+
+
+def test_report_of_a_real_tiny_run(tiny_run, tmp_path):
+    df, meta = read_run(tiny_run)
+    assert set(df["config_id"]) == {f"{c}-c{n}" for n in (1, 2)
+                                    for c in ("baseline", "draft_model-k2", "draft_model-k4")}
+    out = tmp_path / "tiny.html"
+    res = specbench("report", tiny_run, "--out", out)
+    assert res.code == 0, res.output
+    html = out.read_text()
+    for cfg in df["config_id"].unique():
+        assert cfg in html
+    assert "Concurrency 1" in html and "Concurrency 2" in html
+    assert meta["config"]["target"] in html and meta["device"] in html
+    drawn = re.findall(r'<div id="(plot-[a-z-]+)" class="plotly-graph-div"', html)
+    omitted = html.count('<p class="omitted">')
+    assert len(drawn) + omitted == 10
+    for name in ("tpot-vs-k", "speedup-heatmap", "tail-latency", "memory", "survival",
+                 "rejection-positions", "batch-sizes"):
+        assert f"plot-{name}" in drawn, name
+    # greedy float32: every speculative output equals the baseline's
+    assert "every compared output is identical to the baseline" in html
+
+
+# ---- bad input ----------------------------------------------------------------------------
+
+
+def test_missing_path_is_refused(tmp_path):
+    missing = tmp_path / "no-such-run"
+    refused(specbench("report", missing, "--out", tmp_path / "r.html"), str(missing), "no run at")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_directory_that_is_not_a_run_is_refused(tmp_path):
+    (tmp_path / "notes").mkdir()
+    refused(specbench("report", tmp_path / "notes", "--out", tmp_path / "r.html"),
+            "is not a specbench run", SAMPLES_FILE)
+
+
+def test_file_that_is_not_parquet_is_refused(tmp_path):
+    bad = tmp_path / "samples.parquet"
+    bad.write_text("not parquet")
+    refused(specbench("report", bad, "--out", tmp_path / "r.html"), "not a readable Parquet file")
+
+
+def test_parquet_with_missing_columns_names_them(synthetic, tmp_path):
+    table = pq.read_table(synthetic / SAMPLES_FILE)
+    cut = table.drop_columns(["ttft_s", "accepted_per_step"])  # keeps the run metadata
+    path = tmp_path / "cut" / SAMPLES_FILE
+    path.parent.mkdir()
+    pq.write_table(cut, path)
+    msg = refused(specbench("report", path.parent, "--out", tmp_path / "r.html"),
+                  "missing column(s)")
+    assert "ttft_s" in msg and "accepted_per_step" in msg
+
+
+def test_mixed_workloads_are_refused_without_allow_mixed(synthetic, tmp_path):
+    other = synthetic_run(tmp_path / "he-run", workload="high-entropy", kind="high-entropy",
+                          n_prompts=6, seed=1)
+    out = tmp_path / "mixed.html"
+    refused(specbench("report", synthetic, other, "--out", out), "different workloads",
+            "real", "high-entropy", "--allow-mixed")
+    assert not out.exists()
+    res = specbench("report", synthetic, other, "--allow-mixed", "--out", out, "--n-boot", "200")
+    assert res.code == 0, res.output
+    html = out.read_text()
+    # runs of different prompt sets side by side, each against its own baseline
+    assert "he-run · draft_model-k4-c1" in html
+    # categories are told apart by prompt set (in the plot data, where '/' is JSON-escaped)
+    assert "real (real) \\u002f code" in html
+    assert "high-entropy (high-entropy) \\u002f chat" in html
+
+
+def test_baseline_without_baseline_rows_is_refused(synthetic, tmp_path):
+    nobase = synthetic_run(tmp_path / "nobase", baseline=False, n_prompts=6)
+    refused(specbench("report", synthetic, "--baseline", nobase, "--out", tmp_path / "r.html"),
+            "--baseline", "no baseline rows")
+
+
+def test_out_must_be_html(synthetic, tmp_path):
+    refused(specbench("report", synthetic, "--out", tmp_path / "r.txt"), "--out", ".html")
+
+
+def test_no_paths_is_refused(tmp_path):
+    refused(specbench("report", "--out", tmp_path / "r.html"), "at least one run")
