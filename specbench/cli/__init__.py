@@ -30,6 +30,8 @@ def _register() -> None:
         ("specbench.cli.run", "run"),
         ("specbench.cli.models", "models"),
         ("specbench.cli.workloads", "workloads"),
+        ("specbench.cli.compare", "compare"),
+        ("specbench.cli.report", "report"),
     ):
         try:
             mod = importlib.import_module(module)
@@ -59,11 +61,12 @@ def main() -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # click usage errors arrive here with standalone_mode=False
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+        # Typer may raise its own bundled copy of click's exception classes: match both.
+        modules = [m for m in (sys.modules.get("click.exceptions"),
+                               sys.modules.get("typer._click.exceptions")) if m is not None]
+        if any(isinstance(exc, m.ClickException) for m in modules):
             exc.show()
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):  # Ctrl-C outside a command's own handler
+        if any(isinstance(exc, m.Abort) for m in modules):  # Ctrl-C outside a command's handler
             sys.exit(130)
         raise
