@@ -303,3 +303,26 @@ def rich_summary_table(summary: pd.DataFrame, speedups: pd.DataFrame) -> Table:
     grid.add_row(latency)
     grid.add_row(spec)
     return grid
+
+
+def where_speculation_pays(speedups_df: pd.DataFrame) -> list[str]:
+    """One sentence per speculative method and k: at which concurrency levels its total output
+    tokens/s beats the baseline's, and from which level on it stops paying."""
+    lines = []
+    for (method, k), grp in speedups_df.dropna(subset=["output_tps_speedup"]).groupby(
+            ["method", "num_speculative_tokens"], sort=True):
+        grp = grp.sort_values("concurrency")
+        levels = [(int(c), float(r)) for c, r in zip(grp["concurrency"], grp["output_tps_speedup"])]
+        pays = [c for c, r in levels if r > 1.0]
+        after = [c for c, r in levels if r <= 1.0 and pays and c > max(pays)]
+        if len(pays) == len(levels):
+            verdict = "pays at every concurrency measured"
+        elif not pays:
+            verdict = "does not pay at any concurrency measured"
+        elif after:
+            verdict = f"pays up to concurrency {max(pays)} and stops paying from {min(after)}"
+        else:
+            verdict = f"pays at concurrency {', '.join(map(str, pays))} only"
+        ratios = ", ".join(f"c{c} {r:.2f}x" for c, r in levels)
+        lines.append(f"{method} k={int(k)}: {verdict} (total tok/s vs baseline: {ratios})")
+    return lines

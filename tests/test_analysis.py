@@ -219,3 +219,20 @@ def test_empty_records_summarize_to_empty_frames():
     assert len(s) == 0 and "tpot_p50_s" in s.columns
     assert len(speedups(s)) == 0
     Console(width=120, file=None, record=True).print(rich_summary_table(s, speedups(s)))
+
+
+def test_where_speculation_pays_names_the_cliff():
+    import pandas as pd
+
+    from specbench.analysis import where_speculation_pays
+
+    df = pd.DataFrame({
+        "method": ["draft_model"] * 3 + ["ngram"] * 2,
+        "num_speculative_tokens": [4] * 3 + [3] * 2,
+        "concurrency": [1, 4, 16, 1, 4],
+        "output_tps_speedup": [1.6, 1.1, 0.7, 0.9, 0.8],
+    })
+    lines = where_speculation_pays(df)
+    assert lines[0].startswith("draft_model k=4: pays up to concurrency 4 and stops paying from 16")
+    assert "c16 0.70x" in lines[0]
+    assert lines[1].startswith("ngram k=3: does not pay at any concurrency measured")

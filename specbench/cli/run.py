@@ -216,6 +216,8 @@ def run(
                else "in float32 this points at a bug: please report it")
         out_console.print(f"[yellow]{len(greedy_diff)} greedy speculative sample(s) differ from the baseline "
                           f"output ({why}; see token_match_rate / first_divergence)[/]")
+    for line in analysis.where_speculation_pays(analysis.speedups(summary)):
+        out_console.print(line)
     out_console.print(f"records: {writer.samples_path}  ({len(df)} samples)")
 
 
