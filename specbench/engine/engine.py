@@ -58,13 +58,8 @@ class Engine:
         self._sync()
         return time.perf_counter()
 
-    @torch.inference_mode()
-    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams,
-                 spec: SpeculativeConfig, *, seed: int | None = None,
-                 on_tokens: Callable[[list[int], float], None] | None = None,
-                 drafter: Drafter | None = None) -> Generation:
-        """Decode one request. `on_tokens(ids, t)` is called at each emission (streaming);
-        `drafter` replaces the one `spec.method` would build (custom or test drafters)."""
+    def _limits(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> tuple[set[int], int]:
+        """(ids that end the request, tokens it may emit within max_new_tokens and the context)."""
         if not prompt_ids:
             raise ValueError("empty prompt")
         stops = set(sampling.stop_token_ids)
@@ -76,6 +71,16 @@ class Engine:
         if budget < 1:
             raise ValueError(f"prompt of {len(prompt_ids)} tokens leaves no room in a "
                              f"context of {self.max_context}")
+        return stops, budget
+
+    @torch.inference_mode()
+    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams,
+                 spec: SpeculativeConfig, *, seed: int | None = None,
+                 on_tokens: Callable[[list[int], float], None] | None = None,
+                 drafter: Drafter | None = None) -> Generation:
+        """Decode one request. `on_tokens(ids, t)` is called at each emission (streaming);
+        `drafter` replaces the one `spec.method` would build (custom or test drafters)."""
+        stops, budget = self._limits(prompt_ids, sampling)
         seed = sampling.seed if sampling.seed is not None else (seed or 0)
         gen = make_generator(seed, self.device)
         drafter = drafter if drafter is not None else self._drafter(spec)

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 import torch
 
 from specbench.config import SamplingParams, SpeculativeConfig
-from specbench.engine.engine import Generation
+from specbench.engine.engine import Engine, Generation
 from specbench.engine.kv import BatchKV, CachedModel
+from specbench.engine.drafters.draft_model import draft_token
 from specbench.engine.drafters.ngram import lookup
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
 from specbench.engine.verify import verify_greedy, verify_sampled
@@ -77,19 +78,8 @@ class _Row:
         return kept
 
 
-class BatchEngine:
-    def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None = None, *,
-                 eos_token_ids: Sequence[int] = (), max_context: int | None = None):
-        self.target = target
-        self.draft = draft
-        self.device = next(target.parameters()).device
-        self.eos_token_ids = frozenset(eos_token_ids)
-        self.max_context = max_context or getattr(target.config, "max_position_embeddings", None)
-        self._sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
-
-    def _now(self) -> float:
-        self._sync()
-        return time.perf_counter()
+class BatchEngine(Engine):
+    """The engine with a scheduler: `run` decodes many requests with continuous batching."""
 
     @torch.inference_mode()
     def run(self, requests: Sequence[tuple[Sequence[int], SamplingParams]], spec: SpeculativeConfig, *,
@@ -156,12 +146,7 @@ class BatchEngine:
                arrival: float | None, tkv: BatchKV, dkv: BatchKV | None) -> _Row:
         """Prefill one request on its own, emit its first token, join it to the batch."""
         prompt, sp = list(request[0]), request[1]
-        stops = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_token_ids))
-        budget = sp.max_new_tokens
-        if self.max_context:
-            budget = min(budget, self.max_context - len(prompt))
-        if budget < 1 or not prompt:
-            raise ValueError(f"prompt of {len(prompt)} tokens leaves no room in a context of {self.max_context}")
+        stops, budget = self._limits(prompt, sp)
         start = self._now()
         arrival = start if arrival is None else arrival
         row = _Row(index, prompt, sp, make_generator(sp.seed or 0, self.device), stops, budget,
@@ -235,18 +220,10 @@ class BatchEngine:
             for b, r in enumerate(rows):
                 if not active[b]:
                     continue
-                row_logits = logits[b, last[b]]
-                if r.sampling.greedy:
-                    if spec.draft_confidence_threshold > 0:
-                        conf, tok = torch.softmax(row_logits.float(), dim=-1).max(dim=-1)
-                        tok, conf = int(tok), float(conf)
-                    else:
-                        tok, conf = int(row_logits.argmax()), 1.0
-                else:
-                    q = probs_from_logits(row_logits, r.sampling)
-                    tok = int(torch.multinomial(q, 1, generator=r.gen).item())
+                tok, conf, q = draft_token(logits[b, last[b]], r.sampling, r.gen,
+                                           spec.draft_confidence_threshold > 0)
+                if q is not None:
                     qs[b].append(q)
-                    conf = float(q[tok])
                 drafts[b].append(tok)
                 if len(drafts[b]) >= ks[b] or conf < spec.draft_confidence_threshold:
                     active[b] = False

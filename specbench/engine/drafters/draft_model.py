@@ -17,6 +17,21 @@ from specbench.engine.kv import CachedModel
 from specbench.engine.sampling import probs_from_logits
 
 
+def draft_token(logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator,
+                need_confidence: bool) -> tuple[int, float, torch.Tensor | None]:
+    """One draft token from the draft model's logits: (token, the draft's probability of it,
+    q). Greedy requests take the argmax (one-hot q, returned as None); sampled requests draw
+    from the draft's own processed distribution, which the verifier needs as q."""
+    if sampling.greedy:
+        if not need_confidence:
+            return int(logits.argmax()), 1.0, None
+        conf, tok = torch.softmax(logits.float(), dim=-1).max(dim=-1)
+        return int(tok), float(conf), None
+    q = probs_from_logits(logits, sampling)
+    tok = int(torch.multinomial(q, 1, generator=generator).item())
+    return tok, float(q[tok]), q
+
+
 class DraftModelDrafter:
     def __init__(self, model: torch.nn.Module, device: torch.device, confidence_threshold: float = 0.0):
         self.lm = CachedModel(model, device)
@@ -32,18 +47,9 @@ class DraftModelDrafter:
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         for i in range(k):
-            if sampling.greedy:
-                if self.threshold > 0:
-                    probs = torch.softmax(logits.float(), dim=-1)
-                    conf, tok = probs.max(dim=-1)
-                    tok, conf = int(tok), float(conf)
-                else:
-                    tok, conf = int(logits.argmax()), 1.0
-            else:
-                q = probs_from_logits(logits, sampling)
-                tok = int(torch.multinomial(q, 1, generator=generator).item())
+            tok, conf, q = draft_token(logits, sampling, generator, self.threshold > 0)
+            if q is not None:
                 qs.append(q)
-                conf = float(q[tok]) if self.threshold > 0 else 1.0
             tokens.append(tok)
             if i == k - 1 or conf < self.threshold:
                 break
