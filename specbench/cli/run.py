@@ -3,7 +3,7 @@ non-speculative baseline, and write one Parquet row per sample."""
 
 from __future__ import annotations
 
-import json
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -17,7 +17,7 @@ from specbench.errors import ConfigError
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
-BACKENDS = ("embedded", "hf")
+BACKENDS = ("embedded", "hf", "openai")
 
 console = Console(stderr=True)
 
@@ -40,6 +40,7 @@ def parse_int_list(values: list[str] | None, flag: str) -> list[int] | None:
 
 
 def run(
+    ctx: typer.Context,
     target: Annotated[str, typer.Option(help="Target model: catalog name, HF model directory or .gguf file.")] = DEFAULT_TARGET,
     draft: Annotated[Optional[str], typer.Option(help="Draft model for method draft_model (default: the catalog's 0.5B when the target is the default).")] = None,
     method: Annotated[str, typer.Option(help="Speculative method: none | draft_model | ngram.")] = "draft_model",
@@ -61,7 +62,14 @@ def run(
     warmup: Annotated[int, typer.Option(help="Warm-up requests per configuration, excluded from records.")] = 1,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32 (auto = bf16 on CUDA and on CPUs with avx512_bf16).")] = "auto",
-    backend: Annotated[str, typer.Option(help="embedded (specbench's engine) | hf (transformers generate(), the reference).")] = "embedded",
+    backend: Annotated[str, typer.Option(help="embedded (specbench's engine) | hf (transformers generate(), the reference) | openai (an OpenAI-compatible server: vLLM, SGLang, specbench serve).")] = "embedded",
+    base_url: Annotated[Optional[str], typer.Option(help="openai: server URL, e.g. http://127.0.0.1:8000 (with or without /v1).")] = None,
+    model: Annotated[Optional[str], typer.Option(help="openai: served model name (default: the server's only model).")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(help="openai: environment variable holding the API key (sent as a Bearer token).")] = None,
+    endpoint: Annotated[str, typer.Option(help="openai: completions (prompt token ids) | chat (messages).")] = "completions",
+    request_timeout: Annotated[float, typer.Option(help="openai: seconds before a request counts as failed.")] = 600.0,
+    retries: Annotated[int, typer.Option(help="openai: retries of a failed request (429/5xx, timeout, dropped stream).")] = 0,
+    tokenizer: Annotated[Optional[str], typer.Option(help="openai: tokenizer source, catalog name or HF directory (default: --target if given, else the served model).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default runs/<timestamp>-<config>).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the records in an existing run directory.")] = False,
     baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Pair each configuration with the non-speculative baseline.")] = True,
@@ -89,6 +97,19 @@ def run(
         ngram = (parsed.ngram_min, parsed.ngram_max)
     else:
         ngram = (1, 4)
+    oa = None
+    if backend == "openai":  # the server speculates: --method/-k/--draft only label its setup
+        from specbench.backends.openai import OpenAIBackend
+        oa = OpenAIBackend.connect(base_url, model=model, api_key_env=api_key_env, endpoint=endpoint,
+                                   request_timeout=request_timeout, retries=retries)
+        given = {p: getattr(ctx.get_parameter_source(p), "name", "DEFAULT") != "DEFAULT" for p in ("target", "method")}
+        server_spec = oa.server_spec(method, ks, draft, ngram, declared=bool(
+            speculative_config or num_speculative_tokens or draft or given["method"]))
+        method, ks, draft = server_spec.method, [server_spec.num_speculative_tokens], server_spec.draft
+        ngram, baseline = (server_spec.ngram_min, server_spec.ngram_max), not server_spec.speculative
+        tokenizer_source, target = tokenizer or (target if given["target"] else None), oa.model
+    elif base_url or model or api_key_env or tokenizer:
+        raise ConfigError("--base-url, --model, --api-key-env and --tokenizer need --backend openai")
     if method == "none" and not baseline:
         raise ConfigError("--method none with --no-baseline leaves nothing to run")
     if method == "draft_model" and draft is None and target == DEFAULT_TARGET:
@@ -147,14 +168,19 @@ def run(
     from specbench.models.loading import check_same_tokenizer, load_model
 
     t0 = time.perf_counter()
-    console.print(f"loading target [bold]{target}[/]")
-    tgt = load_model(target, engine_cfg)
     drf = None
-    if any(s.method == "draft_model" and s.speculative for s in specs):
-        console.print(f"loading draft [bold]{draft}[/]")
-        drf = load_model(draft, engine_cfg)
-        check_same_tokenizer(tgt, drf)
-    console.print(f"models ready in {time.perf_counter() - t0:.1f} s on {tgt.device} ({str(tgt.dtype).replace('torch.', '')})")
+    if oa is not None:  # only the tokenizer: the server holds the weights
+        from specbench.backends.openai import load_tokenizer
+        tgt = load_tokenizer(tokenizer_source, oa, trust_remote_code=trust_remote_code)
+        console.print(f"tokenizer [bold]{tgt.name}[/]; {oa.root} serves [bold]{oa.model}[/]")
+    else:
+        console.print(f"loading target [bold]{target}[/]")
+        tgt = load_model(target, engine_cfg)
+        if any(s.method == "draft_model" and s.speculative for s in specs):
+            console.print(f"loading draft [bold]{draft}[/]")
+            drf = load_model(draft, engine_cfg)
+            check_same_tokenizer(tgt, drf)
+        console.print(f"models ready in {time.perf_counter() - t0:.1f} s on {tgt.device} ({str(tgt.dtype).replace('torch.', '')})")
 
     requests, skipped = build_requests(wl, tgt.tokenizer, base, use_chat_template=chat_template,
                                        max_context=tgt.max_context, truncate=truncate,
@@ -165,11 +191,16 @@ def run(
     if backend == "embedded":
         from specbench.backends.embedded import EmbeddedBackend
         be = EmbeddedBackend(tgt, drf)
+    elif oa is not None:
+        be = oa
+        be.prepare(requests[0], tgt.tokenizer, tgt.eos_token_ids)  # probes the stream format
+        metadata.config["openai"] = be.describe()
     else:
         from specbench.backends.hf import HFBackend
         be = HFBackend(tgt, drf)
     metadata.device = be.device_name
-    metadata.config["dtype_resolved"] = str(tgt.dtype).replace("torch.", "")
+    if oa is None:
+        metadata.config["dtype_resolved"] = str(tgt.dtype).replace("torch.", "")
 
     # ---- run ----------------------------------------------------------------------------
     baseline_outputs: dict[str, list[int]] = {}
@@ -206,7 +237,8 @@ def run(
 
     df, _ = read_run(run_dir)
     summary = analysis.summarize(df)
-    out_console = Console()
+    # Piped output (CI logs, files) would wrap the tables at 80 columns.
+    out_console = Console() if sys.stdout.isatty() else Console(width=150)
     out_console.print(analysis.rich_summary_table(summary, analysis.speedups(summary)))
     greedy_diff = df[(~df["is_baseline"]) & (df["temperature"] == 0) & df["token_match_rate"].notna()
                      & (df["token_match_rate"] < 1.0)]
@@ -218,6 +250,10 @@ def run(
                           f"output ({why}; see token_match_rate / first_divergence)[/]")
     for line in analysis.where_speculation_pays(analysis.speedups(summary)):
         out_console.print(line)
+    if oa is not None:
+        from specbench.backends.openai import acceptance_lines
+        for line in acceptance_lines(metadata.config.get("configuration_stats", {})):
+            out_console.print(line)
     out_console.print(f"records: {writer.samples_path}  ({len(df)} samples)")
 
 

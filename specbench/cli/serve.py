@@ -1,0 +1,132 @@
+"""`specbench serve`: the embedded engine behind an OpenAI-compatible streaming API, so
+`specbench run --backend openai` (or any OpenAI client) can talk to it like to vLLM."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from specbench.config import EngineConfig, SpeculativeConfig, parse_speculative_config
+from specbench.errors import ConfigError
+
+DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
+DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
+
+console = Console(stderr=True)
+
+
+def resolve_spec(target: str, draft: str | None, method: str | None, k: int,
+                 speculative_config: str | None) -> SpeculativeConfig:
+    """As vLLM: no speculation unless --speculative-config, --method or --draft asks for it."""
+    if speculative_config:
+        return parse_speculative_config(speculative_config)
+    method = method or ("draft_model" if draft else "none")
+    if method == "draft_model" and draft is None and target == DEFAULT_TARGET:
+        draft = DEFAULT_DRAFT
+    if method == "ngram" and draft is not None:
+        raise ConfigError("--draft cannot be used with method 'ngram' (prompt lookup needs no model)")
+    return SpeculativeConfig(method=method, num_speculative_tokens=k if method != "none" else 0,
+                             draft=draft if method == "draft_model" else None)
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will
+            s.bind((host, port))
+    except OSError as exc:
+        raise ConfigError(f"--host {host} --port {port}: cannot listen ({exc.strerror or exc})") from None
+
+
+def serve(
+    target: Annotated[str, typer.Option(help="Target model: catalog name, HF model directory or .gguf file.")] = DEFAULT_TARGET,
+    draft: Annotated[Optional[str], typer.Option(help="Draft model (implies --method draft_model).")] = None,
+    method: Annotated[Optional[str], typer.Option(help="none | draft_model | ngram (default: none, or draft_model with --draft).")] = None,
+    num_speculative_tokens: Annotated[int, typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step.")] = 4,
+    speculative_config: Annotated[Optional[str], typer.Option(help="vLLM-style JSON; overrides --method/-k/--draft.")] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32.")] = "auto",
+    trust_remote_code: Annotated[bool, typer.Option(help="Allow model repositories to run their own code.")] = False,
+    host: Annotated[str, typer.Option(help="Address to listen on; loopback by default (the API has no authentication).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 = any free port; the chosen one is printed).")] = 8000,
+    max_concurrency: Annotated[int, typer.Option(help="Requests admitted at once (decoded one at a time, in order); more get HTTP 429.")] = 64,
+    served_model_name: Annotated[Optional[str], typer.Option(help="Model name in the API (default: --target as given).")] = None,
+    log_requests: Annotated[bool, typer.Option(help="Log every HTTP request to stderr.")] = False,
+) -> None:
+    """Serve the embedded engine over an OpenAI-compatible API (/v1/completions,
+    /v1/chat/completions, /v1/models, /health, /metrics); requests are decoded one at a time."""
+    from specbench.server import SpecbenchServer, is_loopback
+
+    spec = resolve_spec(target, draft, method, num_speculative_tokens, speculative_config)
+    engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be in 0..65535, got {port}")
+    if max_concurrency < 1:
+        raise ConfigError(f"--max-concurrency must be >= 1, got {max_concurrency}")
+    if not is_loopback(host):
+        console.print(f"[yellow]--host {host} is not a loopback address: anyone who can reach it can use "
+                      "the server (there is no authentication)[/]")
+
+    _check_can_listen(host, port)  # before the models load: a busy port fails in a second
+
+    from specbench.engine import Engine
+    from specbench.models.loading import check_same_tokenizer, load_model
+
+    console.print(f"loading target [bold]{target}[/]")
+    tgt = load_model(target, engine_cfg)
+    drf = None
+    if spec.speculative and spec.method == "draft_model":
+        console.print(f"loading draft [bold]{spec.draft}[/]")
+        drf = load_model(spec.draft, engine_cfg)
+        check_same_tokenizer(tgt, drf)
+    engine = Engine(tgt.model, drf.model if drf is not None else None,
+                    eos_token_ids=tgt.eos_token_ids, max_context=tgt.max_context)
+    name = served_model_name or target
+    try:
+        server = SpecbenchServer(host, port, engine=engine, tokenizer=tgt.tokenizer, spec=spec,
+                                 model_name=name, model_root=str(tgt.path), max_context=tgt.max_context,
+                                 vocab_size=int(tgt.model.get_input_embeddings().num_embeddings),
+                                 max_concurrency=max_concurrency, verbose=log_requests)
+    except OSError as exc:
+        raise ConfigError(f"--host {host} --port {port}: cannot listen ({exc.strerror or exc})") from None
+    shown = f"[{host}]" if ":" in host else host
+    # stdout, one line, flushed: scripts and ServerLauncher wait for it.
+    print(f"specbench serve: listening on http://{shown}:{server.port} (model {name}, {spec.short}, "
+          f"{tgt.device}, {str(tgt.dtype).replace('torch.', '')})", flush=True)
+
+    def stop(signum, frame):  # SIGTERM ends the server like Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        server.worker.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+
+
+def main() -> None:
+    """`python -m specbench.server ARGS` = `specbench serve ARGS`, registered or not."""
+    from specbench.cli import app
+    from specbench.cli import main as cli_main
+
+    if not any(c.name == "serve" for c in app.registered_commands):
+        register(app)
+    sys.argv = [sys.argv[0], "serve", *sys.argv[1:]]
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()
