@@ -1,0 +1,30 @@
+"""`specbench sweep`: an Optuna study over num_speculative_tokens x concurrency x method
+(x draft model); each trial is one real run whose Parquet lands in the study directory, and
+the study ends in a recommended serving profile.
+
+- `spec`: the sweep specification (TOML file + flags), the search space, the objectives.
+- `study`: storage, study, sampler, the objective (factory), cross-worker dedupe, the loop.
+- `measure`: one trial's run (RunWriter into `<study dir>/runs/<run_id>`).
+- `profile`: best configuration per concurrency, Pareto front, the serving profile (YAML).
+
+Boundary: a sweep reads records through `specbench.analysis`; it never touches the engine
+directly, only `specbench.runner` and a `specbench.session.Session`. Nothing here prints.
+"""
+
+from specbench.sweep.profile import best_so_far, build_profile, levels, pareto_front, write_profile
+from specbench.sweep.spec import OBJECTIVES, Point, Space, SweepSpec, build_spec, load_spec_file
+from specbench.sweep.study import (
+    Events,
+    TrialFailed,
+    make_sampler,
+    open_storage,
+    open_study,
+    progress_counts,
+    run_sweep,
+)
+
+__all__ = [
+    "OBJECTIVES", "Events", "Point", "Space", "SweepSpec", "TrialFailed", "best_so_far",
+    "build_profile", "build_spec", "levels", "load_spec_file", "make_sampler", "open_storage",
+    "open_study", "pareto_front", "progress_counts", "run_sweep", "write_profile",
+]

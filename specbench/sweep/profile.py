@@ -1,0 +1,287 @@
+"""From a study's trials to answers: the best configuration per concurrency, the Pareto
+front of a multi-objective sweep, and the recommended serving profile (YAML).
+
+Every number comes from the trials' stored summaries, which are `analysis.summarize` of each
+trial's own Parquet; every value in the profile carries the trial number and run id that
+justify it. Speedups are recomputed here with `analysis.speedups` against the baseline at the
+same concurrency.
+
+Decision rule, per measured concurrency c (the primary objective, feasible trials only):
+gain = best speculative / baseline (maximize) or baseline / best speculative (minimize);
+speculation pays at c when gain > `min_speedup`. `disable_by_batch_size` is the largest
+concurrency at which speculation pays before the first one at which it does not (vLLM: no
+drafting while more requests than that are in flight); the crossover lies between that level
+and the next one measured.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from specbench.sweep.spec import Point, SweepSpec
+from specbench.sweep.study import display_url, is_measured, speedups_vs
+
+PROFILE_VERSION = 1
+_EVIDENCE = ("tpot_p50_s", "tpot_p95_s", "ttft_p50_s", "e2e_p50_s", "output_tps",
+             "output_tps_per_user", "acceptance_rate_tok", "mean_acceptance_length_tok",
+             "peak_memory_bytes", "n", "errors")
+
+
+def _r(v: Any) -> Any:
+    """Six significant digits for floats (readable YAML, still traceable to the Parquet)."""
+    if isinstance(v, float):
+        return float(f"{v:.6g}")
+    return v
+
+
+def _feasible(t: FrozenTrial) -> bool:
+    return bool(t.user_attrs.get("feasible", True))
+
+
+def candidates(study: optuna.Study) -> list[FrozenTrial]:
+    """Complete trials that ran their own measurement, one per configuration."""
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.state == TrialState.COMPLETE and is_measured(t)]
+
+
+def point_of(t: FrozenTrial) -> Point:
+    return Point.from_params(t.params)
+
+
+def _better(spec: SweepSpec, a: float, b: float) -> bool:
+    return a > b if spec.directions[0] == "maximize" else a < b
+
+
+def _gain(spec: SweepSpec, spec_value: float, base_value: float) -> float | None:
+    if spec.objectives[0] == "speedup":
+        return spec_value
+    if not base_value or not spec_value:
+        return None
+    return spec_value / base_value if spec.directions[0] == "maximize" else base_value / spec_value
+
+
+@dataclass
+class Level:
+    """What was measured at one concurrency."""
+
+    concurrency: int
+    baseline: FrozenTrial | None
+    best: FrozenTrial | None  # best feasible speculative trial on the primary objective
+    gain: float | None  # of `best` over `baseline` (> 1 = speculation better)
+    pays: bool
+
+
+def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
+    out = []
+    for c in spec.space.concurrency:
+        here = [t for t in trials if point_of(t).concurrency == c and _feasible(t)]
+        base = next((t for t in here if point_of(t).is_baseline), None)
+        best = None
+        for t in here:
+            if not point_of(t).is_baseline and (best is None or _better(spec, t.values[0], best.values[0])):
+                best = t
+        gain = _gain(spec, best.values[0], base.values[0]) if best and base else None
+        out.append(Level(c, base, best, gain, gain is not None and gain > spec.min_speedup))
+    return [lv for lv in out if lv.baseline or lv.best]
+
+
+def pareto_front(spec: SweepSpec, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Feasible trials no other feasible trial beats on every objective."""
+    signs = [1.0 if d == "maximize" else -1.0 for d in spec.directions]
+    feasible = [t for t in trials if _feasible(t)]
+
+    def dominates(a: FrozenTrial, b: FrozenTrial) -> bool:
+        av = [s * v for s, v in zip(signs, a.values)]
+        bv = [s * v for s, v in zip(signs, b.values)]
+        return all(x >= y for x, y in zip(av, bv)) and any(x > y for x, y in zip(av, bv))
+
+    front = [t for t in feasible if not any(dominates(o, t) for o in feasible if o is not t)]
+    return sorted(front, key=lambda t: t.number)
+
+
+def best_so_far(spec: SweepSpec, study: optuna.Study) -> str:
+    """One line for the progress display."""
+    trials = candidates(study)
+    if not trials:
+        return "no measured trial yet"
+    if len(spec.objectives) > 1:
+        return f"Pareto front: {len(pareto_front(spec, trials))} configuration(s)"
+    feasible = [t for t in trials if _feasible(t)]
+    if not feasible:
+        return "no feasible trial yet"
+    best = feasible[0]
+    for t in feasible[1:]:
+        if _better(spec, t.values[0], best.values[0]):
+            best = t
+    return f"best {spec.objectives[0]} {best.values[0]:.4g}: {_describe(point_of(best))}"
+
+
+def _describe(p: Point) -> str:
+    if p.is_baseline:
+        return f"baseline c{p.concurrency}"
+    draft = f" ({Path(p.draft).name})" if p.draft else ""
+    return f"{p.method} k={p.num_speculative_tokens}{draft} c{p.concurrency}"
+
+
+def evidence(t: FrozenTrial, baseline: FrozenTrial | None = None,
+             objectives: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The measured numbers of one trial, with what links them to samples."""
+    s = t.user_attrs["summary"]
+    out: dict[str, Any] = {"trial": t.number, "run_id": t.user_attrs["run_id"],
+                           "run_dir": t.user_attrs.get("run_dir"), "host": t.user_attrs.get("host")}
+    p = point_of(t)
+    out["config"] = {"method": p.method, "num_speculative_tokens": p.num_speculative_tokens,
+                     "draft": p.draft, "concurrency": p.concurrency}
+    if baseline is not None and not p.is_baseline:
+        sp = speedups_vs(baseline.user_attrs["summary"], s)
+        out["speedup_tpot_p50"] = _r(sp.get("tpot_p50_speedup"))
+        out["speedup_output_tps"] = _r(sp.get("output_tps_speedup"))
+        out["speedup_output_tps_per_user"] = _r(sp.get("output_tps_per_user_speedup"))
+    for k in _EVIDENCE:
+        v = s.get(k)
+        out[k] = int(v) if k in ("peak_memory_bytes", "n", "errors") and v is not None else _r(v)
+    if objectives:
+        out["objective"] = {name: _r(v) for name, v in zip(objectives, t.values)}
+    return out
+
+
+def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
+    """The recommended serving profile as a plain dict (see the module docstring)."""
+    all_trials = study.get_trials(deepcopy=False)
+    trials = candidates(study)
+
+    def ev(t: FrozenTrial | None, baseline: FrozenTrial | None = None) -> dict[str, Any] | None:
+        return evidence(t, baseline, spec.objectives) if t is not None else None
+
+    lv = levels(spec, trials)
+    primary = spec.objectives[0]
+
+    first_stop = next((i for i, x in enumerate(lv) if not x.pays), None)
+    paying = lv[:first_stop] if first_stop is not None else lv
+    threshold = paying[-1].concurrency if paying and first_stop is not None else None
+
+    bands: list[dict[str, Any]] = []
+    prev = 0
+    for i, x in enumerate(lv):
+        speculative = i < len(paying)
+        band: dict[str, Any] = {
+            "batch_size": {"min": prev + 1, "max": None if i == len(lv) - 1 else x.concurrency},
+            "measured_at_concurrency": x.concurrency,
+            "profile": "speculative" if speculative else "baseline",
+        }
+        prev = x.concurrency
+        if speculative:
+            p = point_of(x.best)
+            band.update(method=p.method, num_speculative_tokens=p.num_speculative_tokens, draft=p.draft)
+        band["gain"] = _r(x.gain)
+        if x.gain is None:
+            band["why"] = ("no feasible baseline measured at this concurrency" if x.baseline is None
+                           else "no feasible speculative configuration measured at this concurrency")
+        else:
+            verdict = "pays" if x.pays else "does not pay"
+            band["why"] = (f"best speculative {_describe(point_of(x.best))}: {primary} gain "
+                           f"{x.gain:.3f}x over the baseline; speculation {verdict} "
+                           f"(threshold {spec.min_speedup:g}x)")
+            if not speculative and x.pays:
+                band["why"] += "; kept baseline: speculation already stopped paying at a lower concurrency"
+        band["speculative"] = ev(x.best, x.baseline)
+        band["baseline"] = ev(x.baseline)
+        bands.append(band)
+
+    spec_cfg = None
+    if paying:
+        p = point_of(paying[0].best)
+        spec_cfg = {"method": p.method}
+        if p.draft:
+            spec_cfg["model"] = p.draft
+        spec_cfg["num_speculative_tokens"] = p.num_speculative_tokens
+        if threshold is not None:
+            spec_cfg["disable_by_batch_size"] = threshold
+
+    if not lv:
+        why = "nothing measured yet"
+    elif not paying:
+        why = (f"speculation does not pay at the lowest concurrency measured ({lv[0].concurrency}): "
+               "serve without it")
+    elif threshold is None:
+        why = (f"speculation pays at every concurrency measured (up to {lv[-1].concurrency}); "
+               "measure higher concurrency to find where it stops")
+    else:
+        nxt = lv[first_stop]
+        why = (f"speculation pays up to concurrency {threshold} (gain {paying[-1].gain:.3f}x) and "
+               f"not at {nxt.concurrency} (gain {_fmt(nxt.gain)}); the crossover lies in "
+               f"({threshold}, {nxt.concurrency}]: measure concurrency values in between to narrow it")
+
+    failed = [{"trial": t.number, "config": point_of(t).key if t.params else None,
+               "reason": t.user_attrs.get("fail_reason", "interrupted")}
+              for t in all_trials if t.state == TrialState.FAIL]
+    profile: dict[str, Any] = {
+        "specbench_profile": PROFILE_VERSION,
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "study": {
+            "name": spec.study_name, "storage": display_url(spec.storage_url),
+            "directory": str(spec.out), "trials": len(all_trials), "measured": len(trials),
+            "reused": sum(1 for t in all_trials if "duplicate_of" in t.user_attrs),
+            "failed": len(failed),
+            "infeasible": sum(1 for t in trials if not _feasible(t)),
+        },
+        "models": {"target": spec.target, "drafts": list(spec.space.draft)},
+        "workload": {"source": spec.workload, "num_prompts": spec.num_prompts,
+                     "chat_template": spec.chat_template},
+        "sampling": {**spec.sampling, "seed": spec.seed, "ignore_eos": spec.ignore_eos},
+        "objective": {"primary": primary, "direction": spec.directions[0],
+                      "all": list(spec.objectives), "min_speedup": spec.min_speedup,
+                      "max_peak_memory_bytes": spec.max_peak_memory_bytes},
+        "recommendation": "speculative" if paying else "baseline",
+        "speculative_config": spec_cfg,
+        "disable_by_batch_size": {
+            "value": threshold, "why": why,
+            "last_paying": ev(paying[-1].best, paying[-1].baseline) if paying else None,
+            "first_not_paying": ev(lv[first_stop].best, lv[first_stop].baseline) if first_stop is not None else None,
+        },
+        "bands": bands,
+    }
+    if spec_cfg:
+        profile["verify_with"] = (
+            f"specbench run --target {spec.target} --workload {spec.workload} "
+            f"--speculative-config '{json.dumps(spec_cfg)}' --concurrency "
+            f"{','.join(str(x.concurrency) for x in lv)}")
+    if len(spec.objectives) > 1:
+        base_at = {x.concurrency: x.baseline for x in lv}
+        profile["pareto_front"] = [ev(t, base_at.get(point_of(t).concurrency))
+                                   for t in pareto_front(spec, trials)]
+    profile["failed_trials"] = failed
+    return profile
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}x"
+
+
+def write_profile(path: Path, profile: dict[str, Any]) -> None:
+    """YAML, keys in the order built, with a header saying what it is."""
+    import os
+    import tempfile
+
+    import yaml
+
+    header = ("# Recommended serving profile written by `specbench sweep`.\n"
+              "# Every number is measured: trial = Optuna trial number, run_id/run_dir = the run\n"
+              "# (samples.parquet) under the study directory it was computed from. Times in s.\n")
+    text = header + yaml.safe_dump(profile, sort_keys=False, allow_unicode=True, width=100)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)  # readers see the old profile or the new one, never half
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

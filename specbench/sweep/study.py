@@ -1,0 +1,518 @@
+"""The Optuna side of a sweep: storage, study, sampler, the objective, and dedupe.
+
+One trial = one run. The objective (built by `make_objective`) suggests
+`method`, `concurrency`, `num_speculative_tokens` and `draft` (parameter names equal the
+variable names and the records' column names), measures that configuration with
+`specbench.runner.run_configuration` into its own run directory under the study directory,
+and stores in the trial's user attrs the run id, the run directory and the run's summary
+(`specbench.analysis.summarize` of the Parquet it just wrote), so every value traces back to
+samples.
+
+Dedupe across processes. A configuration is measured at most once per study, also when
+several workers share one storage. Each trial publishes its configuration key
+(`config_key`) and then a ticket (1 + the largest ticket among trials with that key), then
+defers to any running trial with that key whose (ticket, number) is smaller, or that is
+still choosing its ticket: Lamport's bakery algorithm over the storage, which needs only
+reads and writes, no locks, so it works on every RDB Optuna supports. A deferring trial waits
+for the winner and returns its stored value (`duplicate_of`); a trial with a key already
+measured returns the stored value at once. Crashed workers are detected by Optuna's
+heartbeat (their trials fail as stale) so nobody waits forever.
+
+Failures: an exception while measuring (out of memory, a model that cannot load) fails the
+trial with a one-line `fail_reason` user attr and the sweep goes on; that configuration is
+not retried. An interrupted trial (Ctrl-C, a killed worker) fails without a reason and is
+enqueued again on the next start, so a resumed sweep measures exactly what is missing.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import socket
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from specbench.errors import ConfigError
+from specbench.sweep.spec import OBJECTIVES, Point, SweepSpec
+
+POLL_S = 0.5  # how often a waiting trial looks at the storage again
+HEARTBEAT_S = 10  # Optuna heartbeat of a running trial
+GRACE_S = 60  # a running trial without a heartbeat for this long is failed as stale
+SETUP_ATTR = "specbench_setup"
+CONSTRAINT = "peak_memory_over_budget_gib"  # <= 0: feasible
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)  # the CLI reports trials itself
+
+
+class TrialFailed(Exception):
+    """A trial that failed for a reason worth recording (its message, one line)."""
+
+
+# --------------------------------------------------------------------------------------
+# Storage and study
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def normalize_storage_url(url: str) -> str:
+    """An RDB URL as given; a bare path (`studies/x.db`) means a SQLite file there."""
+    return url if "://" in url else f"sqlite:///{url}"
+
+
+def display_url(url: str) -> str:
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - only for messages
+        return url
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """Open (creating tables on first use) an Optuna RDB storage, with heartbeats so a
+    crashed worker's trials fail as stale instead of blocking others."""
+    url = normalize_storage_url(url)
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+        if path and path != ":memory:":
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"--storage {url}: cannot create its directory ({_first_line(exc)})") from None
+        # Several workers on one SQLite file wait for the write lock instead of failing.
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+                                                  heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+        except Exception as exc:  # noqa: BLE001 - sqlalchemy/driver errors of every kind
+            # Workers starting together race to create the schema of a new storage; the loser
+            # fails on a unique constraint and finds the tables there a moment later.
+            text = f"{type(exc).__name__} {exc}"
+            if attempt < 2 and any(m in text for m in ("IntegrityError", "already exists", "locked")):
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            raise ConfigError(f"--storage {display_url(url)} cannot be opened: {_first_line(exc)} "
+                              "(use sqlite:///PATH.db or an RDB URL such as "
+                              "postgresql://user@host/db with its driver installed)") from None
+    raise AssertionError("unreachable")
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k in ("space", "sampling"):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def open_study(spec: SweepSpec, storage: optuna.storages.BaseStorage,
+               sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
+    """Create the study, or load it when it exists with the same setup (search space,
+    objectives, models, workload, sampling). A different setup is refused."""
+    wanted = json.loads(json.dumps(spec.setup()))
+    url = display_url(spec.storage_url)
+
+    def check(existing: dict[str, Any]) -> None:
+        if existing == wanted:
+            return
+        a, b = _flat(existing), _flat(wanted)
+        diffs = [f"{k}: {a.get(k)!r} in the study, {b.get(k)!r} here"
+                 for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        what = "search space" if all(d.startswith("space.") for d in diffs) else "setup"
+        raise ConfigError(
+            f"study {spec.study_name!r} in {url} was created with a different {what} "
+            f"({'; '.join(diffs)}); resume it with the spec it was created with, or start a new "
+            "study with --study-name NEW_NAME")
+
+    try:
+        study_id = storage.get_study_id_from_name(spec.study_name)
+    except KeyError:
+        study_id = None
+    if study_id is not None:
+        existing = storage.get_study_user_attrs(study_id).get(SETUP_ATTR)
+        if existing is None:
+            raise ConfigError(f"study {spec.study_name!r} in {url} was not created by specbench "
+                              "sweep; choose another --study-name")
+        check(existing)
+        directions = [d.name.lower() for d in storage.get_study_directions(study_id)]
+        if directions != spec.directions:
+            raise ConfigError(f"study {spec.study_name!r} in {url} optimizes {directions}, not "
+                              f"{spec.directions}; start a new study with --study-name NEW_NAME")
+    study = optuna.create_study(study_name=spec.study_name, storage=storage, sampler=sampler,
+                                directions=spec.directions, load_if_exists=True)
+    existing = study.user_attrs.get(SETUP_ATTR)
+    if existing is None:
+        study.set_user_attr(SETUP_ATTR, wanted)
+    else:  # another worker created it a moment ago
+        check(existing)
+    return study
+
+
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's GridSampler, also after enqueued trials (baselines, retries): they carry no
+    grid id, and GridSampler.after_trial looks one up when one grid point is left."""
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Any) -> None:
+        if "grid_id" in trial.system_attrs:
+            super().after_trial(study, trial, state, values)
+        elif self.is_exhausted(study):
+            study.stop()
+
+
+def make_sampler(spec: SweepSpec, n_existing: int = 0) -> optuna.samplers.BaseSampler:
+    """grid: Optuna's GridSampler over the speculative points (same seed in every worker, so
+    workers walk one shuffled grid). tpe/random: seeded by the spec's seed plus the trials
+    already in the study, so a single-worker sweep is reproducible and a resumed one does
+    not replay its first proposals."""
+    if spec.sampler == "grid":
+        return _GridSampler(spec.space.grid(), seed=spec.sampler_seed)
+    seed = spec.sampler_seed + n_existing
+    if spec.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    # Constraints reach TPE through Trial.set_constraint (Optuna 5 replaced constraints_func).
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+# --------------------------------------------------------------------------------------
+# Reading trials back
+
+
+def settled(t: FrozenTrial) -> bool:
+    """Finished with an outcome that stands: complete, or failed for a recorded reason."""
+    return t.state == TrialState.COMPLETE or (
+        t.state == TrialState.FAIL and "fail_reason" in t.user_attrs and not t.user_attrs.get("retry"))
+
+
+def trial_key(t: FrozenTrial) -> str | None:
+    if "config_key" in t.user_attrs:
+        return t.user_attrs["config_key"]
+    params = t.params or t.system_attrs.get("fixed_params")
+    return Point.from_params(params).key if params else None
+
+
+def is_measured(t: FrozenTrial) -> bool:
+    """A trial that ran its own measurement (not one reusing another trial's)."""
+    return "run_id" in t.user_attrs and "duplicate_of" not in t.user_attrs
+
+
+def settled_keys(trials: list[FrozenTrial]) -> set[str]:
+    return {k for t in trials if settled(t) and (k := trial_key(t))}
+
+
+def all_measured(study: optuna.Study, spec: SweepSpec) -> bool:
+    done = settled_keys(study.get_trials(deepcopy=False))
+    return all(p.key in done for p in spec.space.points())
+
+
+def _fail_stale(study: optuna.Study) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Point]:
+    """Enqueue the baseline at each concurrency (first, so speculative trials find it) and
+    every configuration whose trial was interrupted, unless present already."""
+    _fail_stale(study)
+    trials = study.get_trials(deepcopy=False)
+    taken = {trial_key(t) for t in trials
+             if t.state in (TrialState.WAITING, TrialState.RUNNING) or settled(t)}
+    by_key = {p.key: p for p in spec.space.points()}
+    pending: list[Point] = [p for p in by_key.values() if p.is_baseline]
+    # config_key is written once every parameter is suggested, so it names the whole point
+    pending += [by_key[k] for t in trials if t.state == TrialState.FAIL and not settled(t)
+                and (k := t.user_attrs.get("config_key")) in by_key]
+    out: list[Point] = []
+    for p in pending:
+        if p.key not in taken:
+            study.enqueue_trial(p.params)
+            taken.add(p.key)
+            out.append(p)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Dedupe: Lamport's bakery over trial user attrs
+
+
+def _peers(study: optuna.Study, me: Trial, key: str) -> list[FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.number != me.number and t.user_attrs.get("config_key") == key]
+
+
+def claim(study: optuna.Study, trial: Trial, key: str) -> FrozenTrial | None:
+    """None when this trial is the one to measure `key`; otherwise the settled trial whose
+    outcome it reuses (waiting while another worker measures it)."""
+    trial.set_user_attr("config_key", key)  # doorway: "choosing" until the ticket is out
+    peers = _peers(study, trial, key)
+    ticket = 1 + max((int(t.user_attrs.get("ticket", 0)) for t in peers), default=0)
+    trial.set_user_attr("ticket", ticket)
+    mine = (ticket, trial.number)
+    while True:
+        peers = _peers(study, trial, key)
+        done = sorted((t for t in peers if settled(t)),
+                      key=lambda t: (t.state != TrialState.COMPLETE, t.number))
+        if done:
+            return done[0]
+        ahead = [t for t in peers if t.state == TrialState.RUNNING
+                 and ("ticket" not in t.user_attrs or (int(t.user_attrs["ticket"]), t.number) < mine)]
+        if not ahead:
+            return None
+        time.sleep(POLL_S)
+        _fail_stale(study)
+
+
+_COPIED = ("config_id", "run_id", "run_dir", "host", "summary", "speedups", "feasible",
+           "constraint", "baseline_trial")
+
+
+def reuse(trial: Trial, original: FrozenTrial) -> Any:
+    """Make `trial` a copy of a settled trial with the same configuration."""
+    source = original.user_attrs.get("duplicate_of", original.number)
+    trial.set_user_attr("duplicate_of", source)
+    for k in _COPIED:
+        if k in original.user_attrs:
+            trial.set_user_attr(k, original.user_attrs[k])
+    if "constraint" in original.user_attrs:
+        trial.set_constraint(CONSTRAINT, original.user_attrs["constraint"])
+    if original.state != TrialState.COMPLETE:
+        reason = original.user_attrs.get("fail_reason", "failed")
+        if reason.startswith("same configuration as trial"):
+            reason = reason.split("which failed: ", 1)[-1]
+        message = f"same configuration as trial {source}, which failed: {reason}"
+        trial.set_user_attr("fail_reason", message)
+        raise TrialFailed(message)
+    values = list(original.values)
+    return values[0] if len(values) == 1 else values
+
+
+def baseline_of(study: optuna.Study, concurrency: int) -> FrozenTrial:
+    """The complete baseline trial at `concurrency`, waiting while one is running (or queued:
+    a queued trial is picked up within moments by the worker that queued it)."""
+    key = Point.of("none", concurrency=concurrency).key
+    queued_since: float | None = None
+    while True:
+        trials = [t for t in study.get_trials(deepcopy=False) if trial_key(t) == key]
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        if done:
+            return done[0]
+        failed = [t for t in trials if settled(t)]
+        if failed:
+            raise TrialFailed(f"the baseline at concurrency {concurrency} failed (trial "
+                              f"{failed[0].number}: {failed[0].user_attrs.get('fail_reason')})")
+        running = any(t.state == TrialState.RUNNING for t in trials)
+        queued = any(t.state == TrialState.WAITING for t in trials)
+        if queued and not running:
+            queued_since = queued_since or time.monotonic()
+        if not (running or (queued and time.monotonic() - queued_since < GRACE_S)):
+            raise _Retry(f"no baseline measured at concurrency {concurrency} yet")
+        time.sleep(POLL_S)
+        _fail_stale(study)
+
+
+def _complete_baseline(study: optuna.Study, concurrency: int) -> FrozenTrial | None:
+    key = Point.of("none", concurrency=concurrency).key
+    done = [t for t in study.get_trials(deepcopy=False)
+            if t.state == TrialState.COMPLETE and trial_key(t) == key]
+    return done[0] if done else None
+
+
+class _Retry(TrialFailed):
+    """A failure that says nothing about the configuration: retried on the next start."""
+
+
+# --------------------------------------------------------------------------------------
+# The objective
+
+
+def _jsonable(v: Any) -> Any:
+    if hasattr(v, "item"):  # numpy scalars
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def summary_frame(summaries: list[dict[str, Any]]):
+    """Stored summaries (NaN saved as null) back into an `analysis.summarize`-shaped frame."""
+    import numpy as np
+    import pandas as pd
+
+    from specbench.analysis import SUMMARY_COLUMNS
+
+    rows = [{k: (np.nan if v is None else v) for k, v in s.items()} for s in summaries]
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def speedups_vs(baseline: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """`analysis.speedups` of one configuration against its baseline (stored summaries)."""
+    from specbench import analysis
+
+    sp = analysis.speedups(summary_frame([baseline, summary]))
+    if not len(sp):
+        return {}
+    row = sp.iloc[0]
+    return {k: _jsonable(row[k]) for k in ("tpot_p50_speedup", "e2e_p50_speedup",
+                                           "output_tps_speedup", "output_tps_per_user_speedup")}
+
+
+class Events:
+    """What the objective reports while it works (the CLI draws progress from it)."""
+
+    def trial_started(self, number: int, config_id: str, n_requests: int) -> None: ...
+    def request_done(self) -> None: ...
+    def note(self, message: str) -> None: ...
+
+
+def make_objective(spec: SweepSpec, session: Any, study_dir: Path,
+                   events: Events | None = None) -> Callable[[Trial], Any]:
+    """The objective of a sweep over `spec.space`, measuring with `session`."""
+    from specbench.sweep.measure import baseline_outputs_from, measure
+
+    events = events or Events()
+    space = spec.space
+    baseline_outputs: dict[int, dict[str, list[int]]] = {}  # concurrency -> prompt id -> ids
+
+    def objective(trial: Trial) -> Any:
+        method = trial.suggest_categorical("method", ("none", *space.method))
+        concurrency = trial.suggest_categorical("concurrency", space.concurrency)
+        num_speculative_tokens, draft = 0, None
+        if method != "none":
+            if space.k_range:
+                low, high, step = space.k_range
+                num_speculative_tokens = trial.suggest_int("num_speculative_tokens", low, high, step=step)
+            else:
+                num_speculative_tokens = trial.suggest_categorical("num_speculative_tokens",
+                                                                   space.num_speculative_tokens)
+        if method == "draft_model":
+            draft = trial.suggest_categorical("draft", space.draft)
+        point = Point.of(method, num_speculative_tokens, draft, concurrency)
+
+        original = claim(trial.study, trial, point.key)
+        if original is not None:
+            return reuse(trial, original)
+
+        base_trial = None
+        try:
+            if not point.is_baseline:
+                if "speedup" in spec.objectives:
+                    base_trial = baseline_of(trial.study, concurrency)
+                else:
+                    base_trial = _complete_baseline(trial.study, concurrency)
+                if base_trial is not None:
+                    trial.set_user_attr("baseline_trial", base_trial.number)
+                    if concurrency not in baseline_outputs:
+                        ref = baseline_outputs_from(study_dir, base_trial)
+                        if ref:
+                            baseline_outputs[concurrency] = ref
+            result = measure(session, spec, point, trial.number, study_dir, trial.study.study_name,
+                             display_url(spec.storage_url), baseline_outputs.get(concurrency), events)
+        except KeyboardInterrupt:
+            trial.set_user_attr("interrupted", True)
+            raise
+        except _Retry as exc:
+            trial.set_user_attr("fail_reason", str(exc))
+            trial.set_user_attr("retry", True)
+            raise
+        except TrialFailed as exc:
+            trial.set_user_attr("fail_reason", str(exc))
+            raise
+        except Exception as exc:  # noqa: BLE001 - out of memory, model errors: record, go on
+            reason = _first_line(exc)
+            if type(exc).__name__ == "OutOfMemoryError" and not reason.startswith("out of memory"):
+                reason = f"out of memory: {reason}"
+            trial.set_user_attr("fail_reason", reason)
+            _release_memory()
+            raise TrialFailed(reason) from None
+        for k, v in result.attrs.items():
+            trial.set_user_attr(k, v)
+        if point.is_baseline and result.outputs:
+            baseline_outputs[concurrency] = result.outputs
+
+        summary = result.attrs["summary"]
+        speedups = speedups_vs(base_trial.user_attrs["summary"], summary) if base_trial else {}
+        if speedups:
+            trial.set_user_attr("speedups", speedups)
+        if spec.max_peak_memory_bytes is not None:
+            peak = summary.get("peak_memory_bytes")
+            over = (peak - spec.max_peak_memory_bytes) / 2**30 if peak is not None else 0.0
+            trial.set_user_attr("constraint", over)
+            trial.set_user_attr("feasible", over <= 0)
+            trial.set_constraint(CONSTRAINT, over)  # samplers and best_trials honour it
+        values = []
+        for name in spec.objectives:
+            column = OBJECTIVES[name].column
+            v = (1.0 if point.is_baseline else speedups.get(column)) if name == "speedup" else summary.get(column)
+            if v is None or not math.isfinite(v):
+                reason = (f"objective {name} is undefined for this run ({summary.get('errors')} of "
+                          f"{summary.get('n')} requests failed)")
+                trial.set_user_attr("fail_reason", reason)
+                raise TrialFailed(reason)
+            values.append(float(v))
+        return values[0] if len(values) == 1 else values
+
+    return objective
+
+
+def _release_memory() -> None:
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - best effort after an OOM
+        pass
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+# --------------------------------------------------------------------------------------
+# The loop
+
+
+def progress_counts(study: optuna.Study, spec: SweepSpec) -> tuple[int, int]:
+    """(configurations settled, configurations in the space)."""
+    points = spec.space.points()
+    done = settled_keys(study.get_trials(deepcopy=False))
+    return sum(1 for p in points if p.key in done), len(points)
+
+
+def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Path,
+              events: Events | None = None,
+              callbacks: tuple[Callable[[optuna.Study, FrozenTrial], None], ...] = ()) -> None:
+    """Measure until the budget (`n_trials` in this process, `timeout_s`) is spent or every
+    configuration of the space is measured. Interrupted configurations and the baselines are
+    enqueued first."""
+    if all_measured(study, spec):
+        return
+    enqueue_pending(study, spec)
+
+    def stop_or_requeue(study: optuna.Study, _: FrozenTrial) -> None:
+        if all_measured(study, spec):
+            study.stop()
+        else:  # a crashed worker's trials fail as stale meanwhile: queue them again
+            enqueue_pending(study, spec)
+
+    study.optimize(make_objective(spec, session, study_dir, events), n_trials=spec.n_trials,
+                   timeout=spec.timeout_s, catch=(TrialFailed,),
+                   callbacks=[stop_or_requeue, *callbacks], gc_after_trial=False)

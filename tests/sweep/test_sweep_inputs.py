@@ -1,0 +1,185 @@
+"""Sweep specs and bad input: the shipped specs parse; flags override the file; every bad
+input (missing file, invalid TOML, unknown section or key, wrong type, empty search space,
+unknown objective, a storage that cannot be opened, a study created with another search
+space) is one `error:` line on stderr and exit code 2, before any model loads."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from specbench.cli import main
+from specbench.errors import ConfigError
+from specbench.sweep import build_spec, load_spec_file, open_storage, open_study
+from specbench.sweep.spec import Point
+
+REPO = Path(__file__).resolve().parents[2]
+# A target that does not exist: if a test got as far as loading models it would say so.
+NO_MODEL = ["--target", "/nonexistent/target", "--draft", "/nonexistent/draft"]
+
+
+def specbench(*args) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "400")  # one error line stays one line
+        mp.setattr(sys, "argv", ["specbench", *map(str, args)])
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def refused(*args) -> str:
+    code, out, err = specbench("sweep", *args)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in out + err and out == ""
+    return lines[0]
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def storage(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'study.db'}"
+
+
+# ---- the shipped specs ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["quick-cpu.toml", "gpu.toml", "pareto-gpu.toml"])
+def test_shipped_specs_parse(name):
+    path = REPO / "sweeps" / name
+    spec = build_spec(load_spec_file(path), source=path)
+    assert spec.study_name == path.stem and spec.space.points()
+    assert spec.storage_url == f"sqlite:///sweeps/{path.stem}.db"
+    assert spec.out == Path("sweeps/studies") / path.stem
+
+
+def test_quick_cpu_spec_is_small_enough_for_a_cpu():
+    path = REPO / "sweeps" / "quick-cpu.toml"
+    spec = build_spec(load_spec_file(path), source=path)
+    assert spec.sampler == "grid" and spec.device == "cpu"
+    assert spec.space.num_speculative_tokens == (2, 4) and spec.space.concurrency == (1, 4)
+    assert len(spec.space.points()) == 6  # 2 baselines + 2 k x 2 concurrency
+    assert spec.num_prompts == 4 and spec.sampling["max_new_tokens"] == 32
+
+
+def test_flags_override_the_spec_file(tmp_path):
+    path = write(tmp_path / "s.toml", '[space]\nconcurrency = [1, 2]\nmethod = "ngram"\n'
+                 '[sampling]\nmax_new_tokens = 16\n')
+    spec = build_spec(load_spec_file(path), {"space.concurrency": ["4,8"],
+                                             "space.num_speculative_tokens": ["2..6:2"]}, source=path)
+    assert spec.space.concurrency == (4, 8) and spec.space.method == ("ngram",)
+    assert spec.space.num_speculative_tokens == (2, 4, 6) and spec.space.k_range == (2, 6, 2)
+    assert spec.sampling == {"max_new_tokens": 16} and spec.study_name == "s"
+
+
+def test_every_spelling_of_the_baseline_is_one_point():
+    assert Point.of("none", 4, "x", 2) == Point.of("draft_model", 0, "x", 2) == Point.of("none", concurrency=2)
+    assert Point.of("ngram", 4, "draft", 1).draft is None
+    assert Point.from_params({"method": "none", "concurrency": 4}).key == "none|k0|-|c4"
+
+
+# ---- bad input --------------------------------------------------------------------------------
+
+
+def test_missing_spec_file(tmp_path):
+    line = refused(tmp_path / "nope.toml")
+    assert "nope.toml not found" in line
+
+
+def test_invalid_toml_names_file_and_line(tmp_path):
+    path = write(tmp_path / "bad.toml", '[study]\nname = "x"\n\n[space]\nconcurrency = [1, 2\n')
+    line = refused(path)
+    assert line.startswith(f"error: {path}:5: invalid TOML") or line.startswith(f"error: {path}:6: invalid TOML")
+
+
+def test_invalid_toml_value_line(tmp_path):
+    path = write(tmp_path / "bad.toml", '[study]\nname = \n[space]\n')
+    assert refused(path).startswith(f"error: {path}:2: invalid TOML: ")
+
+
+def test_unknown_key_lists_the_valid_ones(tmp_path):
+    path = write(tmp_path / "s.toml", '[space]\nmethod = "ngram"\nconcurency = [1]\n')
+    line = refused(path)
+    assert f"{path}:3: unknown key 'concurency' in section 'space'" in line
+    assert "valid keys: method, num_speculative_tokens, concurrency" in line
+
+
+def test_unknown_section_lists_the_valid_ones(tmp_path):
+    path = write(tmp_path / "s.toml", '[studdy]\nname = "x"\n')
+    line = refused(path)
+    assert f"{path}:1: unknown section 'studdy'; valid sections: study, models, workload" in line
+
+
+def test_wrong_type_is_named(tmp_path):
+    path = write(tmp_path / "s.toml", '[space]\nconcurrency = "four"\n')
+    line = refused(path)
+    assert f"{path}:2: space.concurrency (--concurrency) must be an integer or a list, got 'four'" in line
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--concurrency", ""], "empty search space: space.concurrency (--concurrency) is empty"),
+    (["--method", "none"], "empty search space: space.method (--method) lists no speculative method"),
+])
+def test_empty_search_space(flags, needle, storage):
+    assert needle in refused(*NO_MODEL, "--storage", storage, *flags)
+
+
+def test_empty_list_in_the_spec_file(tmp_path):
+    path = write(tmp_path / "s.toml", "[space]\nnum_speculative_tokens = []\n")
+    assert "empty search space: space.num_speculative_tokens" in refused(path)
+
+
+def test_unknown_objective_lists_the_valid_ones(storage):
+    line = refused(*NO_MODEL, "--storage", storage, "--objective", "latency")
+    assert "unknown objective 'latency' (--objective); valid: tpot_p50, tpot_p95" in line
+
+
+def test_unknown_sampler(storage):
+    assert "unknown sampler 'cmaes'" in refused(*NO_MODEL, "--storage", storage, "--sampler", "cmaes")
+
+
+@pytest.mark.parametrize("url, needle", [
+    ("nosuchdb://host/x", "Can't load plugin"),
+    ("sqlite:///{tmp}", "unable to open database file"),  # a directory, not a file
+])
+def test_storage_that_cannot_be_opened(url, needle, tmp_path):
+    url = url.format(tmp=tmp_path)
+    line = refused(*NO_MODEL, "--storage", url)
+    assert line.startswith(f"error: --storage {url} cannot be opened") and needle in line
+
+
+def test_study_with_another_search_space_is_refused(tmp_path, storage):
+    first = build_spec(None, {"study.name": "s", "study.storage": storage, "models.target": "t",
+                              "models.draft": ["d"], "space.num_speculative_tokens": ["2,4"]})
+    open_study(first, open_storage(first.storage_url))
+    line = refused(*NO_MODEL[:2], "--draft", "d", "--target", "t", "--study-name", "s",
+                   "--storage", storage, "-k", "2,8")
+    assert "study 's'" in line and "different search space" in line
+    assert "num_speculative_tokens: [2, 4] in the study, [2, 8] here" in line
+    assert "--study-name" in line  # says how to start a new one
+    # the same search space is accepted
+    open_study(first, open_storage(first.storage_url))
+
+
+def test_study_with_another_setup_is_refused(tmp_path, storage):
+    first = build_spec(None, {"study.name": "s", "study.storage": storage, "models.target": "t",
+                              "models.draft": ["d"]})
+    open_study(first, open_storage(first.storage_url))
+    other = build_spec(None, {"study.name": "s", "study.storage": storage, "models.target": "t",
+                              "models.draft": ["d"], "sampling.max_new_tokens": 99})
+    with pytest.raises(ConfigError, match="different setup .*sampling.max_new_tokens"):
+        open_study(other, open_storage(other.storage_url))

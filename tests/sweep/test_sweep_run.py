@@ -1,0 +1,281 @@
+"""`specbench sweep` end to end on tiny float32 models, in-process through `main()`: a grid
+sweep of 2 baselines + 4 speculative configurations finishes; the baseline is the first trial
+at each concurrency; every trial is linked to its run directory and the profile's numbers are
+recomputed from those Parquet files; an interrupted sweep resumes without measuring anything
+twice; a failing configuration is recorded and the sweep goes on; the memory constraint marks
+trials infeasible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from specbench import analysis
+from specbench.cli import main
+from specbench.records import RUN_FILE, read_run
+from specbench.sweep.spec import Point
+
+PROMPTS = [
+    {"id": "greet", "prompt": "Say hello to the team."},
+    {"id": "repeat", "prompt": "abc abc abc abc abc abc abc"},
+    {"id": "code", "category": "code", "prompt": "def add(a, b):\n    return"},
+]
+FAST = ["--dtype", "float32", "--device", "cpu", "--warmup", "0", "--max-new-tokens", "8"]
+
+
+@dataclass
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def output(self) -> str:
+        return self.out + self.err
+
+
+def specbench(*args) -> Outcome:
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "200")
+        mp.setattr(sys, "argv", ["specbench", *map(str, args)])
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return Outcome(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    return path
+
+
+def sweep_args(models, prompts_file, where: Path, *extra) -> list:
+    return ["sweep", "--target", models[0], "--draft", models[1], "--workload", prompts_file,
+            *FAST, "--storage", f"sqlite:///{where / 'study.db'}", "--out", where / "study",
+            "--study-name", "tiny", *extra]
+
+
+GRID = ["--sampler", "grid", "--method", "draft_model", "-k", "2,4", "--concurrency", "1,2"]
+
+
+def load(where: Path) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name="tiny", storage=f"sqlite:///{where / 'study.db'}").trials
+
+
+def measured(trials) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in trials if t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
+
+
+def key(t) -> str:
+    return Point.from_params(t.params).key
+
+
+@pytest.fixture(scope="module")
+def grid_sweep(tiny_pair, prompts_file, tmp_path_factory):
+    where = tmp_path_factory.mktemp("grid")
+    res = specbench(*sweep_args(tiny_pair, prompts_file, where, *GRID))
+    return where, res
+
+
+def test_grid_sweep_measures_every_configuration_once(grid_sweep):
+    where, res = grid_sweep
+    assert res.code == 0, res.output
+    assert "Traceback" not in res.output
+    trials = load(where)
+    assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
+    keys = [key(t) for t in trials]
+    assert len(set(keys)) == 6
+    assert {Point.from_params(t.params).num_speculative_tokens for t in trials} == {0, 2, 4}
+    assert "Best configuration per concurrency" in res.out and "profile:" in res.out
+
+
+def test_baseline_is_the_first_trial_at_each_concurrency(grid_sweep):
+    where, _ = grid_sweep
+    trials = load(where)
+    for c in (1, 2):
+        at_c = [t for t in trials if t.params["concurrency"] == c]
+        first = min(at_c, key=lambda t: t.number)
+        assert first.params["method"] == "none" and "num_speculative_tokens" not in first.params
+        assert first.values == [1.0]  # speedup of the baseline over itself
+
+
+def test_each_trial_links_to_its_own_run_directory(grid_sweep):
+    where, _ = grid_sweep
+    runs = sorted((where / "study" / "runs").iterdir())
+    assert len(runs) == 6
+    for t in load(where):
+        run_dir = where / "study" / t.user_attrs["run_dir"]
+        df, meta = read_run(run_dir)
+        assert set(df["run_id"]) == {t.user_attrs["run_id"]} == {run_dir.name}
+        assert meta["status"] == "complete" and meta["config"]["sweep"]["trial"] == t.number
+        assert json.loads((run_dir / RUN_FILE).read_text())["run_id"] == run_dir.name
+        p = Point.from_params(t.params)
+        assert set(df["method"]) == {p.method} and set(df["concurrency"]) == {p.concurrency}
+        assert set(df["num_speculative_tokens"]) == {p.num_speculative_tokens}
+        assert len(df) == len(PROMPTS)
+        # the objective value is the TPOT p50 speedup recomputed from the two Parquet files
+        if not p.is_baseline:
+            base = next(b for b in load(where) if b.params["method"] == "none"
+                        and b.params["concurrency"] == p.concurrency)
+            bdf, _ = read_run(where / "study" / base.user_attrs["run_dir"])
+            sp = analysis.speedups(analysis.summarize(pd.concat([bdf, df])))
+            assert t.values[0] == pytest.approx(sp["tpot_p50_speedup"].iloc[0], rel=1e-9)
+
+
+def _check_evidence(study_dir: Path, ev: dict, baseline: dict | None) -> None:
+    df, _ = read_run(study_dir / ev["run_dir"])
+    assert set(df["run_id"]) == {ev["run_id"]}
+    s = analysis.summarize(df).iloc[0]
+    for col in ("tpot_p50_s", "tpot_p95_s", "ttft_p50_s", "e2e_p50_s", "output_tps",
+                "output_tps_per_user"):
+        assert ev[col] == pytest.approx(s[col], rel=1e-5), col
+    assert ev["peak_memory_bytes"] == s["peak_memory_bytes"] and ev["n"] == s["n"]
+    if baseline is not None:
+        bdf, _ = read_run(study_dir / baseline["run_dir"])
+        sp = analysis.speedups(analysis.summarize(pd.concat([bdf, df]))).iloc[0]
+        assert ev["speedup_tpot_p50"] == pytest.approx(sp["tpot_p50_speedup"], rel=1e-5)
+        assert ev["speedup_output_tps"] == pytest.approx(sp["output_tps_speedup"], rel=1e-5)
+
+
+def test_profile_is_yaml_whose_numbers_match_the_trials_parquet(grid_sweep):
+    where, _ = grid_sweep
+    study_dir = where / "study"
+    prof = yaml.safe_load((study_dir / "profile.yaml").read_text())
+    assert prof["specbench_profile"] == 1 and prof["recommendation"] in ("speculative", "baseline")
+    assert [b["measured_at_concurrency"] for b in prof["bands"]] == [1, 2]
+    assert prof["bands"][0]["batch_size"]["min"] == 1 and prof["bands"][-1]["batch_size"]["max"] is None
+    for band in prof["bands"]:
+        _check_evidence(study_dir, band["baseline"], None)
+        _check_evidence(study_dir, band["speculative"], band["baseline"])
+        assert band["gain"] == pytest.approx(band["speculative"]["speedup_tpot_p50"], rel=1e-5)
+    leading = 0  # bands paying from batch size 1 up: those speculate, the rest do not
+    for band in prof["bands"]:
+        if band["gain"] <= 1.0:
+            break
+        leading += 1
+    for i, band in enumerate(prof["bands"]):
+        assert band["profile"] == ("speculative" if i < leading else "baseline")
+    threshold = prof["disable_by_batch_size"]["value"]
+    if leading in (0, len(prof["bands"])):
+        assert threshold is None
+    else:
+        assert threshold == prof["bands"][leading - 1]["measured_at_concurrency"] == 1
+        assert prof["speculative_config"]["disable_by_batch_size"] == threshold
+    if prof["recommendation"] == "speculative":
+        first = prof["bands"][0]
+        assert prof["speculative_config"]["num_speculative_tokens"] == first["num_speculative_tokens"]
+        assert prof["speculative_config"]["method"] == "draft_model"
+
+
+def test_a_finished_study_is_not_measured_again(grid_sweep, tiny_pair, prompts_file):
+    where, _ = grid_sweep
+    before = sorted(p.name for p in (where / "study" / "runs").iterdir())
+    res = specbench(*sweep_args(tiny_pair, prompts_file, where, *GRID))
+    assert res.code == 0, res.output
+    assert "every configuration is measured" in res.err and "loading target" not in res.err
+    assert sorted(p.name for p in (where / "study" / "runs").iterdir()) == before
+    assert len(load(where)) == 6
+
+
+# ---- interruption and resume ------------------------------------------------------------------
+
+
+def test_interrupted_sweep_resumes_without_repeating_trials(tiny_pair, prompts_file, tmp_path,
+                                                             monkeypatch):
+    import specbench.runner as runner
+
+    real = runner.run_configuration
+    calls = []
+
+    def interrupt_third_speculative(backend, requests, config, **kw):
+        calls.append(config.config_id)
+        if sum(1 for c in calls if not c.startswith("baseline")) == 3:
+            on_result = kw["on_result"]
+
+            def ctrl_c(req, res):  # Ctrl-C after the first finished request of this trial
+                on_result(req, res)
+                raise KeyboardInterrupt
+
+            kw["on_result"] = ctrl_c
+        return real(backend, requests, config, **kw)
+
+    monkeypatch.setattr(runner, "run_configuration", interrupt_third_speculative)
+    first = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path, *GRID))
+    assert first.code == 130, first.output
+    assert "interrupted" in first.err and "Traceback" not in first.output
+    trials = load(tmp_path)
+    done_before = {key(t): t.user_attrs["run_id"] for t in measured(trials)}
+    assert len(done_before) == 4  # two baselines and two speculative configurations
+    (cut,) = [t for t in trials if t.state == TrialState.FAIL]
+    assert cut.user_attrs["interrupted"] is True and "fail_reason" not in cut.user_attrs
+
+    monkeypatch.setattr(runner, "run_configuration", real)
+    second = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path, *GRID))
+    assert second.code == 0, second.output
+    trials = load(tmp_path)
+    ok = measured(trials)
+    assert sorted(key(t) for t in ok) == sorted(set(key(t) for t in ok)) and len(ok) == 6
+    for k, run_id in done_before.items():  # nothing measured before was measured again
+        assert [t.user_attrs["run_id"] for t in ok if key(t) == k] == [run_id]
+    redo = [t for t in ok if key(t) == key(cut)]
+    assert len(redo) == 1 and redo[0].number > cut.number
+    assert all(t.state != TrialState.RUNNING for t in trials)
+
+
+# ---- failures and constraints -----------------------------------------------------------------
+
+
+def test_failing_configuration_is_recorded_and_the_sweep_goes_on(tiny_pair, prompts_file, tmp_path):
+    missing = tmp_path / "no-such-draft"
+    res = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path, "--draft", missing,
+                                "--sampler", "grid", "--method", "draft_model", "-k", "2",
+                                "--concurrency", "1"))
+    assert res.code == 0, res.output
+    assert "Traceback" not in res.output
+    trials = load(tmp_path)
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert [t.params.get("draft") for t in failed] == [str(missing)]
+    reason = failed[0].user_attrs["fail_reason"]
+    assert "no-such-draft" in reason and "\n" not in reason
+    assert "failed" in res.err and "no-such-draft" in res.err
+    good = measured(trials)
+    assert {t.params.get("draft") for t in good} == {None, str(tiny_pair[1])}  # baseline + good draft
+    prof = yaml.safe_load((tmp_path / "study" / "profile.yaml").read_text())
+    assert prof["study"]["failed"] == 1
+    assert prof["failed_trials"][0]["reason"] == reason
+
+
+def test_memory_budget_marks_trials_infeasible(tiny_pair, prompts_file, tmp_path):
+    res = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path, "--sampler", "tpe",
+                                "--n-trials", "3", "--method", "ngram", "-k", "2..3",
+                                "--concurrency", "1", "--objective", "tpot_p50,output_tps",
+                                "--max-peak-memory-gb", "0.001"))
+    assert res.code == 0, res.output
+    trials = load(tmp_path)
+    assert len(trials) == 3 and all(t.state == TrialState.COMPLETE for t in trials)
+    for t in trials:
+        assert t.user_attrs["feasible"] is False and t.user_attrs["constraint"] > 0
+        assert len(t.values) == 2
+    for t in trials:  # Optuna's own constraint, which its samplers and best_trials use
+        assert t.constraints == {"peak_memory_over_budget_gib": t.user_attrs["constraint"]}
+    prof = yaml.safe_load((tmp_path / "study" / "profile.yaml").read_text())
+    assert prof["study"]["infeasible"] == len(measured(trials))
+    assert prof["recommendation"] == "baseline" and prof["pareto_front"] == []
+    assert "infeasible" in res.err
