@@ -42,7 +42,9 @@ def bare_loop(model, prompt_ids, n_tokens: int) -> float:
         start = time.perf_counter()
         cache = DynamicCache(config=model.config)
         ids = torch.tensor([prompt_ids], device=model.device)
-        logits = model(input_ids=ids, cache=cache, logits_to_keep=1).logits
+        # Last position by index (see specbench/engine/kv.py: the default slice is slow on CPU bf16).
+        last = torch.tensor([len(prompt_ids) - 1], device=model.device)
+        logits = model(input_ids=ids, cache=cache, logits_to_keep=last).logits
         tok = logits[0, -1].argmax()
         for _ in range(n_tokens - 1):
             logits = model(input_ids=tok.view(1, 1), cache=cache).logits
@@ -60,7 +62,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--k", type=int, default=8, help="our draft-model k")
+    ap.add_argument("--k", type=int, default=16, help="our draft-model k (drafting stops early below --threshold)")
     ap.add_argument("--threshold", type=float, default=0.4, help="our draft confidence threshold")
     ap.add_argument("--ngram-k", type=int, default=10, help="k for both n-gram variants")
     ap.add_argument("--hf-k", type=int, default=None,

@@ -61,7 +61,7 @@ class HFBackend:
         # from the same distribution.
         kwargs: dict = {"max_new_tokens": sp.max_new_tokens, "do_sample": not sp.greedy,
                         "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
-                        "min_new_tokens": 0, "min_length": 0}
+                        "min_new_tokens": 0}
         if not sp.greedy:
             kwargs.update(temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k)
         else:

@@ -32,6 +32,8 @@ def _register() -> None:
         ("specbench.cli.workloads", "workloads"),
         ("specbench.cli.compare", "compare"),
         ("specbench.cli.report", "report"),
+        ("specbench.cli.serve", "serve"),
+        ("specbench.cli.sweep", "sweep"),
     ):
         try:
             mod = importlib.import_module(module)
@@ -54,7 +56,11 @@ def main() -> None:
     except SpecbenchError as exc:
         from rich.console import Console
 
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        # Escaped: messages quote TOML sections and JSON ([space], {...}) that rich would eat.
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
+                                   soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -67,6 +73,6 @@ def main() -> None:
         if any(isinstance(exc, m.ClickException) for m in modules):
             exc.show()
             sys.exit(exc.exit_code)
-        if any(isinstance(exc, m.Abort) for m in modules):  # Ctrl-C outside a command's handler
+        if any(isinstance(exc, getattr(m, "Abort", ())) for m in modules):  # Ctrl-C outside a command's handler
             sys.exit(130)
         raise
