@@ -54,6 +54,12 @@ def sweep(
     timeout: Annotated[Optional[float], _opt("Stop starting trials after this many seconds.")] = None,
     min_speedup: Annotated[Optional[float], _opt("Speculation pays when its gain over the baseline exceeds this (default: 1.0).")] = None,
     profile: Annotated[Optional[Path], _opt("Where to write the serving profile (default: STUDY_DIR/profile.yaml).")] = None,
+    server_command: Annotated[Optional[str], _opt("Server launch template, one server per trial, e.g. \"vllm serve {target} --port {port} --speculative-config '{speculative_config_json}'\"; placeholders: target, draft, method, k, num_speculative_tokens, k_plus_1, port, speculative_config_json, python.")] = None,
+    server_baseline_command: Annotated[Optional[str], _opt("Launch template for the baseline (no speculation) trials (default: --server-command).")] = None,
+    server_base_url: Annotated[Optional[str], _opt("The launched server's URL (default: http://127.0.0.1:{port}).")] = None,
+    server_ready_timeout: Annotated[Optional[float], _opt("Seconds to wait for a launched server's /health and /v1/models (default: 600).")] = None,
+    endpoint: Annotated[Optional[str], _opt("With --server-command: completions | chat (default: completions).")] = None,
+    tokenizer: Annotated[Optional[str], _opt("With --server-command: the tokenizer to build requests with (default: --target); no weights load locally.")] = None,
 ) -> None:
     """Tune speculative decoding with Optuna: each trial is a real run; resumable, shareable
     between workers; ends in a recommended serving profile."""
@@ -73,6 +79,9 @@ def sweep(
         "objective.name": objective, "objective.max_peak_memory_gb": max_peak_memory_gb,
         "budget.n_trials": n_trials, "budget.timeout_s": timeout,
         "profile.out": str(profile) if profile else None, "profile.min_speedup": min_speedup,
+        "server.command": server_command, "server.baseline_command": server_baseline_command,
+        "server.base_url": server_base_url, "server.ready_timeout_s": server_ready_timeout,
+        "server.endpoint": endpoint, "server.tokenizer": tokenizer,
     }
     # ---- everything that can be wrong in the input fails here, before any model loads ----
     file_values = sw.load_spec_file(spec_file) if spec_file is not None else None
@@ -84,7 +93,11 @@ def sweep(
     console.print(f"study [bold]{spec.study_name}[/] in {url}: {done}/{total} configurations "
                   f"measured, {len(study.trials)} trial(s) so far; runs in {spec.out / 'runs'}")
 
-    if done < total:
+    if done < total and spec.server is not None:  # one launched server per trial
+        from specbench.sweep.server import open_server_session
+
+        session: Any = open_server_session(spec, log=console.print)
+    elif done < total:
         from specbench.config import EngineConfig
         from specbench.session import open_session, sampling_base
 
@@ -97,6 +110,7 @@ def sweep(
             overrides=spec.sampling, prompt_field=spec.prompt_field, num_prompts=spec.num_prompts,
             seed=spec.seed, chat_template=spec.chat_template, truncate=spec.truncate,
             log=console.print)
+    if done < total:
         most = max(spec.space.concurrency)
         if most > len(session.requests):
             console.print(f"[yellow]concurrency {most} exceeds the {len(session.requests)} prompt(s): "

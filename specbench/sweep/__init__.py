@@ -5,6 +5,7 @@ the study ends in a recommended serving profile.
 - `spec`: the sweep specification (TOML file + flags), the search space, the objectives.
 - `study`: storage, study, sampler, the objective (factory), cross-worker dedupe, the loop.
 - `measure`: one trial's run (RunWriter into `<study dir>/runs/<run_id>`).
+- `server`: sweeps across servers (`[server]`): one launched server per trial, openai backend.
 - `profile`: best configuration per concurrency, Pareto front, the serving profile (YAML).
 
 Boundary: a sweep reads records through `specbench.analysis`; it never touches the engine

@@ -50,11 +50,10 @@ def baseline_outputs_from(study_dir: Path, baseline_trial: Any) -> dict[str, lis
 def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir: Path,
             study_name: str, storage: str, baseline_outputs: dict[str, list[int]] | None,
             events: Any) -> Measurement:
-    """Run every request of `session` once at `point`; return what the trial stores."""
-    from specbench import analysis
-    from specbench.records import RunMetadata, RunWriter, make_run_id, read_run
-    from specbench.runner import Configuration, run_configuration
-    from specbench.sweep.study import hostname
+    """Run every request of `session` once at `point`; return what the trial stores. With a
+    `[server]` section the trial's own server is launched first and always stopped after."""
+    from specbench.records import make_run_id
+    from specbench.runner import Configuration
 
     config = Configuration(point.speculative_config(), point.concurrency)
     label = f"t{number:04d}-{config.config_id}"
@@ -62,7 +61,32 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
         label += f"-{Path(point.draft).name}"
     run_id = make_run_id(label)
     run_dir = study_dir / "runs" / run_id
-    backend = session.backend_for(point.draft)  # loads the draft on first use
+    launcher = None
+    if spec.server is not None:  # a server per trial, launched for this configuration
+        from specbench.sweep.server import start_server
+
+        launcher, backend = start_server(spec, point, session, study_dir / "server-logs" / f"{run_id}.log")
+    else:
+        backend = session.backend_for(point.draft)  # loads the draft on first use
+    try:
+        return _measure(session, spec, point, number, study_dir, study_name, storage,
+                        baseline_outputs, events, config, run_id, run_dir, backend, launcher)
+    finally:
+        if launcher is not None:
+            launcher.stop()
+
+
+def _measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir: Path,
+             study_name: str, storage: str, baseline_outputs: dict[str, list[int]] | None,
+             events: Any, config: Any, run_id: str, run_dir: Path, backend: Any,
+             launcher: Any) -> Measurement:
+    import shlex
+
+    from specbench import analysis
+    from specbench.records import RunMetadata, RunWriter, read_run
+    from specbench.runner import run_configuration
+    from specbench.sweep.study import hostname
+
     wl = session.workload
     run_cfg = {
         "target": spec.target, "draft": point.draft, "method": point.method,
@@ -71,14 +95,19 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
         "sampling": dict(spec.sampling), "seed": spec.seed, "ignore_eos": spec.ignore_eos,
         "concurrency": [point.concurrency], "request_rate": None, "disable_by_batch_size": None,
         "dynamic_k": False, "warmup": spec.warmup, "device": spec.device, "dtype": spec.dtype,
-        "backend": "embedded", "baseline": point.is_baseline, "chat_template": spec.chat_template,
+        "backend": "openai" if launcher is not None else "embedded", "baseline": point.is_baseline,
+        "chat_template": spec.chat_template,
         "truncate": spec.truncate, "configurations": [config.config_id],
         "sweep": {"study": study_name, "storage": storage, "trial": number,
                   "objectives": list(spec.objectives)},
     }
     metadata = RunMetadata.collect(run_id, run_cfg)
     metadata.device = backend.device_name
-    metadata.config["dtype_resolved"] = session.dtype_name
+    if launcher is not None:
+        metadata.config["openai"] = backend.describe()
+        metadata.config["server"] = {"command": shlex.join(launcher.argv), "log": str(launcher.log_path)}
+    else:
+        metadata.config["dtype_resolved"] = session.dtype_name
     writer = RunWriter(run_dir, metadata)
     outputs: dict[str, list[int]] | None = {} if point.is_baseline else baseline_outputs
     events.trial_started(number, config.config_id, len(session.requests))

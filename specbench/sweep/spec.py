@@ -74,6 +74,9 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
                   "max_peak_memory_gb": (_NUM, "a number")},
     "budget": {"n_trials": ((int,), "an integer"), "timeout_s": (_NUM, "a number")},
     "profile": {"out": ((str,), "a path"), "min_speedup": (_NUM, "a number")},
+    "server": {"command": ((str,), "a string"), "baseline_command": ((str,), "a string"),
+               "base_url": ((str,), "a string"), "ready_timeout_s": (_NUM, "a number"),
+               "endpoint": ((str,), "a string"), "tokenizer": ((str,), "a string")},
 }
 
 # spec key -> the CLI flag that sets it (named in error messages)
@@ -93,6 +96,9 @@ FLAGS = {
     "objective.name": "--objective", "objective.max_peak_memory_gb": "--max-peak-memory-gb",
     "budget.n_trials": "--n-trials", "budget.timeout_s": "--timeout",
     "profile.out": "--profile", "profile.min_speedup": "--min-speedup",
+    "server.command": "--server-command", "server.baseline_command": "--server-baseline-command",
+    "server.base_url": "--server-base-url", "server.ready_timeout_s": "--server-ready-timeout",
+    "server.endpoint": "--endpoint", "server.tokenizer": "--tokenizer",
 }
 assert set(FLAGS) == {f"{s}.{k}" for s, keys in _SCHEMA.items() for k in keys}
 
@@ -192,6 +198,69 @@ class Space:
 
 
 # --------------------------------------------------------------------------------------
+# Sweeps across servers
+
+# placeholders a [server] command may use (filled per trial, see specbench.sweep.server)
+SERVER_PLACEHOLDERS = ("target", "draft", "method", "k", "num_speculative_tokens", "k_plus_1",
+                       "port", "speculative_config_json", "python")
+DEFAULT_SERVER_BASE_URL = "http://127.0.0.1:{port}"
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """`[server]`: start one server per trial from `command` (a launcher template) and measure
+    through the openai backend; `baseline_command` (default: `command`) serves the baseline."""
+
+    command: str
+    baseline_command: str | None
+    base_url: str  # may hold {port}
+    ready_timeout_s: float
+    endpoint: str  # completions | chat
+    tokenizer: str | None  # default: the target
+
+    def template(self, baseline: bool) -> str:
+        return (self.baseline_command or self.command) if baseline else self.command
+
+
+def _check_template(key: str, template: str, allowed: tuple[str, ...], where: str) -> None:
+    from specbench.backends.launcher import render
+
+    try:
+        render(template, {name: "x" for name in allowed})
+    except ConfigError as exc:
+        msg = str(exc).replace("server command template: ", "")
+        raise ConfigError(f"{where}{_label(key)}: {msg}") from None
+
+
+def _server_spec(get: Any, where: str) -> ServerSpec | None:
+    keys = [k for k in _SCHEMA["server"] if get(f"server.{k}") is not None]
+    if not keys:
+        return None
+    command = get("server.command")
+    if not command:
+        raise ConfigError(f"{where}{_label('server.command')} is needed with "
+                          f"{', '.join(_label('server.' + k) for k in keys)}")
+    _check_template("server.command", command, SERVER_PLACEHOLDERS, where)
+    baseline_command = get("server.baseline_command")
+    if baseline_command is not None:
+        _check_template("server.baseline_command", baseline_command, SERVER_PLACEHOLDERS, where)
+    base_url = get("server.base_url", DEFAULT_SERVER_BASE_URL)
+    _check_template("server.base_url", base_url, ("port",), where)
+    if not re.match(r"https?://", base_url):
+        raise ConfigError(f"{where}{_label('server.base_url')} must start with http:// or https://, "
+                          f"got {base_url!r}")
+    timeout = float(get("server.ready_timeout_s", 600.0))
+    if timeout <= 0:
+        raise ConfigError(f"{where}{_label('server.ready_timeout_s')} must be > 0 s, got {timeout:g}")
+    endpoint = get("server.endpoint", "completions")
+    if endpoint not in ("completions", "chat"):
+        raise ConfigError(f"{where}{_label('server.endpoint')} must be one of completions, chat, "
+                          f"got {endpoint!r}")
+    return ServerSpec(command=command, baseline_command=baseline_command, base_url=base_url,
+                      ready_timeout_s=timeout, endpoint=endpoint, tokenizer=get("server.tokenizer"))
+
+
+# --------------------------------------------------------------------------------------
 # The spec
 
 
@@ -223,6 +292,7 @@ class SweepSpec:
     min_speedup: float  # speculation "pays" when its gain over the baseline exceeds this
     profile: Path  # where the recommended serving profile is written
     source: Path | None = None  # the spec file, if any
+    server: ServerSpec | None = None  # [server]: one launched server per trial
 
     @property
     def storage_url(self) -> str:
@@ -246,6 +316,9 @@ class SweepSpec:
             "truncate": self.truncate, "warmup": self.warmup,
             "sampling": dict(sorted(self.sampling.items())), "seed": self.seed,
             "ignore_eos": self.ignore_eos,
+            **({"server": {"command": self.server.command,
+                           "baseline_command": self.server.baseline_command,
+                           "endpoint": self.server.endpoint}} if self.server else {}),
         }
 
 
@@ -466,6 +539,7 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
     if min_speedup <= 0:
         raise ConfigError(f"{where}{_label('profile.min_speedup')} must be > 0, got {min_speedup}")
 
+    server = _server_spec(get, where)
     out = Path(get("study.out") or DEFAULT_SWEEPS_DIR / "studies" / name)
     return SweepSpec(
         study_name=name, storage=get("study.storage"), out=out, sampler=sampler,
@@ -482,5 +556,5 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
         max_peak_memory_bytes=int(mem * 2**30) if mem is not None else None,
         n_trials=n_trials, timeout_s=float(timeout) if timeout is not None else None,
         min_speedup=min_speedup, profile=Path(get("profile.out") or out / "profile.yaml"),
-        source=source,
+        source=source, server=server,
     )

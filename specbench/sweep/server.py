@@ -1,0 +1,120 @@
+"""Sweeps across servers: with a `[server]` section, each trial launches its own inference
+server (vLLM, SGLang, `specbench serve`) from the command template, for that trial's
+configuration, on a free loopback port; waits until it serves; measures through the openai
+backend; and stops it, also when the trial fails.
+
+Only the tokenizer is loaded here (`[server] tokenizer`, default the target): the servers
+hold the weights. Placeholders of the template (see `spec.SERVER_PLACEHOLDERS`):
+
+    {target} {draft} {method} {k} (= {num_speculative_tokens}) {k_plus_1} {port} {python}
+    {speculative_config_json}: vLLM's --speculative-config JSON for the trial
+        ({} for the baseline, {"method": "draft_model", "model": DRAFT, "num_speculative_tokens": K}
+         for draft_model,
+         {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": 1,
+          "prompt_lookup_max": 4} for ngram)
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from specbench.errors import ConfigError
+from specbench.sweep.spec import Point, SweepSpec
+
+
+def speculative_config_json(point: Point) -> str:
+    if point.is_baseline:
+        return "{}"
+    if point.method == "ngram":
+        cfg: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": point.num_speculative_tokens,
+                               "prompt_lookup_min": 1, "prompt_lookup_max": 4}
+    elif point.method == "draft_model":
+        cfg = {"method": "draft_model", "model": point.draft,
+               "num_speculative_tokens": point.num_speculative_tokens}
+    else:
+        cfg = {"method": point.method, "num_speculative_tokens": point.num_speculative_tokens}
+    return json.dumps(cfg)
+
+
+def trial_params(spec: SweepSpec, point: Point, port: int) -> dict[str, Any]:
+    """Values of the template's placeholders for `point`."""
+    return {"target": spec.target, "draft": point.draft or "", "method": point.method,
+            "k": point.num_speculative_tokens, "num_speculative_tokens": point.num_speculative_tokens,
+            "k_plus_1": point.num_speculative_tokens + 1,  # SGLang chain: num_draft_tokens = steps + 1
+            "port": port, "speculative_config_json": speculative_config_json(point),
+            "python": sys.executable}
+
+
+@dataclass
+class ServerSession:
+    """What a sweep across servers needs locally: the tokenizer and the tokenized requests."""
+
+    tokenizer: Any  # specbench.backends.openai.TokenizerOnly
+    requests: list
+    workload: Any
+    skipped: int = 0
+    log: Callable[[str], None] | None = None
+    dtype_name: str | None = None
+
+
+def open_server_session(spec: SweepSpec, log: Callable[[str], None] | None = None) -> ServerSession:
+    """Load the workload and the tokenizer (never the weights), tokenize the requests."""
+    from specbench.backends.openai import OpenAIBackend, load_tokenizer
+    from specbench.session import default_num_prompts, sampling_base
+    from specbench.workload import build_requests, load_workload
+
+    assert spec.server is not None
+    wl = load_workload(spec.workload, prompt_field=spec.prompt_field,
+                       num_prompts=spec.num_prompts if spec.num_prompts is not None
+                       else default_num_prompts(spec.workload), seed=spec.seed)
+    source = spec.server.tokenizer or spec.target
+    tok = load_tokenizer(source, OpenAIBackend("", spec.target), trust_remote_code=spec.trust_remote_code)
+    if log:
+        log(f"tokenizer [bold]{tok.name}[/]; one server per trial from the server command")
+    base = sampling_base(seed=spec.seed, ignore_eos=spec.ignore_eos, overrides=spec.sampling)
+    requests, skipped = build_requests(wl, tok.tokenizer, base, use_chat_template=spec.chat_template,
+                                       max_context=tok.max_context, truncate=spec.truncate,
+                                       overrides=spec.sampling)
+    if not requests:
+        raise ConfigError(f"every prompt of {wl.name!r} is longer than the context of "
+                          f"{tok.max_context} tokens (use --truncate to keep them)")
+    return ServerSession(tokenizer=tok, requests=requests, workload=wl, skipped=skipped, log=log)
+
+
+def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path: Path) -> tuple[Any, Any]:
+    """Launch the trial's server and connect to it: (ServerLauncher, prepared OpenAIBackend).
+    The server is stopped again when anything here fails."""
+    from specbench.backends.launcher import ServerLauncher, free_port
+    from specbench.backends.openai import OpenAIBackend
+
+    srv = spec.server
+    assert srv is not None
+    base_template = srv.base_url
+    host = urlparse(base_template.replace("{port}", "1")).hostname or "127.0.0.1"
+    port = free_port("127.0.0.1")
+    base_url = base_template.replace("{port}", str(port))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    launcher = ServerLauncher(srv.template(point.is_baseline), trial_params(spec, point, port),
+                              host=host if host in ("127.0.0.1", "localhost", "::1") else "127.0.0.1",
+                              ready_timeout_s=srv.ready_timeout_s, log_path=log_path)
+    if session.log:
+        session.log(f"starting server: {shlex.join(launcher.argv)}")
+    try:
+        launcher.start()
+        backend = OpenAIBackend.connect(base_url, endpoint=srv.endpoint)
+        # the server must run the trial's configuration (its card / counters say so)
+        backend.server_spec(point.method, [point.num_speculative_tokens], point.draft, (1, 4),
+                            declared=True)
+        tok = session.tokenizer
+        backend.prepare(session.requests[0], tok.tokenizer, tok.eos_token_ids)
+    except BaseException:
+        launcher.stop()
+        raise
+    return launcher, backend
