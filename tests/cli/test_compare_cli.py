@@ -8,12 +8,8 @@ runs (tests/test_compare.py's builder) are written as real run directories.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import sys
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import tiny
-from specbench.cli import app, main
+from specbench.cli import app
 from specbench.records import METADATA_KEY, RUN_FILE, SAMPLES_FILE, SCHEMA, read_run
 from test_compare import synthetic_run
 
@@ -35,29 +31,7 @@ def compare_command():
         compare.register(app)
 
 
-@dataclass
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def error_lines(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.startswith("error:")]
-
-
-def specbench(*args) -> Outcome:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COLUMNS", "200")
-        mp.setattr(sys, "argv", ["specbench", *map(str, args)])
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return Outcome(code, out.getvalue(), err.getvalue())
+from cli_harness import Outcome, specbench  # noqa: E402,F401
 
 
 def write_run(directory: Path, run) -> Path:

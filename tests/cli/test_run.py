@@ -9,14 +9,11 @@ captured; one test runs `python -m specbench` in a subprocess to check the same 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -24,7 +21,6 @@ import pyarrow.parquet as pq
 import pytest
 
 import tiny
-from specbench.cli import main
 from specbench.records import RUN_FILE, SAMPLES_FILE, SCHEMA, read_run
 
 # Fast settings for every run: float32 (exact greedy comparisons), short outputs, no warm-up.
@@ -37,34 +33,7 @@ PROMPTS = [  # greedy by default: SamplingParams' temperature is 0
 ]
 
 
-@dataclass
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def output(self) -> str:
-        return self.out + self.err
-
-    @property
-    def error_lines(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.startswith("error:")]
-
-
-def specbench(*args) -> Outcome:
-    """Run `specbench ARGS` through `main()`; capture stdout/stderr and the exit code."""
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COLUMNS", "200")  # wide tables: config ids and headers on one line
-        mp.setattr(sys, "argv", ["specbench", *map(str, args)])
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return Outcome(code, out.getvalue(), err.getvalue())
+from cli_harness import Outcome, specbench  # noqa: E402,F401
 
 
 def write_jsonl(path: Path, rows: list) -> Path:

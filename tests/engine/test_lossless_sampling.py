@@ -3,7 +3,6 @@ speculation, follow the target's exact joint distribution (enumerated on a 6-tok
 under temperature, top-k and top-p, for a real draft model and adversarial drafters; and the
 same test catches a deliberately wrong verifier."""
 
-import itertools
 
 import numpy as np
 import pytest

@@ -16,20 +16,17 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
-import io
 import json
 import os
 import select
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from specbench.config import BASELINE, SamplingParams, SpeculativeConfig
 from specbench.metrics import sample_metrics
@@ -142,36 +139,7 @@ def synthetic_run(path: Path, *, method: str = "draft_model", ks=(2, 4), concurr
 # The command line
 
 
-@dataclass
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def output(self) -> str:
-        return self.out + self.err
-
-
-def specbench(*args) -> Outcome:
-    """Run `specbench ARGS` through the real entry point, capturing output and exit code."""
-    import specbench.cli as cli
-    from specbench.cli import report as report_cli
-
-    # Until specbench/cli/__init__.py lists the report module, join it here.
-    if not any(c.name == "report" for c in cli.app.registered_commands):
-        report_cli.register(cli.app)
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COLUMNS", "200")
-        mp.setattr(sys, "argv", ["specbench", *map(str, args)])
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                cli.main()
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return Outcome(code, out.getvalue(), err.getvalue())
+from cli_harness import specbench  # noqa: E402,F401  (re-exported to the report tests)
 
 
 # --------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pyarrow.parquet as pq
-import pytest
 
 from report_helpers import specbench, synthetic_run
 from specbench.records import SAMPLES_FILE, read_run

@@ -6,11 +6,8 @@ exit code 2."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import socket
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,7 +18,6 @@ import pytest
 
 from specbench.backends.openai import (OpenAIBackend, counter_deltas, parse_prometheus,
                                        spec_decode_counters)
-from specbench.cli import main
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.errors import BackendError
 from specbench.metrics import sample_metrics
@@ -345,18 +341,7 @@ def test_open_loop_arrivals_are_seeded_poisson(fake):
 # ---- the CLI: bad input before the run, faults counted after it ---------------------------
 
 
-def specbench(*args):
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COLUMNS", "200")
-        mp.setattr(sys, "argv", ["specbench", *map(str, args)])
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return code, out.getvalue(), err.getvalue()
+from cli_harness import specbench  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,6 @@ that hangs up mid-stream does not wedge the server."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import socket
@@ -20,9 +18,10 @@ import httpx
 import pandas as pd
 import pytest
 
+import cli_harness
+
 from specbench.backends.launcher import ServerLauncher, render
 from specbench.backends.openai import parse_prometheus, spec_decode_counters
-from specbench.cli import main
 from specbench.errors import BackendError, ConfigError
 
 FAST = ["--warmup", "0", "--max-new-tokens", "12"]
@@ -37,18 +36,9 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMER
 
 
 def specbench(*args):
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COLUMNS", "200")
-        mp.setattr(sys, "argv", ["specbench", *map(str, args)])
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    assert code == 0 and "Traceback" not in err.getvalue(), out.getvalue() + err.getvalue()
-    return out.getvalue()
+    res = cli_harness.specbench(*args)
+    assert res.code == 0 and "Traceback" not in res.err, res.output
+    return res.out
 
 
 @pytest.fixture(scope="module")

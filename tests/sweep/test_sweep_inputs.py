@@ -5,14 +5,12 @@ space) is one `error:` line on stderr and exit code 2, before any model loads.""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import sys
 from pathlib import Path
 
 import pytest
 
-from specbench.cli import main
+import cli_harness
+
 from specbench.errors import ConfigError
 from specbench.sweep import build_spec, load_spec_file, open_storage, open_study
 from specbench.sweep.spec import Point
@@ -22,18 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 NO_MODEL = ["--target", "/nonexistent/target", "--draft", "/nonexistent/draft"]
 
 
-def specbench(*args) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COLUMNS", "400")  # one error line stays one line
-        mp.setattr(sys, "argv", ["specbench", *map(str, args)])
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
+def specbench(*args):
+    return cli_harness.specbench(*args, columns=400)  # one error line stays one line
 
 
 def refused(*args) -> str:

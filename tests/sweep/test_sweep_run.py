@@ -8,11 +8,7 @@ trials infeasible.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -22,7 +18,6 @@ import yaml
 from optuna.trial import TrialState
 
 from specbench import analysis
-from specbench.cli import main
 from specbench.records import RUN_FILE, read_run
 from specbench.sweep.spec import Point
 
@@ -34,29 +29,7 @@ PROMPTS = [
 FAST = ["--dtype", "float32", "--device", "cpu", "--warmup", "0", "--max-new-tokens", "8"]
 
 
-@dataclass
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def output(self) -> str:
-        return self.out + self.err
-
-
-def specbench(*args) -> Outcome:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COLUMNS", "200")
-        mp.setattr(sys, "argv", ["specbench", *map(str, args)])
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return Outcome(code, out.getvalue(), err.getvalue())
+from cli_harness import specbench  # noqa: E402
 
 
 @pytest.fixture(scope="module")

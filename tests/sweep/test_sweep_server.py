@@ -7,18 +7,16 @@ and no server behind; a template with an unknown placeholder is refused before a
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import socket
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import cli_harness
+
 from specbench.backends.launcher import ServerLauncher
-from specbench.cli import main
 from specbench.errors import ConfigError
 from specbench.records import RUN_FILE
 from specbench.sweep.spec import build_spec
@@ -32,17 +30,8 @@ COMMAND = ("{python} -m specbench.server --target {target} --dtype float32 --dev
 
 
 def specbench(*args) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COLUMNS", "200")
-        mp.setattr(sys, "argv", ["specbench", *map(str, args)])
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return code, out.getvalue() + err.getvalue()
+    res = cli_harness.specbench(*args)
+    return res.code, res.output
 
 
 def write_spec(tmp_path: Path, tiny_pair, command: str) -> Path:
