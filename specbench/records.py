@@ -194,7 +194,7 @@ def make_row(
 # Run metadata
 
 
-def _package_version(name: str) -> str | None:
+def package_version(name: str) -> str | None:
     # importlib.metadata, not `import torch`: reading a version must not load the library.
     try:
         return _importlib_metadata.version(name)
@@ -254,9 +254,9 @@ class RunMetadata:
             created_at=_utc_now(),
             config=config,
             versions={
-                "specbench": _package_version("specbench"),
-                "torch": _package_version("torch"),
-                "transformers": _package_version("transformers"),
+                "specbench": package_version("specbench"),
+                "torch": package_version("torch"),
+                "transformers": package_version("transformers"),
                 "python": platform.python_version(),
             },
             device=device,
@@ -286,15 +286,18 @@ def default_run_dir(run_id: str, root: Path = DEFAULT_RUNS_DIR) -> Path:
 # Writing
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    """Call `write(fileobj)` on a temp file beside `path`, fsync it, then rename over `path`.
-    A reader (or a crash) sees the old file or the new one, never a partial one."""
+def atomic_write(path: Path, write: Any, mode: int | None = None) -> None:
+    """Call `write(fileobj)` on a binary temp file beside `path`, fsync it, then rename over
+    `path` (with permission bits `mode` if given; mkstemp's default is 0600). A reader (or a
+    crash) sees the old file or the new one, never a partial one."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -381,9 +384,9 @@ class RunWriter:
             self._tables = [table.replace_schema_metadata(None)]
         else:
             table = schema.empty_table()
-        _atomic_write(self.samples_path, lambda fh: pq.write_table(table, fh))
+        atomic_write(self.samples_path, lambda fh: pq.write_table(table, fh))
         text = json.dumps(self.metadata.to_dict(), indent=2, sort_keys=True) + "\n"
-        _atomic_write(self.run_dir / RUN_FILE, lambda fh: fh.write(text.encode()))
+        atomic_write(self.run_dir / RUN_FILE, lambda fh: fh.write(text.encode()))
 
     def close(self, complete: bool) -> None:
         """Record whether the run completed or was interrupted, and write everything."""

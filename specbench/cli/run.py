@@ -239,7 +239,8 @@ def run(
     summary = analysis.summarize(df)
     # Piped output (CI logs, files) would wrap the tables at 80 columns.
     out_console = Console() if sys.stdout.isatty() else Console(width=150)
-    out_console.print(analysis.rich_summary_table(summary, analysis.speedups(summary)))
+    speedups = analysis.speedups(summary)
+    out_console.print(analysis.rich_summary_table(summary, speedups))
     greedy_diff = df[(~df["is_baseline"]) & (df["temperature"] == 0) & df["token_match_rate"].notna()
                      & (df["token_match_rate"] < 1.0)]
     if len(greedy_diff):
@@ -248,7 +249,7 @@ def run(
                else "in float32 this points at a bug: please report it")
         out_console.print(f"[yellow]{len(greedy_diff)} greedy speculative sample(s) differ from the baseline "
                           f"output ({why}; see token_match_rate / first_divergence)[/]")
-    for line in analysis.where_speculation_pays(analysis.speedups(summary)):
+    for line in analysis.where_speculation_pays(speedups):
         out_console.print(line)
     if oa is not None:
         from specbench.backends.openai import acceptance_lines

@@ -12,11 +12,9 @@ Boundary: presentation only; numbers come from `specbench.report.verdict` and fi
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import shlex
-import tempfile
 from dataclasses import dataclass
-from importlib import metadata as _metadata
+
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ import plotly.offline
 from markupsafe import Markup
 
 from specbench import analysis
+from specbench.records import atomic_write, package_version
 from specbench.report import fmt, plots, verdict
 from specbench.report.inputs import ReportInputs, RunInput
 
@@ -43,13 +42,6 @@ def _env() -> jinja2.Environment:
                        mib=fmt.mib, signed_mib=fmt.signed_mib, signed_pct=fmt.signed_pct,
                        missing=fmt.missing)
     return env
-
-
-def _version(name: str) -> str | None:
-    try:
-        return _metadata.version(name)
-    except _metadata.PackageNotFoundError:
-        return None
 
 
 # --------------------------------------------------------------------------------------
@@ -225,7 +217,7 @@ def build_report(inputs: ReportInputs, *, title: str | None = None, n_boot: int 
     page = _env().get_template("report.html.j2").render(
         title=title or default_title(inputs),
         generated_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        versions={"specbench": _version("specbench"), "plotly": _version("plotly")},
+        versions={"specbench": package_version("specbench"), "plotly": package_version("plotly")},
         recommendation=verdict.recommendation(table),
         method_sentences=verdict.method_sentences(table),
         verdict_groups=verdict_groups,
@@ -251,16 +243,6 @@ def write_report(page: str, out: Path) -> Path:
     """Write `page` to `out` atomically (temp file beside it, then rename); returns `out`."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(page)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the report from a web server
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    # 0644: mkstemp's 0600 would hide the report from a web server.
+    atomic_write(out, lambda fh: fh.write(page.encode("utf-8")), mode=0o644)
     return out

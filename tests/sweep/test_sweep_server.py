@@ -69,18 +69,24 @@ ready_timeout_s = 120
     return spec
 
 
-def test_sweep_launches_one_server_per_trial_and_stops_it(tiny_pair, tmp_path, monkeypatch):
+@pytest.fixture
+def started(monkeypatch) -> list[tuple[ServerLauncher, object]]:
+    """Every (launcher, process) the sweep starts, recorded as it starts."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    started: list[tuple[ServerLauncher, object]] = []
+    launched: list[tuple[ServerLauncher, object]] = []
     real_start = ServerLauncher.start
 
     def start(self):
         try:
             return real_start(self)
         finally:
-            started.append((self, self.proc))
+            launched.append((self, self.proc))
 
     monkeypatch.setattr(ServerLauncher, "start", start)
+    return launched
+
+
+def test_sweep_launches_one_server_per_trial_and_stops_it(tiny_pair, tmp_path, started):
     code, out = specbench("sweep", write_spec(tmp_path, tiny_pair, COMMAND))
     assert code == 0, out
 
@@ -119,18 +125,7 @@ def test_unknown_placeholder_is_refused_before_anything_starts(tiny_pair, tmp_pa
 
 
 def test_a_server_that_does_not_run_the_trials_configuration_fails_the_trial_and_is_stopped(
-        tiny_pair, tmp_path, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    started: list[tuple[ServerLauncher, object]] = []
-    real_start = ServerLauncher.start
-
-    def start(self):
-        try:
-            return real_start(self)
-        finally:
-            started.append((self, self.proc))
-
-    monkeypatch.setattr(ServerLauncher, "start", start)
+        tiny_pair, tmp_path, started):
     plain = "{python} -m specbench.server --target {target} --dtype float32 --device cpu --port {port}"
     code, out = specbench("sweep", write_spec(tmp_path, tiny_pair, plain))
     assert "trial 1" in out and "failed" in out and "serves baseline" in out.replace("\n", " "), out
