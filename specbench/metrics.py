@@ -12,7 +12,12 @@ Definitions follow vLLM's so numbers line up with production dashboards (see ENG
   speculative decoding fast)
 - acceptance rate = accepted draft tokens / drafted tokens (None when nothing was drafted)
 - mean acceptance length = 1 + accepted / verification steps that had drafts
-  (tokens per target step; 1.0 for the baseline)
+  (vLLM's definition: tokens per drafting step; 1.0 for the baseline)
+- tokens per target pass = output tokens / target forward passes (prefill included), so
+  steps that drafted nothing (no n-gram match, speculation disabled by batch size) count
+- per-step lists (`step_*`): one entry per target step after the prefill, drafting or not:
+  the batch size of that pass, the tokens already in context, drafted / accepted / emitted
+  tokens, and the step's draft and verify time (shared by every row of the batch)
 
 Boundary: this module turns one (Request, Result) pair into a flat dict whose keys are the
 per-sample columns of `specbench.records.SCHEMA`; it knows nothing about files or runs.
@@ -43,11 +48,19 @@ METRIC_COLUMNS = (
     "accepted_tokens",
     "acceptance_rate",
     "mean_acceptance_length",
+    "tokens_per_target_pass",
     "accepted_per_step",
     "rejection_positions",
     "prefill_time_s",
     "draft_time_s",
     "verify_time_s",
+    "step_batch_size",
+    "step_context_tokens",
+    "step_drafted",
+    "step_accepted",
+    "step_emitted",
+    "step_draft_time_s",
+    "step_verify_time_s",
     "peak_memory_bytes",
     "finish_reason",
     "error",
@@ -143,11 +156,19 @@ def sample_metrics(
         "accepted_tokens": accepted,
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": 1.0 + accepted / num_steps if num_steps else 1.0,
+        "tokens_per_target_pass": n_out / result.target_forward_passes if result.target_forward_passes else None,
         "accepted_per_step": [s.accepted for s in draft_steps],
         "rejection_positions": [s.first_rejection for s in draft_steps],
         "prefill_time_s": result.prefill_time_s,
         "draft_time_s": sum(s.draft_time_s for s in result.steps),
         "verify_time_s": sum(s.verify_time_s for s in result.steps),
+        "step_batch_size": [s.batch_size for s in result.steps],
+        "step_context_tokens": [s.context_tokens for s in result.steps],
+        "step_drafted": [s.drafted for s in result.steps],
+        "step_accepted": [s.accepted for s in result.steps],
+        "step_emitted": [s.emitted for s in result.steps],
+        "step_draft_time_s": [s.draft_time_s for s in result.steps],
+        "step_verify_time_s": [s.verify_time_s for s in result.steps],
         "peak_memory_bytes": result.peak_memory_bytes,
         "finish_reason": result.finish_reason,
         "error": result.error,

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 SAMPLES_FILE = "samples.parquet"
 RUN_FILE = "run.json"
 METADATA_KEY = b"specbench"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_RUNS_DIR = Path("runs")
 
 
@@ -107,13 +107,27 @@ SCHEMA = pa.schema(
         _f("acceptance_rate", _F64,
            "accepted_tokens / drafted_tokens (null when nothing was drafted).", True),
         _f("mean_acceptance_length", _F64,
-           "1 + accepted_tokens / num_steps: tokens per target step (1 for baseline)."),
+           "1 + accepted_tokens / num_steps: tokens per drafting step, vLLM's definition (1 for baseline)."),
+        _f("tokens_per_target_pass", _F64,
+           "output_tokens / target_forward_passes (prefill included): steps without drafts count.", True),
         _f("accepted_per_step", pa.list_(_I32), "Accepted draft tokens at each verification step."),
         _f("rejection_positions", pa.list_(_I32),
            "First rejected draft index at each verification step (-1 = all accepted)."),
         _f("prefill_time_s", _F64, "Time spent in prefill in s."),
         _f("draft_time_s", _F64, "Time spent drafting in s, summed over steps."),
         _f("verify_time_s", _F64, "Time spent in target verification in s, summed over steps."),
+        # --- per target step after the prefill (drafting or not), one entry each -------------
+        _f("step_batch_size", pa.list_(_I32),
+           "Rows in the target pass of each step (null entries: not reported by the backend)."),
+        _f("step_context_tokens", pa.list_(_I32),
+           "Tokens in context (prompt + output so far) before each step (null: not reported)."),
+        _f("step_drafted", pa.list_(_I32), "Draft tokens proposed at each step (0 = plain decode step)."),
+        _f("step_accepted", pa.list_(_I32), "Draft tokens accepted at each step."),
+        _f("step_emitted", pa.list_(_I32), "Tokens emitted by each step (accepted + 1, clipped at a stop)."),
+        _f("step_draft_time_s", pa.list_(_F64),
+           "Drafting time of each step in s (shared by the rows of a batched step)."),
+        _f("step_verify_time_s", pa.list_(_F64),
+           "Target verification time of each step in s (shared by the rows of a batched step)."),
         _f("peak_memory_bytes", _I64,
            "Peak memory in bytes the backend reported (accelerator, or process RSS on CPU).", True),
         # --- outcome --------------------------------------------------------------------
@@ -130,6 +144,9 @@ SCHEMA = pa.schema(
 )
 
 COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
+# Columns schema version 2 added; version-1 runs read them back as nulls.
+_ADDED_IN_V2 = frozenset({"tokens_per_target_pass", "step_batch_size", "step_context_tokens", "step_drafted",
+                          "step_accepted", "step_emitted", "step_draft_time_s", "step_verify_time_s"})
 _REQUIRED_NON_NULL = frozenset(f.name for f in SCHEMA if not f.nullable)
 
 assert set(METRIC_COLUMNS) <= set(COLUMNS), set(METRIC_COLUMNS) - set(COLUMNS)
@@ -428,6 +445,12 @@ def read_run(path: Path | str) -> tuple["pd.DataFrame", dict[str, Any]]:
     except json.JSONDecodeError:
         raise RecordsError(f"{file}: the 'specbench' metadata is not valid JSON") from None
     missing = [c for c in COLUMNS if c not in table.column_names]
+    if int(meta.get("schema_version", 1)) < SCHEMA_VERSION:
+        # Columns added since: filled with nulls, so older runs stay readable.
+        for name in [c for c in missing if c in _ADDED_IN_V2]:
+            field_ = SCHEMA.field(name)
+            table = table.append_column(field_, pa.nulls(table.num_rows, field_.type))
+        missing = [c for c in missing if c not in _ADDED_IN_V2]
     if missing:
         raise RecordsError(f"{file} is missing column(s): {', '.join(missing)}")
     return table.to_pandas(), meta

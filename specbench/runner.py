@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specbench.backends.base import Backend
 from specbench.config import BASELINE, SpeculativeConfig
@@ -56,6 +56,23 @@ def plan(specs: Sequence[SpeculativeConfig], concurrencies: Sequence[int],
     return out
 
 
+WARMUP_PROMPT_TOKENS = 64  # warm-up requests keep the last this many prompt tokens...
+WARMUP_NEW_TOKENS = 16  # ...and generate at most this many
+
+
+def warmup_requests(requests: Sequence[Request], n: int) -> list[Request]:
+    """n short requests cycling through `requests`: their prompts' last 64 tokens and at most
+    16 new tokens each, enough to run every batched draft and verify shape once."""
+    if not requests or n <= 0:
+        return []
+    out = []
+    for i in range(n):
+        r = requests[i % len(requests)]
+        sp = r.sampling.with_(max_new_tokens=min(r.sampling.max_new_tokens, WARMUP_NEW_TOKENS))
+        out.append(replace(r, id=f"warmup-{i}", prompt_ids=r.prompt_ids[-WARMUP_PROMPT_TOKENS:], sampling=sp))
+    return out
+
+
 def compares_with_baseline(request: Request) -> bool:
     """Match fields are recorded for greedy requests (lossless decoding must reproduce the
     baseline token for token) and for every regression prompt. A sampled regression prompt
@@ -77,8 +94,9 @@ def run_configuration(
 ) -> tuple[list[dict], dict]:
     """Run every request once under `config` and return (rows, configuration stats).
 
-    Warm-up requests run first, at the same concurrency, and are discarded. Rows reach the
-    writer as requests finish, so an interrupt keeps every completed sample.
+    Warm-up runs first and is discarded: `warmup` waves of `concurrency` short requests at
+    the configuration's own concurrency, so the batched shapes it measures are warm too. Rows
+    reach the writer as requests finish, so an interrupt keeps every completed sample.
     """
     batched = hasattr(backend, "run")
     if not batched and (config.concurrency != 1 or config.request_rate):
@@ -105,16 +123,16 @@ def run_configuration(
         if on_result is not None:
             on_result(request, result)
 
-    warm = list(requests[: min(warmup, len(requests))])
     if batched:
+        warm = warmup_requests(requests, warmup * config.concurrency)
         if warm:
-            backend.run(warm, config.spec, concurrency=min(config.concurrency, len(warm)))
+            backend.run(warm, config.spec, concurrency=config.concurrency)
         config_start = time.perf_counter()
         _, info = backend.run(list(requests), config.spec, concurrency=config.concurrency,
                               request_rate=config.request_rate, rate_seed=rate_seed,
                               on_result=record)
     else:
-        for request in warm:
+        for request in warmup_requests(requests, warmup):
             backend.generate(request, config.spec, arrival_time=time.perf_counter())
         config_start = time.perf_counter()
         for request in requests:

@@ -12,12 +12,13 @@ the embedded backend records:
 - the model card carries `speculative_config` (vLLM's JSON shape) and `max_model_len`.
 
 Design: the stdlib's ThreadingHTTPServer (one thread per connection, no dependency) in front
-of one engine worker thread that owns the models and decodes ONE request at a time with
-`Engine.generate(on_tokens=...)`. Requests queue in arrival order; at most
-`max_concurrency` are admitted (running + waiting) and the rest get HTTP 429. Serving one at
-a time keeps every request's tokens identical to the embedded engine's and its timings free
-of batch mates, but it is not continuous batching: latency under concurrency here is
-queueing, not batching (use the embedded backend, or vLLM, to measure batching).
+of one engine worker thread that owns the models and runs the embedded engine's continuous
+batch: requests join in arrival order after their own prefill (at most `max_num_seqs`
+decoding at once), every step verifies all of them in one target pass, and each step's
+tokens stream to their clients as they are emitted. At most `max_concurrency` requests are
+admitted (running + waiting); the rest get HTTP 429. A client that goes away is cancelled at
+the next step. Greedy outputs equal the embedded backend's; a sampled request's tokens depend
+only on its seed.
 
 Boundary: JSON/HTTP and the tokenizer here; token ids in and out of the engine. It never
 prints; `specbench.cli.serve` runs it. `python -m specbench.server` is `specbench serve`.
@@ -32,6 +33,7 @@ import socket
 import socketserver
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -50,10 +52,6 @@ class ApiError(Exception):
         self.status, self.message, self.type, self.param = status, message, type_, param
 
 
-class _Cancelled(Exception):
-    """Raised inside the engine's streaming callback once the client has gone away."""
-
-
 @dataclass
 class Job:
     prompt_ids: list[int]
@@ -70,18 +68,30 @@ def spec_payload(g: Any) -> dict[str, Any]:
         "num_drafts": sum(1 for x in s if x.drafted > 0),
         "drafted_per_step": [x.drafted for x in s], "accepted_per_step": [x.accepted for x in s],
         "emitted_per_step": [x.emitted for x in s],
+        "batch_size_per_step": [x.batch_size for x in s],
+        "context_tokens_per_step": [x.context_tokens for x in s],
         "draft_time_s_per_step": [round(x.draft_time_s, 7) for x in s],
         "verify_time_s_per_step": [round(x.verify_time_s, 7) for x in s],
         "target_forward_passes": g.target_forward_passes, "prefill_time_s": g.prefill_time_s,
     }
 
 
-class EngineWorker:
-    """Owns the engine; decodes one admitted request at a time, in arrival order, and keeps
-    vLLM-named counters for /metrics."""
+def _internal_error(exc: BaseException) -> tuple:
+    oom = type(exc).__name__ == "OutOfMemoryError"
+    return ("error", 503 if oom else 500,
+            f"{'out of memory' if oom else 'internal error'}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}")
 
-    def __init__(self, engine: Any, spec: SpeculativeConfig, max_concurrency: int):
+
+class EngineWorker:
+    """Owns the engine and its one continuous batch: admits requests in arrival order (at most
+    `max_num_seqs` decoding at once, the rest wait), runs one batched step for all of them at
+    a time, streams each step's tokens to its request, and keeps vLLM-named counters."""
+
+    def __init__(self, engine: Any, spec: SpeculativeConfig, max_concurrency: int, max_num_seqs: int | None = None):
         self.engine, self.spec, self.max_concurrency = engine, spec, max_concurrency
+        self.max_num_seqs = max_num_seqs or max_concurrency
+        self.batch = engine.batch(spec)
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._lock = threading.Lock()
         self.admitted = 0  # running + waiting
@@ -90,6 +100,7 @@ class EngineWorker:
         self.counters: dict[str, Any] = {
             "num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "per_pos": [0] * k,
             "prompt_tokens": 0, "generation_tokens": 0, "success": {"stop": 0, "length": 0},
+            "cancelled": 0, "steps": 0, "step_rows": 0,
         }
         self._thread = threading.Thread(target=self._loop, name="specbench-engine", daemon=True)
         self._thread.start()
@@ -106,37 +117,69 @@ class EngineWorker:
         self._queue.put(None)
         self._thread.join(timeout=5)
 
+    def _release(self) -> None:
+        with self._lock:
+            self.admitted -= 1
+
     def _loop(self) -> None:
-        while (job := self._queue.get()) is not None:
-            try:
-                if not job.cancelled.is_set():
-                    with self._lock:
-                        self.running = 1
-                    self._run(job)
-            finally:
-                with self._lock:
-                    self.running = 0
-                    self.admitted -= 1
+        waiting: deque[Job] = deque()
+        while True:
+            try:  # block only when there is nothing to decode
+                job = self._queue.get(block=not (self.batch.rows or waiting))
+                while True:
+                    if job is None:
+                        return
+                    waiting.append(job)
+                    job = self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            for r in self.batch.rows:
+                if r.tag.cancelled.is_set():
+                    self.batch.cancel(r.tag)
+            while waiting and len(self.batch.rows) < self.max_num_seqs:
+                self._admit(waiting.popleft())
+            if self.batch.rows:
+                self._step()
+            with self._lock:
+                self.running = len(self.batch.rows)
 
-    def _run(self, job: Job) -> None:
-        def on_tokens(ids: list[int], t: float) -> None:
-            if job.cancelled.is_set():
-                raise _Cancelled
-            job.events.put(("tokens", list(ids)))
-
-        try:
-            g = self.engine.generate(job.prompt_ids, job.sampling, self.spec, on_tokens=on_tokens)
-        except _Cancelled:
+    def _admit(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            self._release()
             return
+        def on_tokens(ids: list[int], t: float, job: Job = job) -> None:
+            job.events.put(("tokens", list(ids)))
+        try:
+            g = self.batch.admit(job.prompt_ids, job.sampling, on_tokens=on_tokens, tag=job)
         except ValueError as exc:  # e.g. a prompt that leaves no room in the context
             job.events.put(("error", 400, str(exc)))
+            self._release()
             return
         except Exception as exc:  # noqa: BLE001 - one bad request must not stop the server
-            oom = type(exc).__name__ == "OutOfMemoryError"
-            job.events.put(("error", 503 if oom else 500,
-                            f"{'out of memory' if oom else 'internal error'}: {type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else ''}"))
+            job.events.put(_internal_error(exc))
+            self._release()
             return
+        if g is not None:
+            self._finished(job, g)
+
+    def _step(self) -> None:
+        rows = len(self.batch.rows)
+        try:
+            finished = self.batch.step()
+        except Exception as exc:  # noqa: BLE001 - a failed batched step fails every row in it
+            event = _internal_error(exc)
+            for r in self.batch.rows:
+                r.tag.events.put(event)
+                self._release()
+            self.batch = self.engine.batch(self.spec)
+            return
+        with self._lock:
+            self.counters["steps"] += 1
+            self.counters["step_rows"] += rows
+        for g in finished:
+            self._finished(g.tag, g)
+
+    def _finished(self, job: Job, g: Any) -> None:
         with self._lock:
             c = self.counters
             for s in g.steps:
@@ -147,16 +190,21 @@ class EngineWorker:
                     for i in range(min(s.accepted, len(c["per_pos"]))):
                         c["per_pos"][i] += 1
             c["prompt_tokens"] += len(job.prompt_ids)
-            c["generation_tokens"] += len(g.output_ids)
-            c["success"][g.finish_reason] = c["success"].get(g.finish_reason, 0) + 1
+            c["generation_tokens"] += len(g.output_ids)  # cancelled requests' tokens were produced too
+            if g.finish_reason == "cancelled":
+                c["cancelled"] += 1
+            else:
+                c["success"][g.finish_reason] = c["success"].get(g.finish_reason, 0) + 1
+        self._release()
         job.events.put(("done", g))
+
 
     def metrics_text(self, model_name: str) -> str:
         """Prometheus text format 0.0.4; counters under vLLM's names."""
         lab = 'model_name="' + model_name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
         with self._lock:
             c = json.loads(json.dumps(self.counters))
-            running, waiting = self.running, self.admitted - self.running
+            running, waiting = self.running, max(self.admitted - self.running, 0)
         out: list[str] = []
 
         def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
@@ -167,6 +215,13 @@ class EngineWorker:
 
         metric("vllm:num_requests_running", "gauge", "Requests being decoded.", [(lab, running)])
         metric("vllm:num_requests_waiting", "gauge", "Requests waiting to be decoded.", [(lab, waiting)])
+        metric("specbench:engine_steps", "counter", "Batched engine steps (one target pass each).",
+               [(lab, c["steps"])])
+        metric("specbench:engine_step_rows", "counter",
+               "Rows decoded, summed over steps (divided by engine_steps: the mean running batch size).",
+               [(lab, c["step_rows"])])
+        metric("specbench:request_cancelled", "counter", "Requests whose client went away.",
+               [(lab, c["cancelled"])])
         metric("vllm:prompt_tokens", "counter", "Prefill tokens processed.", [(lab, c["prompt_tokens"])])
         metric("vllm:generation_tokens", "counter", "Generation tokens processed.", [(lab, c["generation_tokens"])])
         metric("vllm:request_success", "counter", "Successfully processed requests.",
@@ -218,14 +273,14 @@ class SpecbenchServer(ThreadingHTTPServer):
 
     def __init__(self, host: str, port: int, *, engine: Any, tokenizer: Any, spec: SpeculativeConfig,
                  model_name: str, model_root: str, max_context: int, vocab_size: int,
-                 max_concurrency: int = 64, verbose: bool = False):
+                 max_concurrency: int = 64, max_num_seqs: int | None = None, verbose: bool = False):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.tokenizer, self.spec, self.model_name = tokenizer, spec, model_name
         self.model_root, self.max_context, self.vocab_size = model_root, max_context, vocab_size
         self.verbose = verbose
         self.tok_lock = threading.Lock()  # HF fast tokenizers are not safe to share across threads
         self.created = int(time.time())
-        self.worker = EngineWorker(engine, spec, max_concurrency)
+        self.worker = EngineWorker(engine, spec, max_concurrency, max_num_seqs)
         try:
             super().__init__((host, port), _Handler)
         except BaseException:

@@ -37,6 +37,8 @@ class StepEvent:
     emitted: int  # tokens emitted by this step (accepted + 1 correction/bonus, clipped at stops)
     draft_time_s: float
     verify_time_s: float
+    batch_size: int | None = None  # rows in the target pass of this step (None: not reported)
+    context_tokens: int | None = None  # tokens in context (prompt + output) before this step
 
 
 @dataclass

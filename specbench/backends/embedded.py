@@ -8,7 +8,6 @@ import torch
 
 from specbench.config import SpeculativeConfig
 from specbench.engine import Engine
-from specbench.engine.scheduler import BatchEngine
 from specbench.memory import peak_bytes, reset_peak
 from specbench.types import Request, Result
 
@@ -22,58 +21,56 @@ def describe_device(device: torch.device) -> str:
 class EmbeddedBackend:
     name = "embedded"
 
-    def __init__(self, target, draft=None):
-        """`target`/`draft`: `specbench.models.LoadedModel`s (draft optional)."""
+    def __init__(self, target, draft=None, *, pack: bool | None = None):
+        """`target`/`draft`: `specbench.models.LoadedModel`s (draft optional). The engine
+        converts the models for its fast path in place (see specbench.engine.model)."""
         self.target = target
         self.draft = draft
         self.engine = Engine(target.model, draft.model if draft is not None else None,
-                             eos_token_ids=target.eos_token_ids, max_context=target.max_context)
-        self.batch_engine = BatchEngine(target.model, draft.model if draft is not None else None,
-                                        eos_token_ids=target.eos_token_ids,
-                                        max_context=target.max_context)
+                             eos_token_ids=target.eos_token_ids, max_context=target.max_context, pack=pack)
         self.device = self.engine.device
         self.device_name = describe_device(self.device)
+
+    def describe(self) -> dict:
+        """How the engine runs the models (for run.json)."""
+        return {"packed_linears": self.engine.packed,
+                **({"packed_linears_off": self.engine.pack_reason} if not self.engine.packed else {})}
+
+    def _result(self, request: Request, g) -> Result:
+        return Result(
+            request_id=request.id, output_ids=g.output_ids, arrival_time=g.arrival_time,
+            start_time=g.start_time, token_times=g.token_times, finish_reason=g.finish_reason,
+            steps=g.steps, target_forward_passes=g.target_forward_passes,
+            prefill_time_s=g.prefill_time_s, peak_memory_bytes=peak_bytes(self.device),
+        )
 
     def run(self, requests: list[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
             request_rate: float | None = None, rate_seed: int = 0,
             on_result=None) -> tuple[list[Result], dict]:
         """All requests through the continuous-batching engine at `concurrency` rows in flight
-        (closed loop), or arriving as a seeded Poisson process at `request_rate`."""
+        (closed loop), or arriving as a seeded Poisson process at `request_rate`.
+        `on_result(request, result)` is called as requests finish, from a helper thread."""
         reset_peak(self.device)
-
-        def to_result(i: int, g) -> Result:
-            return Result(
-                request_id=requests[i].id, output_ids=g.output_ids, arrival_time=g.arrival_time,
-                start_time=g.start_time, token_times=g.token_times, finish_reason=g.finish_reason,
-                steps=g.steps, target_forward_passes=g.target_forward_passes,
-                prefill_time_s=g.prefill_time_s, peak_memory_bytes=peak_bytes(self.device),
-            )
-
         done: dict[int, Result] = {}
 
         def finished(i: int, g) -> None:
-            done[i] = to_result(i, g)
+            done[i] = self._result(requests[i], g)
             if on_result is not None:
                 on_result(requests[i], done[i])
 
-        _, stats = self.batch_engine.run([(r.prompt_ids, r.sampling) for r in requests], spec,
-                                         concurrency=concurrency, request_rate=request_rate,
-                                         rate_seed=rate_seed, on_finish=finished)
-        info = {"wall_s": stats.wall_s, "steps": stats.steps,
-                "batch_sizes": {str(k): v for k, v in sorted(stats.batch_sizes.items())},
-                "peak_memory_bytes": peak_bytes(self.device)}
+        _, stats = self.engine.run([(r.prompt_ids, r.sampling) for r in requests], spec,
+                                   concurrency=concurrency, request_rate=request_rate,
+                                   rate_seed=rate_seed, on_finish=finished)
+        info = {**stats.to_dict(), "peak_memory_bytes": peak_bytes(self.device)}
         return [done[i] for i in range(len(requests))], info
 
     def generate(self, request: Request, spec: SpeculativeConfig, *, arrival_time: float) -> Result:
+        """One request on its own (a batch of one)."""
         reset_peak(self.device)
         try:
             g = self.engine.generate(request.prompt_ids, request.sampling, spec)
         except torch.OutOfMemoryError as exc:
             return Result(request.id, [], arrival_time, arrival_time, [], "error",
                           error=f"out of memory: {str(exc).splitlines()[0]}")
-        return Result(
-            request_id=request.id, output_ids=g.output_ids, arrival_time=arrival_time,
-            start_time=g.start_time, token_times=g.token_times, finish_reason=g.finish_reason,
-            steps=g.steps, target_forward_passes=g.target_forward_passes,
-            prefill_time_s=g.prefill_time_s, peak_memory_bytes=peak_bytes(self.device),
-        )
+        g.arrival_time = arrival_time
+        return self._result(request, g)

@@ -32,7 +32,6 @@ import asyncio
 import json
 import math
 import os
-import random
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +41,7 @@ from typing import Any
 
 import httpx
 
+from specbench.arrivals import poisson_arrivals
 from specbench.config import SpeculativeConfig, parse_speculative_config
 from specbench.errors import BackendError, ConfigError, ModelError
 from specbench.types import Request, Result, StepEvent
@@ -625,10 +625,7 @@ class OpenAIBackend:
         sem = asyncio.Semaphore(max(concurrency, 1))
         arrivals: list[float] | None = None
         if request_rate:
-            rng, t, arrivals = random.Random(rate_seed), time.perf_counter(), []
-            for _ in requests:
-                arrivals.append(t)
-                t += rng.expovariate(request_rate)
+            arrivals = poisson_arrivals(len(requests), request_rate, rate_seed, time.perf_counter())
 
         async with self._client(concurrency) as client:
             async def one(i: int, req: Request) -> None:

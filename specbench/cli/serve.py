@@ -55,12 +55,13 @@ def serve(
     trust_remote_code: Annotated[bool, typer.Option(help="Allow model repositories to run their own code.")] = False,
     host: Annotated[str, typer.Option(help="Address to listen on; loopback by default (the API has no authentication).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0 = any free port; the chosen one is printed).")] = 8000,
-    max_concurrency: Annotated[int, typer.Option(help="Requests admitted at once (decoded one at a time, in order); more get HTTP 429.")] = 64,
+    max_concurrency: Annotated[int, typer.Option(help="Requests admitted at once (decoding + waiting); more get HTTP 429.")] = 64,
+    max_num_seqs: Annotated[Optional[int], typer.Option(help="Requests decoded together in one batch (continuous batching); default: --max-concurrency.")] = None,
     served_model_name: Annotated[Optional[str], typer.Option(help="Model name in the API (default: --target as given).")] = None,
     log_requests: Annotated[bool, typer.Option(help="Log every HTTP request to stderr.")] = False,
 ) -> None:
     """Serve the embedded engine over an OpenAI-compatible API (/v1/completions,
-    /v1/chat/completions, /v1/models, /health, /metrics); requests are decoded one at a time."""
+    /v1/chat/completions, /v1/models, /health, /metrics) with continuous batching."""
     from specbench.server import SpecbenchServer, is_loopback
 
     spec = resolve_spec(target, draft, method, num_speculative_tokens, speculative_config)
@@ -69,6 +70,8 @@ def serve(
         raise ConfigError(f"--port must be in 0..65535, got {port}")
     if max_concurrency < 1:
         raise ConfigError(f"--max-concurrency must be >= 1, got {max_concurrency}")
+    if max_num_seqs is not None and max_num_seqs < 1:
+        raise ConfigError(f"--max-num-seqs must be >= 1, got {max_num_seqs}")
     if not is_loopback(host):
         console.print(f"[yellow]--host {host} is not a loopback address: anyone who can reach it can use "
                       "the server (there is no authentication)[/]")
@@ -92,7 +95,8 @@ def serve(
         server = SpecbenchServer(host, port, engine=engine, tokenizer=tgt.tokenizer, spec=spec,
                                  model_name=name, model_root=str(tgt.path), max_context=tgt.max_context,
                                  vocab_size=int(tgt.model.get_input_embeddings().num_embeddings),
-                                 max_concurrency=max_concurrency, verbose=log_requests)
+                                 max_concurrency=max_concurrency, max_num_seqs=max_num_seqs,
+                                 verbose=log_requests)
     except OSError as exc:
         raise ConfigError(f"--host {host} --port {port}: cannot listen ({exc.strerror or exc})") from None
     shown = f"[{host}]" if ":" in host else host

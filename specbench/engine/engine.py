@@ -1,64 +1,173 @@
-"""The decode loop: prefill, then draft → verify → accept/resample → roll back, per step.
+"""The decode loop: one batch-first speculative step that every caller goes through.
 
-`Engine.generate` runs one request (token ids in) to completion and returns its output ids
-with a timestamp per emitted token and one `StepEvent` per target forward pass. The baseline
-(method `none`, or k = 0) is the same loop with empty drafts, so both are timed by the same
-code. Timestamps are taken after synchronizing the device.
+`Engine` holds the models (target, optional draft) and their `ModelRunner`s. `Engine.batch()`
+opens a `Batch`, the continuous batch of running requests: `admit()` prefills one request
+into the next row, `step()` runs one speculative step for every row:
+
+    draft     the drafter proposes up to k tokens per row (batched passes)
+    verify    ONE target pass scores [last token, drafts...] of every row; rejection
+              sampling accepts a prefix per row and adds one recovered or bonus token
+    roll back each row keeps its own accepted length (the KV slots simply move their length)
+    emit      tokens are appended up to a stop id or the budget; finished rows leave
+
+A single request is a batch of one (`Engine.generate`); `Engine.run` drives many requests
+closed-loop or open-loop (specbench.engine.scheduler). The baseline (method `none`, or k = 0)
+is the same step with empty drafts, so both are timed by the same code. Timestamps are taken
+after synchronizing the model's device; the tokens of one step share one timestamp.
+
+Every row has its own seeded generator, so a request's samples depend on its seed, not on
+its batch mates (unless `disable_by_batch_size` or `dynamic_k` make its k depend on them).
+
+Boundary: token ids in, token ids and timestamps out; nothing here knows text or records.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from specbench.config import SamplingParams, SpeculativeConfig
-from specbench.engine.drafters import Drafter, DraftModelDrafter, NgramDrafter, Proposal
-from specbench.engine.kv import CachedModel
+from specbench.engine.drafters import Drafter, Proposal, make_drafter
+from specbench.engine.model import ModelRunner, can_pack, pack_linears
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
-from specbench.engine.verify import verify_greedy, verify_sampled
+from specbench.engine.verify import verify
 from specbench.types import StepEvent
 
 
 @dataclass
 class Generation:
     output_ids: list[int]
-    token_times: list[float]  # perf_counter at emission; one accepted burst shares one time
+    token_times: list[float]  # perf_counter at emission; one step's tokens share one time
     start_time: float  # perf_counter when the prefill began
     prefill_time_s: float
-    finish_reason: str  # stop | length
+    finish_reason: str  # stop | length | cancelled
     steps: list[StepEvent] = field(default_factory=list)
     target_forward_passes: int = 0
+    arrival_time: float = 0.0  # perf_counter when the request entered the queue
+    tag: Any = None  # the caller's handle for the request
+
+
+@dataclass
+class BatchStats:
+    """What one batch did, for run.json (times in s, memory in bytes)."""
+
+    wall_s: float = 0.0
+    steps: int = 0
+    batch_sizes: Counter = field(default_factory=Counter)  # rows in the target pass -> steps
+    step_s: float = 0.0  # sum of step wall times (draft + verify + per-step bookkeeping)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    prefill_s: float = 0.0
+    target_kv_allocated_bytes: int = 0
+    target_kv_peak_bytes: int = 0  # max over steps of the KV positions in use, all rows
+    draft_kv_allocated_bytes: int = 0
+    draft_kv_peak_bytes: int = 0
+    target_weight_bytes: int = 0
+    draft_weight_bytes: int = 0
+
+    @property
+    def overhead_s(self) -> float:
+        return self.step_s - self.draft_s - self.verify_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "wall_s": self.wall_s, "steps": self.steps,
+            "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
+            "step_s": self.step_s, "draft_s": self.draft_s, "verify_s": self.verify_s,
+            "overhead_s": self.overhead_s, "prefill_s": self.prefill_s,
+            "memory": {
+                "target_weight_bytes": self.target_weight_bytes,
+                "draft_weight_bytes": self.draft_weight_bytes,
+                "target_kv_allocated_bytes": self.target_kv_allocated_bytes,
+                "target_kv_peak_bytes": self.target_kv_peak_bytes,
+                "draft_kv_allocated_bytes": self.draft_kv_allocated_bytes,
+                "draft_kv_peak_bytes": self.draft_kv_peak_bytes,
+            },
+        }
+
+
+@dataclass
+class _Row:
+    ids: list[int]  # prompt + output so far; the target cache holds all but the last
+    sampling: SamplingParams
+    gen: torch.Generator
+    stops: frozenset[int]
+    budget: int
+    k: int  # draft length this row asks for next (changes with dynamic_k)
+    arrival: float
+    start: float
+    tag: Any = None
+    on_tokens: Callable[[list[int], float], None] | None = None
+    prefill_s: float = 0.0
+    out: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    steps: list[StepEvent] = field(default_factory=list)
+    done: bool = False
+    finish: str = "length"
+    cancelled: bool = False
+
+    def emit(self, tokens: list[int], t: float) -> int:
+        """Append tokens, stopping at a stop id or the budget; returns how many were kept."""
+        kept = 0
+        for tok in tokens:
+            self.out.append(tok)
+            self.ids.append(tok)
+            self.times.append(t)
+            kept += 1
+            if tok in self.stops:
+                self.done, self.finish = True, "stop"
+                break
+            if len(self.out) >= self.budget:
+                self.done, self.finish = True, "length"
+                break
+        if self.on_tokens is not None and kept:
+            self.on_tokens(tokens[:kept], t)
+        return kept
 
 
 class Engine:
-    """Holds the loaded target (and optional draft) model; generates one request at a time."""
+    """The loaded target (and optional draft) model, ready to decode batches.
+
+    `pack` (CPU): reorder every linear layer's weights into oneDNN's blocked layout once, in
+    place (specbench.engine.model.pack_linears); None = wherever it applies. One batch runs
+    at a time per engine: the runners' KV slots are shared."""
 
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None = None, *,
-                 eos_token_ids: Sequence[int] = (), max_context: int | None = None):
+                 eos_token_ids: Sequence[int] = (), max_context: int | None = None,
+                 pack: bool | None = None):
         self.target = target
         self.draft = draft
         self.device = next(target.parameters()).device
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.max_context = max_context or getattr(target.config, "max_position_embeddings", None)
-        self._sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        self.max_context = max_context or getattr(target.config.get_text_config(), "max_position_embeddings", None)
+        self._sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
+        applicable, self.pack_reason = can_pack(target)
+        self.packed = bool(applicable if pack is None else pack and applicable)
+        if self.packed:
+            pack_linears(target)
+            if draft is not None:
+                pack_linears(draft)
+        self.target_runner = ModelRunner(target)
+        self._draft_runner: ModelRunner | None = None
 
-    def _drafter(self, spec: SpeculativeConfig):
-        if not spec.speculative:
-            return None
-        if spec.method == "ngram":
-            return NgramDrafter(spec.ngram_min, spec.ngram_max)
+    @property
+    def draft_runner(self) -> ModelRunner:
         if self.draft is None:
             raise ValueError("method draft_model needs an engine built with a draft model")
-        return DraftModelDrafter(self.draft, self.device, spec.draft_confidence_threshold)
+        if self._draft_runner is None:
+            self._draft_runner = ModelRunner(self.draft)
+        return self._draft_runner
 
-    def _now(self) -> float:
+    def now(self) -> float:
         self._sync()
         return time.perf_counter()
 
-    def _limits(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> tuple[set[int], int]:
+    def limits(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> tuple[frozenset[int], int]:
         """(ids that end the request, tokens it may emit within max_new_tokens and the context)."""
         if not prompt_ids:
             raise ValueError("empty prompt")
@@ -71,81 +180,177 @@ class Engine:
         if budget < 1:
             raise ValueError(f"prompt of {len(prompt_ids)} tokens leaves no room in a "
                              f"context of {self.max_context}")
-        return stops, budget
+        return frozenset(stops), budget
+
+    def batch(self, spec: SpeculativeConfig, *, drafter: Drafter | None = None) -> "Batch":
+        """A new, empty continuous batch for `spec` (`drafter` replaces the one `spec.method`
+        would build: custom or test drafters)."""
+        if drafter is None and spec.speculative:
+            drafter = make_drafter(spec, self)
+        return Batch(self, spec, drafter)
+
+    def run(self, requests: Sequence[tuple[Sequence[int], SamplingParams]], spec: SpeculativeConfig, *,
+            concurrency: int = 1, request_rate: float | None = None, rate_seed: int = 0,
+            on_finish: Callable[[int, Generation], None] | None = None,
+            drafter: Drafter | None = None) -> tuple[list[Generation], BatchStats]:
+        """Decode every (prompt_ids, sampling) pair with continuous batching; results in input
+        order. See specbench.engine.scheduler.run for the arrival processes."""
+        from specbench.engine.scheduler import run
+
+        return run(self, requests, spec, concurrency=concurrency, request_rate=request_rate,
+                   rate_seed=rate_seed, on_finish=on_finish, drafter=drafter)
+
+    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, spec: SpeculativeConfig, *,
+                 seed: int | None = None, on_tokens: Callable[[list[int], float], None] | None = None,
+                 drafter: Drafter | None = None) -> Generation:
+        """Decode one request (a batch of one). `on_tokens(ids, t)` is called at each emission."""
+        if sampling.seed is None:
+            sampling = sampling.with_(seed=seed or 0)
+        batch = self.batch(spec, drafter=drafter)
+        g = batch.admit(prompt_ids, sampling, on_tokens=on_tokens)
+        while g is None:
+            finished = batch.step()
+            g = finished[0] if finished else None
+        return g
+
+
+class Batch:
+    """The running requests of one configuration; rows are the KV slots 0..len(rows)-1."""
+
+    def __init__(self, engine: Engine, spec: SpeculativeConfig, drafter: Drafter | None):
+        self.engine, self.spec, self.drafter = engine, spec, drafter
+        self.target = engine.target_runner
+        self.target.set_capture(drafter.capture_layers if drafter is not None else ())
+        self.k = spec.num_speculative_tokens if drafter is not None else 0
+        self.rows: list[_Row] = []
+        self.stats = BatchStats(target_weight_bytes=self.target.weight_bytes)
+        draft_lm = getattr(drafter, "lm", None)
+        if draft_lm is not None:
+            self.stats.draft_weight_bytes = draft_lm.weight_bytes
+        elif drafter is not None and hasattr(drafter, "weight_bytes"):
+            self.stats.draft_weight_bytes = drafter.weight_bytes
+
+    def reserve(self, rows: int, capacity: int) -> None:
+        """Allocate KV slots up front (`run` knows every request) so no step grows them."""
+        self.target.reserve(rows, capacity + self.k + 1)
+        if self.drafter is not None and hasattr(self.drafter, "reserve"):
+            self.drafter.reserve(rows, capacity + self.k + 1)
+
+    # ---- admission --------------------------------------------------------------------
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams,
-                 spec: SpeculativeConfig, *, seed: int | None = None,
-                 on_tokens: Callable[[list[int], float], None] | None = None,
-                 drafter: Drafter | None = None) -> Generation:
-        """Decode one request. `on_tokens(ids, t)` is called at each emission (streaming);
-        `drafter` replaces the one `spec.method` would build (custom or test drafters)."""
-        stops, budget = self._limits(prompt_ids, sampling)
-        seed = sampling.seed if sampling.seed is not None else (seed or 0)
-        gen = make_generator(seed, self.device)
-        drafter = drafter if drafter is not None else self._drafter(spec)
-        k = spec.num_speculative_tokens if drafter else 0
-
-        target = CachedModel(self.target, self.device)
-        ids = list(prompt_ids)
-        out: list[int] = []
-        times: list[float] = []
-        steps: list[StepEvent] = []
-
-        def emit(tokens: list[int]) -> bool:
-            """Append tokens, stopping at a stop id or the budget; True when finished."""
-            finished = False
-            kept: list[int] = []
-            for tok in tokens:
-                kept.append(tok)
-                if tok in stops or len(out) + len(kept) >= budget:
-                    finished = True
-                    break
-            t = self._now()
-            out.extend(kept)
-            ids.extend(kept)
-            times.extend([t] * len(kept))
-            if on_tokens is not None:
-                on_tokens(kept, t)
-            return finished
-
-        start = self._now()
+    def admit(self, prompt_ids: Sequence[int], sampling: SamplingParams, *, arrival: float | None = None,
+              on_tokens: Callable[[list[int], float], None] | None = None, tag: Any = None
+              ) -> Generation | None:
+        """Prefill one request into a new row and emit its first token. Returns its Generation
+        when that token already ends it, else None (it runs in the next steps)."""
+        e = self.engine
+        prompt = list(prompt_ids)
+        stops, budget = e.limits(prompt, sampling)
+        b = len(self.rows)
+        start = e.now()
+        row = _Row(prompt, sampling, make_generator(sampling.seed or 0, e.device), stops, budget, self.k,
+                   start if arrival is None else arrival, start, tag=tag, on_tokens=on_tokens)
+        self.target.reserve(b + 1, len(prompt) + budget + self.k + 1)
         # Prefill: the first token comes from the prompt's last position alone.
-        logits = target.forward(ids, last_only=True)[-1]
-        first = int(logits.argmax()) if sampling.greedy else sample(probs_from_logits(logits, sampling), gen)
-        prefill_s = time.perf_counter() - start
-        done = emit([first])
-        finish = "stop" if out[-1] in stops else "length"
+        logits, feats = self.target.forward(torch.tensor([prompt]), slice(b, b + 1), torch.zeros(1, dtype=torch.long),
+                                            positions=torch.tensor([len(prompt) - 1]), prefill=True)
+        first = int(logits[0].argmax()) if sampling.greedy else sample(probs_from_logits(logits[0], sampling), row.gen)
+        ends = first in stops or budget <= 1
+        if self.drafter is not None and not ends:
+            self.drafter.add_row(b, prompt, feats)  # the draft's prefill counts as prefill (TTFT)
+        t = e.now()
+        row.prefill_s = t - start
+        self.stats.prefill_s += row.prefill_s
+        row.emit([first], t)
+        if row.done:
+            return self._generation(row)
+        self.rows.append(row)
+        return None
 
-        while not done:
-            # Never draft past the budget: the verify pass emits at most k+1 tokens.
-            room = budget - len(out) - 1
-            t0 = self._now()
-            if drafter and min(k, room) > 0:
-                prop = drafter.propose(ids, min(k, room), sampling, gen)
-            else:
-                prop = Proposal([], None)
-            t1 = self._now()
-            draft = prop.tokens
-            n_valid = len(ids)  # the target cache holds ids[:-1]; ids[-1] is fed below
-            logits = target.forward([ids[-1], *draft])  # [m+1, V]: one pass verifies all drafts
-            if sampling.greedy:
-                n_acc, extra = verify_greedy(draft, logits)
-            else:
-                n_acc, extra = verify_sampled(draft, prop.q, probs_from_logits(logits, sampling), gen)
-            # Roll back rejected drafts: keep the prefix plus the accepted drafts.
-            target.truncate(n_valid + n_acc)
-            if drafter:
-                drafter.rollback(n_valid + n_acc)
-            before = len(out)
-            done = emit([*draft[:n_acc], extra])
-            t2 = times[-1]
-            steps.append(StepEvent(
-                drafted=len(draft), accepted=n_acc,
-                first_rejection=-1 if n_acc == len(draft) else n_acc,
-                emitted=len(out) - before, draft_time_s=t1 - t0, verify_time_s=t2 - t1,
-            ))
-            if done:
-                finish = "stop" if out[-1] in stops else "length"
-        return Generation(out, times, start, prefill_s, finish, steps,
-                          target_forward_passes=1 + len(steps))
+    def cancel(self, tag: Any) -> None:
+        """The request `tag` ends (finish reason `cancelled`) at the next step."""
+        for r in self.rows:
+            if r.tag is tag:
+                r.cancelled = True
+
+    # ---- the speculative step -------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self) -> list[Generation]:
+        """One step for every row; returns the requests that finished."""
+        finished = [self._generation(r, "cancelled") for r in self.rows if r.cancelled]
+        if finished:
+            self._compact()
+        rows, spec, e = self.rows, self.spec, self.engine
+        if not rows:
+            return finished
+        B = len(rows)
+        t0 = e.now()
+        # k per row: none while more than disable_by_batch_size rows run, never past the budget
+        # (the verify pass emits up to k + 1 tokens).
+        off = spec.disable_by_batch_size is not None and B > spec.disable_by_batch_size
+        ks = [0 if off else max(0, min(r.k, r.budget - len(r.out) - 1)) for r in rows]
+        prop = self.drafter.propose(rows, ks) if self.drafter is not None and any(ks) else \
+            Proposal([[] for _ in rows])
+        t1 = e.now()
+        lens = [len(d) for d in prop.tokens]
+        K = max(lens)
+        context = [len(r.ids) for r in rows]
+        # One target pass verifies every row: [last emitted token, drafts..., padding].
+        feed = torch.tensor([[r.ids[-1], *d, *([0] * (K - len(d)))] for r, d in zip(rows, prop.tokens)])
+        logits, feats = self.target.forward(feed, slice(0, B), torch.tensor([c - 1 for c in context]))
+        accepted, extra = verify(feed[:, 1:].to(e.device), lens, logits, prop.q,
+                                 [r.sampling for r in rows], [r.gen for r in rows])
+        t2 = e.now()
+        # Roll back: row b keeps its context plus its accepted drafts; the rest of its slot is reused.
+        valid = [c + n for c, n in zip(context, accepted)]
+        if self.drafter is not None:
+            self.drafter.commit(accepted, valid, feats)
+        for b, r in enumerate(rows):
+            d, n = prop.tokens[b], accepted[b]
+            emitted = r.emit([*d[:n], extra[b]], t2)
+            r.steps.append(StepEvent(drafted=len(d), accepted=n, first_rejection=-1 if n == len(d) else n,
+                                     emitted=emitted, draft_time_s=t1 - t0, verify_time_s=t2 - t1,
+                                     batch_size=B, context_tokens=context[b]))
+            if spec.dynamic_k and d:
+                r.k = min(r.k + 2, self.k) if n == len(d) else max(1, r.k - 1)
+        self._account(B, sum(context) + sum(accepted), t0, t1, t2)
+        done = [r for r in rows if r.done]
+        if done:
+            finished += [self._generation(r) for r in done]
+            self._compact()
+        return finished
+
+    # ---- bookkeeping ----------------------------------------------------------------------
+
+    def _account(self, batch_size: int, target_tokens: int, t0: float, t1: float, t2: float) -> None:
+        s = self.stats
+        s.steps += 1
+        s.batch_sizes[batch_size] += 1
+        s.draft_s += t1 - t0
+        s.verify_s += t2 - t1
+        s.step_s += time.perf_counter() - t0
+        cache = self.target.cache
+        s.target_kv_allocated_bytes = max(s.target_kv_allocated_bytes, cache.allocated_bytes)
+        s.target_kv_peak_bytes = max(s.target_kv_peak_bytes, target_tokens * cache.bytes_per_token)
+        lm = getattr(self.drafter, "lm", None)
+        if lm is not None:
+            s.draft_kv_allocated_bytes = max(s.draft_kv_allocated_bytes, lm.cache.allocated_bytes)
+            s.draft_kv_peak_bytes = max(s.draft_kv_peak_bytes, sum(self.drafter.lengths) * lm.cache.bytes_per_token)
+
+    def _compact(self) -> None:
+        """Drop finished rows; survivors from the end fill their slots (one copy per move)."""
+        alive = [not (r.done or r.cancelled) for r in self.rows]
+        n = sum(alive)
+        movers = iter([i for i in range(n, len(self.rows)) if alive[i]])
+        keep = [i if alive[i] else next(movers) for i in range(n)]
+        for dst, src in enumerate(keep):
+            self.target.cache.move_row(src, dst, len(self.rows[src].ids) - 1)
+        if self.drafter is not None:
+            self.drafter.retain(keep)
+        self.rows = [self.rows[i] for i in keep]
+
+    def _generation(self, r: _Row, reason: str | None = None) -> Generation:
+        return Generation(r.out, r.times, r.start, r.prefill_s, reason or r.finish, r.steps,
+                          target_forward_passes=1 + len(r.steps), arrival_time=r.arrival, tag=r.tag)

@@ -1,172 +1,162 @@
-"""A model plus its KV cache, with per-sequence rollback.
+"""The KV cache of a running batch: one preallocated slot per row, rolled back by moving a length.
 
-Wraps transformers' DynamicCache so the rest of the engine speaks only "the cache holds the
-first n positions" and "keep only the first n". Rolling back rejected draft positions is a
-truncation; the transformers API for it has changed within 5.x (crop now takes a negative
-count), which is why it lives behind this one class.
+`SlotKV` holds, per layer, key and value buffers of shape [rows, kv_heads, capacity, head_dim].
+Row b's cache position p lives at index p of its slot, so a row never has holes: rejecting
+drafts moves the row's length back, and the next forward overwrites the rejected positions
+(as gpt-fast's `input_pos` does). Nothing is ever concatenated or compacted per step; the only
+copies are a row moving into the slot of a finished row (`move_row`, once per finish) and
+the rare growth of the buffers (`reserve`, amortized by doubling).
+
+Every forward writes `M` tokens per row at positions `start[b] .. start[b] + M - 1`. Rows with
+fewer real tokens are padded; a padded position lies past the row's length, is invisible to
+the row's real queries (they see only positions <= their own), and is overwritten before any
+later query could see it. So the mask is purely causal by position, per row:
+key t is visible to query j of row b iff t <= start[b] + j (and, for sliding-window layers,
+t > start[b] + j - window).
+
+The cache is handed to transformers' forward as its `cache=` object: attention layers call
+`update()`, which writes the new keys/values and returns views of the slots (no copy), and
+`slot_attention` (registered as an attention implementation) runs SDPA on them with
+grouped-query heads packed onto their kv head instead of repeated (no `repeat_kv` copies).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
-from transformers import DynamicCache
+import torch.nn.functional as F
+
+ATTN_IMPLEMENTATION = "specbench_slots"
 
 
-class CachedModel:
-    """One sequence's view of a causal LM: feed tokens, get logits, truncate."""
+class SlotKV:
+    """Per-layer [rows, kv_heads, capacity, head_dim] key/value slots plus per-forward write
+    indices. Lengths (how many positions of each row are valid) are the engine's to track."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device):
-        self.model = model
-        self.device = device
-        self.cache = DynamicCache(config=model.config)
-        self.length = 0  # positions held in the cache
+    def __init__(self, num_layers: int, kv_heads: int, head_dim: int, *, dtype: torch.dtype,
+                 device: torch.device, rows: int = 1, capacity: int = 256):
+        self.num_layers, self.kv_heads, self.head_dim = num_layers, kv_heads, head_dim
+        self.dtype, self.device = dtype, device
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.rows = 0
+        self.capacity = 0
+        self.allocations = 0  # buffer (re)allocations: once, plus one per growth
+        self.moves = 0  # rows copied into another slot (one per finished row, at most)
+        self._alloc(max(rows, 1), max(capacity, 16))
+        # Set by `begin()` for the forward about to run.
+        self._rows = slice(0, 0)
+        self._write_b: torch.Tensor | None = None
+        self._write_t: torch.Tensor | None = None
+        self._prefill_len = 0  # > 0: one row written at positions 0.. (a plain slice copy)
+        self._kv_len = 0
 
-    def forward(self, tokens: Sequence[int], last_only: bool = False) -> torch.Tensor:
-        """Append `tokens` at positions [length, length+len(tokens)) and return their logits
-        [len(tokens), V] (only the last row when `last_only`, which skips the LM head for the
-        rest: on a prefill that is most of the head's cost)."""
-        ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
-        keep: int | torch.Tensor = 0
-        if last_only and len(tokens) > 1:
-            # An index tensor, not `1`: transformers slices hidden[:, -1:, :], whose odd stride
-            # on the size-1 dimension sends CPU bf16 matmul down a path ~25x slower than a
-            # fresh tensor (measured: 0.5B lm_head 460 ms vs 17 ms). Indexing copies instead.
-            keep = torch.tensor([len(tokens) - 1], device=self.device)
-        out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=keep)
-        self.length += len(tokens)
-        return out.logits[0]
-
-    def truncate(self, length: int) -> None:
-        """Keep only the first `length` positions (drop rejected drafts)."""
-        if length < self.length:
-            self.cache.crop(length - self.length)
-            self.length = length
-
-
-class BatchKV:
-    """The KV cache of a running batch whose rows have different lengths.
-
-    Every forward appends the same number of slots to every row (rows with fewer new tokens
-    are padded with masked dummies). Each slot remembers the logical position it holds
-    (-1 = hole), so a row's rejected drafts are rolled back by masking its slots, not by
-    clamping the batch; the 2D attention mask hides holes and explicit position ids keep each
-    row's positions its own. Tail slots that are holes in every row are cropped; `compact()`
-    squeezes the holes out when they pile up. Rows join after their own single-row prefill
-    (`add_row`) and leave when they finish (`remove_rows`).
-    """
-
-    def __init__(self, model: torch.nn.Module, device: torch.device):
-        self.model = model
-        self.device = device
-        self.cache: DynamicCache | None = None
-        self.pos = torch.empty(0, 0, dtype=torch.long, device=device)  # [B, T] logical position or -1
-        self.lengths: list[int] = []  # logical tokens held per row
+    # ---- memory -------------------------------------------------------------------------
 
     @property
-    def rows(self) -> int:
-        return len(self.lengths)
+    def bytes_per_token(self) -> int:
+        return 2 * self.num_layers * self.kv_heads * self.head_dim * torch.finfo(self.dtype).bits // 8
 
     @property
-    def slots(self) -> int:
-        return self.pos.shape[1]
+    def allocated_bytes(self) -> int:
+        return self.rows * self.capacity * self.bytes_per_token
 
-    def _layers(self):
-        return self.cache.layers if self.cache is not None else []
+    @torch.inference_mode()
+    def _alloc(self, rows: int, capacity: int) -> None:
+        shape = (rows, self.kv_heads, capacity, self.head_dim)
+        new_k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
+        new_v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
+        if self.keys:
+            r, c = min(rows, self.rows), min(capacity, self.capacity)
+            for old, new in zip(self.keys + self.values, new_k + new_v):
+                new[:r, :, :c].copy_(old[:r, :, :c])
+        self.keys, self.values = new_k, new_v
+        self.rows, self.capacity = rows, capacity
+        self.allocations += 1
 
-    def add_row(self, row: CachedModel) -> None:
-        """Append a prefilled single-sequence cache as a new row (left-padded to align)."""
-        assert row.length == row.cache.get_seq_length(), "single-row cache must have no holes"
-        new_pos = torch.arange(row.length, device=self.device).unsqueeze(0)
-        if self.cache is None or self.rows == 0:
-            self.cache, self.pos, self.lengths = row.cache, new_pos, [row.length]
-            return
-        width = max(self.slots, row.length)
-        pad_b, pad_r = width - self.slots, width - row.length
-        for mine, theirs in zip(self.cache.layers, row.cache.layers):
-            for attr in ("keys", "values"):
-                a, b = getattr(mine, attr), getattr(theirs, attr)
-                a = torch.nn.functional.pad(a, (0, 0, pad_b, 0)) if pad_b else a
-                b = torch.nn.functional.pad(b, (0, 0, pad_r, 0)) if pad_r else b
-                setattr(mine, attr, torch.cat([a, b], dim=0))
-        left = lambda t, n: torch.nn.functional.pad(t, (n, 0), value=-1) if n else t  # noqa: E731
-        self.pos = torch.cat([left(self.pos, pad_b), left(new_pos, pad_r)], dim=0)
-        self.lengths.append(row.length)
+    def reserve(self, rows: int, capacity: int) -> None:
+        """Make room for `rows` slots of `capacity` positions (grows by doubling, keeps data)."""
+        if rows > self.rows or capacity > self.capacity:
+            self._alloc(max(rows, self.rows, 2 * self.rows if rows > self.rows else 0),
+                        max(capacity, self.capacity, 2 * self.capacity if capacity > self.capacity else 0))
 
-    def remove_rows(self, keep: list[int]) -> None:
-        """Keep only the rows at indices `keep` (in that order)."""
-        if not keep:
-            self.cache, self.lengths = None, []
-            self.pos = torch.empty(0, 0, dtype=torch.long, device=self.device)
-            return
-        idx = torch.tensor(keep, device=self.device)
-        for layer in self._layers():
-            layer.keys = layer.keys.index_select(0, idx)
-            layer.values = layer.values.index_select(0, idx)
-        self.pos = self.pos.index_select(0, idx)
-        self.lengths = [self.lengths[i] for i in keep]
-        self._crop_tail()
+    @torch.inference_mode()
+    def move_row(self, src: int, dst: int, length: int) -> None:
+        """Copy the first `length` positions of slot `src` into slot `dst`."""
+        if src != dst and length > 0:
+            for buf in self.keys + self.values:
+                buf[dst, :, :length].copy_(buf[src, :, :length])
+            self.moves += 1
 
-    def forward(self, tokens: list[list[int]], pad_id: int = 0) -> torch.Tensor:
-        """Append each row's tokens (ragged) and return logits [B, M, V], M = longest row;
-        a row's logits past its own tokens are meaningless."""
-        width = max(len(t) for t in tokens)
-        if width == 0:
-            raise ValueError("no tokens to feed")
-        ids = torch.full((self.rows, width), pad_id, dtype=torch.long)
-        new_pos = torch.full((self.rows, width), -1, dtype=torch.long)
-        for b, toks in enumerate(tokens):
-            if toks:
-                ids[b, : len(toks)] = torch.tensor(toks)
-                new_pos[b, : len(toks)] = torch.arange(self.lengths[b], self.lengths[b] + len(toks))
-        ids, new_pos = ids.to(self.device), new_pos.to(self.device)
-        pos = torch.cat([self.pos, new_pos], dim=1)
-        # Dummies get a harmless position (their own outputs are ignored; they are masked as keys).
-        position_ids = torch.where(new_pos >= 0, new_pos, torch.zeros_like(new_pos))
-        out = self.model(input_ids=ids, attention_mask=(pos >= 0).long(), position_ids=position_ids,
-                         cache=self.cache, use_cache=True)
-        self.pos = pos
-        for b, toks in enumerate(tokens):
-            self.lengths[b] += len(toks)
-        return out.logits
+    # ---- one forward --------------------------------------------------------------------
 
-    def truncate(self, row: int, length: int) -> None:
-        """Row `row` keeps only its first `length` logical tokens (rejected drafts become holes)."""
-        if length < self.lengths[row]:
-            self.pos[row].masked_fill_(self.pos[row] >= length, -1)
-            self.lengths[row] = length
+    def begin(self, rows: slice, start: torch.Tensor, width: int, prefill: bool = False) -> None:
+        """Prepare the writes of the next forward: rows `rows` (a contiguous run of slots) each
+        get `width` tokens at positions start[b] + 0..width-1. `start` is a CPU int64 tensor."""
+        kv_len = int(start.max()) + width
+        if kv_len > self.capacity or rows.stop > self.rows:
+            self.reserve(rows.stop, kv_len)
+        self._rows = rows
+        self._kv_len = kv_len
+        if prefill:
+            assert rows.stop - rows.start == 1 and int(start[0]) == 0
+            self._prefill_len, self._write_b, self._write_t = width, None, None
+        else:
+            n = rows.stop - rows.start
+            self._prefill_len = 0
+            pos = start.view(n, 1) + torch.arange(width).view(1, width)
+            self._write_b = torch.arange(rows.start, rows.stop).view(n, 1).expand(n, width).to(self.device)
+            self._write_t = pos.to(self.device)
 
-    def settle(self, max_hole_fraction: float = 0.25, min_slots: int = 64) -> None:
-        """Call after a step's truncations: crop the all-hole tail, compact when holes pile up."""
-        self._crop_tail()
-        holes = self.slots - min(self.lengths, default=0)
-        if self.slots > min_slots and holes > max_hole_fraction * self.slots:
-            self.compact()
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """transformers' Cache protocol: store this forward's keys/values [n, kv_heads, M, D]
+        and return the rows' slots up to the longest position in use (views, no copy)."""
+        k_buf, v_buf = self.keys[layer_idx], self.values[layer_idx]
+        r = self._rows
+        if self._prefill_len:
+            k_buf[r, :, : self._prefill_len].copy_(key_states)
+            v_buf[r, :, : self._prefill_len].copy_(value_states)
+        else:
+            k_buf[self._write_b, :, self._write_t] = key_states.transpose(1, 2).to(self.dtype)
+            v_buf[self._write_b, :, self._write_t] = value_states.transpose(1, 2).to(self.dtype)
+        return k_buf[r, :, : self._kv_len], v_buf[r, :, : self._kv_len]
 
-    def _crop_tail(self) -> None:
-        if self.cache is None or self.slots == 0:
-            return
-        live = (self.pos >= 0).any(dim=0).nonzero()
-        end = int(live[-1, 0]) + 1 if live.numel() else 0
-        if end < self.slots:
-            self.cache.crop(end - self.slots)
-            self.pos = self.pos[:, :end]
+    @property
+    def kv_len(self) -> int:
+        return self._kv_len
 
-    def compact(self) -> None:
-        """Move every row's live slots together (left-padded) and drop the holes."""
-        live = self.pos >= 0
-        width = int(live.sum(dim=1).max())
-        # For each row, the slot indices of its live slots, right-aligned into `width` columns.
-        order = torch.sort((~live).long(), dim=1, stable=True).indices  # live slots first, in order
-        counts = live.sum(dim=1)
-        cols = torch.arange(width, device=self.device)
-        shift = (width - counts).unsqueeze(1)
-        src = torch.gather(order, 1, (cols.unsqueeze(0) - shift).clamp_min(0))
-        pad = cols.unsqueeze(0) < shift
-        new_pos = torch.gather(self.pos, 1, src).masked_fill(pad, -1)
-        for layer in self._layers():
-            idx = src[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-            layer.keys = torch.gather(layer.keys, 2, idx)
-            layer.values = torch.gather(layer.values, 2, idx)
-        self.pos = new_pos
+
+def causal_mask(start: torch.Tensor, width: int, kv_len: int, device: torch.device,
+                window: int | None = None) -> torch.Tensor:
+    """Bool [n, 1, width, kv_len]: key t visible to query j of row b iff t <= start[b] + j
+    (and t > start[b] + j - window for a sliding window)."""
+    q_pos = (start.view(-1, 1) + torch.arange(width).view(1, -1)).to(device)  # [n, width]
+    t = torch.arange(kv_len, device=device).view(1, 1, -1)
+    visible = t <= q_pos.unsqueeze(-1)
+    if window is not None:
+        visible &= t > q_pos.unsqueeze(-1) - window
+    return visible.unsqueeze(1)
+
+
+def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                   **kwargs) -> tuple[torch.Tensor, None]:
+    """SDPA over slot views. query [n, H, M, D]; key/value [n, H_kv, T, D]; mask bool
+    [n, 1, M, T]. Grouped-query heads are folded onto their kv head (query head h uses kv
+    head h // (H / H_kv), transformers' `repeat_kv` convention), so keys are never copied.
+    Returns [n, M, H, D] as transformers' attention functions do."""
+    n, heads, m, d = query.shape
+    kv_heads = key.shape[1]
+    rep = heads // kv_heads
+    q = query.reshape(n, kv_heads, rep * m, d)
+    mask = attention_mask
+    if mask is not None and rep > 1:
+        mask = mask.unsqueeze(2).expand(n, 1, rep, m, mask.shape[-1]).reshape(n, 1, rep * m, mask.shape[-1])
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)
+    return out.view(n, heads, m, value.shape[-1]).transpose(1, 2), None
+
+
+def register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTN_IMPLEMENTATION, slot_attention)

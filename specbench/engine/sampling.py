@@ -1,12 +1,14 @@
 """Next-token distributions: the one place temperature, top-k and top-p are applied.
 
-Baseline decoding, the draft model and the verifier all call `target_probs`, so the
+Baseline decoding, the draft model and the verifier all call `probs_from_logits`, so the
 distribution a speculative step verifies against is exactly the one plain decoding samples
 from (ENGINE.md: "p must be exactly what non-speculative decoding would sample from").
 Softmax runs in float32 whatever the model dtype.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -34,6 +36,21 @@ def probs_from_logits(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
+
+
+def sampling_groups(samplings: Sequence[SamplingParams]
+                    ) -> tuple[list[int], list[tuple[SamplingParams, list[int]]]]:
+    """Rows of a batch grouped by how they sample: (greedy row indices, [(params, row indices)]
+    for each distinct temperature/top-k/top-p), so each group's distributions are computed
+    in one call. Seeds and budgets do not matter here."""
+    greedy: list[int] = []
+    groups: dict[tuple[float, int, float], tuple[SamplingParams, list[int]]] = {}
+    for i, sp in enumerate(samplings):
+        if sp.greedy:
+            greedy.append(i)
+        else:
+            groups.setdefault((sp.temperature, sp.top_k, sp.top_p), (sp, []))[1].append(i)
+    return greedy, list(groups.values())
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:

@@ -1,57 +1,86 @@
-"""Lossless verification of a draft (ENGINE.md, "The rule").
+"""Lossless verification of every row's draft in one batched computation (docs/engine.md,
+"The rule"), in vLLM's words: accepted draft tokens, then one recovered token (after the
+first rejection) or one bonus token (after a fully accepted draft).
 
-`verify` takes the m draft tokens, the distributions q they were drawn from (or None for a
-deterministic drafter: one-hot q) and the target's m+1 distributions p, and returns how many
-drafts were accepted and the one extra token the target emits (a correction after a
-rejection, or a bonus token after full acceptance). Each step emits between 1 and m+1 tokens.
+`verify` takes the padded drafts [B, K] with each row's draft length, the target's logits
+[B, K+1, V] over [last token, drafts...], the distributions q the drafts were drawn from
+([B, K, V], or None for deterministic drafters: one-hot q), and each row's sampling
+parameters and generator. It returns, per row, how many drafts were accepted and the one
+extra token the target emits, with a single device-to-host transfer. Each row emits between
+1 and its draft length + 1 tokens.
+
+A row's random draws come from its own generator in a fixed order (its draft length's
+uniforms, then one categorical draw), so its samples never depend on its batch mates.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-
-def verify_greedy(draft: list[int], target_logits: torch.Tensor) -> tuple[int, int]:
-    """Temperature 0: accept while the draft equals the target's argmax, then emit the
-    target's argmax at the first mismatch (or after the last draft)."""
-    argmax = target_logits.argmax(dim=-1).tolist()  # one sync for all m+1 positions
-    n = 0
-    while n < len(draft) and draft[n] == argmax[n]:
-        n += 1
-    return n, argmax[n]
+from specbench.config import SamplingParams
+from specbench.engine.sampling import probs_from_logits, sampling_groups
 
 
-def verify_sampled(
-    draft: list[int],
-    q: torch.Tensor | None,
-    p: torch.Tensor,
-    generator: torch.Generator,
-) -> tuple[int, int]:
-    """Speculative sampling. p: [m+1, V] target distributions (temperature/top-k/top-p applied
-    over the prefix that includes the earlier drafts); q: [m, V] draft distributions or None."""
-    m = len(draft)
-    if m:
-        idx = torch.tensor(draft, device=p.device).unsqueeze(-1)
-        p_x = p[:m].gather(-1, idx).squeeze(-1)  # p(x_i) for each draft token
-        # q(x_i): 1 for a deterministic drafter; q(x) = 0 cannot have produced x, so reject.
-        q_x = torch.ones_like(p_x) if q is None else q.gather(-1, idx).squeeze(-1)
-        u = torch.rand(m, generator=generator, device=p.device)
-        # Accept x_i with probability min(1, p/q), written as u*q < p to avoid dividing by 0.
-        accept = (u * q_x < p_x) & (q_x > 0)
-        rejected = (~accept).nonzero()
-        n = int(rejected[0, 0]) if rejected.numel() else m
-    else:
-        n = 0
-    if n == m:
-        # All drafts accepted: one bonus token from the target after the last draft.
-        return n, int(torch.multinomial(p[m], 1, generator=generator).item())
-    # First rejection at n: resample from the residual norm(max(0, p - q)).
-    if q is None:
-        residual = p[n].clone()
-        residual[draft[n]] = 0.0  # one-hot q: p with the rejected token removed
-    else:
-        residual = torch.clamp(p[n] - q[n], min=0.0)
-    total = residual.sum()
-    if not bool(total > 0):  # p <= q everywhere (p == q up to rounding): fall back to p
-        residual, total = p[n], p[n].sum()
-    return n, int(torch.multinomial(residual / total, 1, generator=generator).item())
+def verify(draft: torch.Tensor, draft_len: Sequence[int], logits: torch.Tensor, q: torch.Tensor | None,
+           samplings: Sequence[SamplingParams], generators: Sequence[torch.Generator]
+           ) -> tuple[list[int], list[int]]:
+    """(accepted per row, extra token per row). draft: [B, K] long on the logits' device."""
+    B, K1, _ = logits.shape
+    K = K1 - 1
+    dev = logits.device
+    lens = torch.tensor(list(draft_len), device=dev)
+    in_draft = torch.arange(K, device=dev).view(1, K) < lens.view(B, 1)  # [B, K]: a real draft
+    n_acc = torch.zeros(B, dtype=torch.long, device=dev)
+    extra = torch.zeros(B, dtype=torch.long, device=dev)
+    greedy, sampled = sampling_groups(samplings)
+    if greedy:
+        g = torch.tensor(greedy, device=dev)
+        # Temperature 0: accept while the draft equals the target's argmax, then emit the argmax.
+        am = logits[g].argmax(dim=-1)  # [G, K+1]
+        n = ((draft[g] == am[:, :K]) & in_draft[g]).long().cumprod(dim=1).sum(dim=1)
+        n_acc[g] = n
+        extra[g] = am.gather(1, n.view(-1, 1)).view(-1)
+    for sp, members in sampled:
+        s = torch.tensor(members, device=dev)
+        S = len(members)
+        # p: the target's distribution at each verified position (only j <= draft length is
+        # ever read; padding is left at zero), by the same function plain decoding samples with.
+        needed = torch.arange(K1, device=dev).view(1, K1) <= lens[s].view(S, 1)
+        p = torch.zeros(S, K1, logits.shape[-1], dtype=torch.float32, device=dev)
+        p[needed] = probs_from_logits(logits[s][needed], sp)
+        x = draft[s]  # [S, K]
+        if K:
+            p_x = p[:, :K].gather(-1, x.unsqueeze(-1)).squeeze(-1)  # p(x_i)
+            # q(x_i): 1 for a deterministic drafter; q(x) = 0 cannot have produced x: reject.
+            q_x = torch.ones_like(p_x) if q is None else q[s].gather(-1, x.unsqueeze(-1)).squeeze(-1)
+            u = torch.ones(S, K, device=dev)
+            for i, b in enumerate(members):
+                if draft_len[b]:
+                    u[i, : draft_len[b]] = torch.rand(draft_len[b], generator=generators[b], device=dev)
+            # Accept x_i with probability min(1, p/q), written u*q < p to avoid dividing by 0.
+            accept = (u * q_x < p_x) & (q_x > 0) & in_draft[s]
+            n = accept.long().cumprod(dim=1).sum(dim=1)
+        else:
+            n = torch.zeros(S, dtype=torch.long, device=dev)
+        rows = torch.arange(S, device=dev)
+        p_n = p[rows, n]  # [S, V]: the target's distribution at the first rejection / after the draft
+        full = n == lens[s]
+        if K:
+            at = n.clamp(max=K - 1)
+            if q is None:  # one-hot q: the residual is p with the rejected token removed
+                residual = p_n.scatter(1, x.gather(1, at.view(-1, 1)), 0.0)
+            else:  # norm(max(0, p - q)) at the first rejection
+                residual = torch.clamp(p_n - q[s][rows, at], min=0.0)
+            dist = torch.where(full.view(-1, 1), p_n, residual)  # bonus token after full acceptance
+        else:
+            dist = p_n
+        total = dist.sum(dim=-1, keepdim=True)
+        # p <= q everywhere (p == q up to rounding): fall back to p.
+        dist = torch.where(total > 0, dist / total.clamp_min(1e-30), p_n)
+        for i, b in enumerate(members):
+            extra[b] = torch.multinomial(dist[i], 1, generator=generators[b])[0]
+        n_acc[s] = n
+    out = torch.stack([n_acc, extra]).tolist()  # the one device-to-host transfer
+    return out[0], out[1]

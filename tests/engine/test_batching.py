@@ -1,6 +1,7 @@
-"""Continuous batching: outputs at concurrency 2, 4, 8 equal the single-sequence engine's,
-rows with ragged acceptance roll back independently, the cache compacts without changing
-results, and no request is dropped or duplicated."""
+"""Continuous batching on the one decode path: outputs at concurrency 1..8 equal a request
+decoded alone, rows with ragged acceptance roll back independently in their KV slots, the
+cache never copies or grows per step, closed-loop TTFT includes the wait for earlier
+prefills, and no request is dropped or duplicated."""
 
 import pytest
 import torch
@@ -8,8 +9,7 @@ import torch
 import tiny
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
-from specbench.engine.kv import BatchKV, CachedModel
-from specbench.engine.scheduler import BatchEngine
+from specbench.engine.model import ModelRunner
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 1, 2, 3], [7, 7, 7, 7, 8, 9, 10, 7, 7], [11, 30, 42, 5], [3] * 20,
            list(range(40)), [5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1, 9, 8, 7], [20, 21, 22, 23] * 3]
@@ -18,6 +18,9 @@ SPECS = {
     "none": SpeculativeConfig(),
     "draft_model": SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d"),
     "ngram": SpeculativeConfig(method="ngram", num_speculative_tokens=3),
+    "dynamic_k": SpeculativeConfig(method="draft_model", num_speculative_tokens=6, draft="d", dynamic_k=True),
+    "confidence": SpeculativeConfig(method="draft_model", num_speculative_tokens=6, draft="d",
+                                    draft_confidence_threshold=0.5),
 }
 
 
@@ -27,34 +30,37 @@ def models():
     return target, tiny.perturbed_copy(target, 0.05, seed=1)
 
 
+@pytest.fixture(scope="module")
+def engine(models):
+    return Engine(*models)
+
+
 def requests(temperature=0.0):
     return [(p, SamplingParams(max_new_tokens=n, temperature=temperature, seed=i))
             for i, (p, n) in enumerate(zip(PROMPTS, BUDGETS))]
 
 
 @pytest.mark.parametrize("method", sorted(SPECS))
-def test_greedy_outputs_independent_of_concurrency(models, method):
+def test_greedy_outputs_independent_of_concurrency(engine, method):
     spec = SPECS[method]
     reqs = requests()
-    single = Engine(*models)
-    expected = [single.generate(p, sp, spec).output_ids for p, sp in reqs]
-    batch = BatchEngine(*models)
+    baseline = [engine.generate(p, sp, SPECS["none"]).output_ids for p, sp in reqs]
     for c in (1, 2, 4, 8):
-        results, stats = batch.run(reqs, spec, concurrency=c)
-        assert [r.output_ids for r in results] == expected, f"concurrency {c}"
+        results, stats = engine.run(reqs, spec, concurrency=c)
+        assert [r.output_ids for r in results] == baseline, f"concurrency {c}"
         assert max(stats.batch_sizes) == min(c, sum(1 for n in BUDGETS if n > 1))
 
 
-def test_sampled_request_depends_on_its_seed_not_its_batch(models):
-    spec = SPECS["draft_model"]
+@pytest.mark.parametrize("method", ["draft_model", "ngram", "dynamic_k"])
+def test_sampled_request_depends_on_its_seed_not_its_batch(engine, method):
+    spec = SPECS[method] if method != "dynamic_k" else SPECS["draft_model"]
     reqs = requests(temperature=0.8)
-    batch = BatchEngine(*models)
-    alone = [batch.run([r], spec)[0][0].output_ids for r in reqs]
+    alone = [engine.run([r], spec)[0][0].output_ids for r in reqs]
     for c in (2, 4, 8):
-        together = [r.output_ids for r in batch.run(reqs, spec, concurrency=c)[0]]
+        together = [r.output_ids for r in engine.run(reqs, spec, concurrency=c)[0]]
         assert together == alone, f"concurrency {c}"
     # Same seed, different batch mates (reversed order): same tokens.
-    reverse = [r.output_ids for r in batch.run(reqs[::-1], spec, concurrency=4)[0]][::-1]
+    reverse = [r.output_ids for r in engine.run(reqs[::-1], spec, concurrency=4)[0]][::-1]
     assert reverse == alone
 
 
@@ -62,72 +68,115 @@ def test_every_request_finishes_exactly_once_with_early_eos(models):
     target, draft = models
     base = Engine(target, draft).generate(PROMPTS[0], SamplingParams(max_new_tokens=30), SPECS["none"]).output_ids
     eos = base[6]  # some rows stop early on it while others run on
-    batch = BatchEngine(target, draft, eos_token_ids=[eos])
+    engine = Engine(target, draft, eos_token_ids=[eos])
     finished = []
-    results, _ = batch.run(requests(), SPECS["draft_model"], concurrency=3,
-                           on_finish=lambda i, g: finished.append(i))
+    results, _ = engine.run(requests(), SPECS["draft_model"], concurrency=3,
+                            on_finish=lambda i, g: finished.append(i))
     assert sorted(finished) == list(range(len(PROMPTS)))
     assert all(r is not None for r in results)
-    single = Engine(target, draft, eos_token_ids=[eos])
     for (p, sp), r in zip(requests(), results):
-        assert r.output_ids == single.generate(p, sp, SPECS["draft_model"]).output_ids
+        assert r.output_ids == engine.generate(p, sp, SPECS["none"]).output_ids
         assert len(r.token_times) == len(r.output_ids)
         assert r.arrival_time <= r.start_time <= r.token_times[0]
 
 
-def test_disable_by_batch_size_turns_speculation_off_above_the_threshold(models):
+def test_disable_by_batch_size_turns_speculation_off_above_the_threshold(engine):
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3, disable_by_batch_size=2)
-    results, stats = BatchEngine(*models).run(requests(), spec, concurrency=4)
-    drafted_at = [s.drafted for r in results for s in r.steps]
+    results, stats = engine.run(requests(), spec, concurrency=4)
+    steps = [s for r in results for s in r.steps]
     assert max(stats.batch_sizes) == 4
-    assert any(d > 0 for d in drafted_at)  # drafting resumed once 2 or fewer rows remained
-    expected = [Engine(*models).generate(p, sp, SPECS["none"]).output_ids for p, sp in requests()]
+    assert all(s.drafted == 0 for s in steps if s.batch_size > 2)
+    assert any(s.drafted > 0 for s in steps)  # drafting resumed once 2 or fewer rows remained
+    expected = [engine.generate(p, sp, SPECS["none"]).output_ids for p, sp in requests()]
     assert [r.output_ids for r in results] == expected
 
 
-def test_dynamic_k_stays_within_bounds_and_keeps_outputs(models):
-    spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=6, draft="d", dynamic_k=True)
-    results, _ = BatchEngine(*models).run(requests(), spec, concurrency=4)
-    expected = [Engine(*models).generate(p, sp, SPECS["none"]).output_ids for p, sp in requests()]
-    assert [r.output_ids for r in results] == expected
+def test_dynamic_k_stays_within_bounds(engine):
+    results, _ = engine.run(requests(), SPECS["dynamic_k"], concurrency=4)
     drafted = [s.drafted for r in results for s in r.steps]
     assert max(drafted) <= 6 and len(set(drafted)) > 1
+    # The single-request path adapts k the same way (one decode path): 6, then it moves.
+    g = engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=30), SPECS["dynamic_k"])
+    assert g.steps[0].drafted == 6 and len({s.drafted for s in g.steps}) > 1
 
 
-def test_open_loop_arrivals_are_seeded_and_queue_time_is_recorded(models):
+def test_per_step_facts_are_recorded(engine):
+    results, stats = engine.run(requests(), SPECS["draft_model"], concurrency=4)
+    for (p, _), r in zip(requests(), results):
+        context = len(p) + 1  # the prefill emitted one token
+        for s in r.steps:
+            assert s.context_tokens == context and 1 <= s.batch_size <= 4
+            context += s.emitted
+    assert sum(stats.batch_sizes.values()) == stats.steps
+    assert stats.step_s >= stats.draft_s + stats.verify_s > 0
+
+
+def test_open_loop_arrivals_are_seeded_and_queue_time_is_recorded(engine):
     reqs = requests()[:4]
-    be = BatchEngine(*models)
-    a, _ = be.run(reqs, SPECS["none"], concurrency=4, request_rate=50.0, rate_seed=3)
+    a, _ = engine.run(reqs, SPECS["none"], concurrency=4, request_rate=50.0, rate_seed=3)
     gaps_a = [r.arrival_time - a[0].arrival_time for r in a]
-    b, _ = be.run(reqs, SPECS["none"], concurrency=4, request_rate=50.0, rate_seed=3)
+    b, _ = engine.run(reqs, SPECS["none"], concurrency=4, request_rate=50.0, rate_seed=3)
     gaps_b = [r.arrival_time - b[0].arrival_time for r in b]
     assert gaps_a == pytest.approx(gaps_b, abs=1e-9)
     assert all(r.start_time >= r.arrival_time for r in a)
     assert sorted(gaps_a) == gaps_a and gaps_a[-1] > 0
 
 
-def test_ragged_rollback_and_compaction_match_a_compact_sequence(models):
-    """Rows that keep different numbers of slots, with holes, then compacted, must give the
-    logits of each row's compact sequence."""
+def test_closed_loop_ttft_includes_the_wait_for_earlier_prefills():
+    """Several long prompts admitted in one turn are prefilled one after another: they all
+    arrive at the start, and each one's TTFT contains the prefills ahead of it."""
+    target = tiny.make_model(vocab_size=64, seed=0, hidden=128, layers=4, max_position_embeddings=2048)
+    engine = Engine(target)
+    reqs = [([(7 * i + j) % 60 for j in range(600)], SamplingParams(max_new_tokens=4, ignore_eos=True))
+            for i in range(6)]
+    results, _ = engine.run(reqs, SPECS["none"], concurrency=6)
+    assert len({r.arrival_time for r in results}) == 1  # the first wave arrives at the start
+    ttft = [r.token_times[0] - r.arrival_time for r in results]
+    for i in range(1, 6):
+        queued = results[i].start_time - results[i].arrival_time
+        assert queued >= sum(r.prefill_time_s for r in results[:i]) * 0.99
+        assert ttft[i] >= ttft[i - 1] + results[i].prefill_time_s * 0.99
+    # A later wave arrives when the slot it takes frees: the last token of the request it replaces.
+    results, _ = engine.run(reqs, SPECS["none"], concurrency=2)
+    frees = sorted(r.token_times[-1] for r in results)
+    for r in results[2:]:
+        assert any(abs(r.arrival_time - f) < 1e-9 for f in frees)
+
+
+def test_kv_slots_never_grow_or_copy_per_step(engine):
+    cache = engine.target_runner.cache
+    for spec in (SPECS["none"], SPECS["draft_model"]):
+        engine.run(requests(), spec, concurrency=4)  # reserves what the requests need
+        allocations, moves = cache.allocations, cache.moves
+        results, stats = engine.run(requests(), spec, concurrency=4)
+        assert cache.allocations == allocations, "the cache grew although it had room"
+        # Only a finished row's slot is refilled, by moving one surviving row into it.
+        assert cache.moves - moves <= len(results)
+        assert stats.steps > cache.moves - moves
+
+
+def test_slots_with_ragged_rollback_match_a_compact_sequence(models):
+    """Rows that keep different numbers of positions, are rolled back and moved between
+    slots, must give the logits of each row's compact sequence."""
     target = models[0]
+    runner = ModelRunner(target, rows=3, capacity=8)
     seqs = [[1, 2, 3, 4, 5], [6, 7, 8], [9, 10, 11, 12, 13, 14, 15]]
-    kv = BatchKV(target, torch.device("cpu"))
     with torch.inference_mode():
-        for s in seqs:
-            row = CachedModel(target, torch.device("cpu"))
-            row.forward(s)
-            kv.add_row(row)
-        kv.forward([[20, 21, 22], [23], [24, 25]])
-        kv.truncate(0, len(seqs[0]) + 1)  # keeps 20, drops 21 22
-        kv.truncate(2, len(seqs[2]))  # drops 24 25
+        for b, s in enumerate(seqs):
+            runner.forward(torch.tensor([s]), slice(b, b + 1), torch.tensor([0]), positions=None, prefill=True)
+        feed = torch.tensor([[20, 21, 22], [23, 0, 0], [24, 25, 0]])  # ragged: 3, 1, 2 real tokens
+        logits, _ = runner.forward(feed, slice(0, 3), torch.tensor([5, 3, 7]))
+        for b, real in enumerate([3, 1, 2]):
+            ref = target(torch.tensor([seqs[b] + feed[b, :real].tolist()])).logits[0, -real:]
+            assert torch.allclose(logits[b, :real], ref, atol=1e-4)
+        # Row 0 keeps 20 (drops 21 22), row 1 keeps 23, row 2 keeps none of 24 25.
         kept = [seqs[0] + [20], seqs[1] + [23], seqs[2]]
-        kv.settle()
-        before = kv.forward([[30], [31], [32]])[:, -1]
-        kv.compact()
-        for b in range(3):
-            kv.truncate(b, len(kept[b]))
-        after = kv.forward([[30], [31], [32]])[:, -1]
+        logits, _ = runner.forward(torch.tensor([[30], [31], [32]]), slice(0, 3),
+                                   torch.tensor([len(k) for k in kept]))
         for b, s in enumerate(kept):
             ref = target(torch.tensor([s + [30 + b]])).logits[0, -1]
-            assert torch.allclose(before[b], ref, atol=1e-4)
-            assert torch.allclose(after[b], ref, atol=1e-4)
+            assert torch.allclose(logits[b, 0], ref, atol=1e-4)
+        runner.cache.move_row(2, 0, len(kept[2]) + 1)  # row 2 takes slot 0
+        logits, _ = runner.forward(torch.tensor([[40]]), slice(0, 1), torch.tensor([len(kept[2]) + 1]))
+        ref = target(torch.tensor([kept[2] + [32, 40]])).logits[0, -1]
+        assert torch.allclose(logits[0, 0], ref, atol=1e-4)

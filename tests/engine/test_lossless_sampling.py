@@ -1,8 +1,11 @@
-"""End-to-end losslessness under sampling: the engine's first three output tokens, drawn with
-speculation, follow the target's exact joint distribution (enumerated on a 6-token vocabulary)
-under temperature, top-k and top-p, for a real draft model and adversarial drafters; and the
-same test catches a deliberately wrong verifier."""
+"""End-to-end losslessness under sampling, on the one decode path: the engine's first three
+output tokens, drawn with speculation, follow the target's exact joint distribution
+(enumerated on a 6-token vocabulary) under temperature, top-k and top-p, for the draft
+model, n-gram lookup and adversarial drafters, alone (concurrency 1) and in a continuous
+batch at concurrency 4 with ragged companions that join and leave mid-batch, with dynamic k;
+and the same test catches a deliberately wrong verifier."""
 
+import random
 
 import numpy as np
 import pytest
@@ -11,22 +14,27 @@ import torch
 import tiny
 from gof import gof_pvalue
 from specbench.config import SamplingParams, SpeculativeConfig
-from specbench.engine import Engine, engine as engine_mod
-from specbench.engine.drafters import Proposal
+from specbench.engine import Engine
+from specbench.engine import engine as engine_mod
+from specbench.engine.drafters import Proposal, StatelessDrafter
 from specbench.engine.sampling import probs_from_logits
 
 V = 6
 PROMPT = [1, 2, 3]
 N = 3000
-SPEC = SpeculativeConfig(method="draft_model", num_speculative_tokens=2, draft="draft")
-# Budget 4 with k=2: the first token comes from the prefill, the next two from one
-# speculative step that verifies two drafts, so both draft positions are exercised.
+# Budget 4: the first token comes from the prefill, the next ones from speculative steps
+# (k = 3: one step verifying two drafts; k = 1: two steps), so every draft position counts.
 MAX_NEW = 4
 
 
 @pytest.fixture(scope="module")
 def target():
     return tiny.make_model(vocab_size=V, hidden=16, layers=1, init_range=0.5, seed=3)
+
+
+@pytest.fixture(scope="module")
+def engine(target):
+    return Engine(target, tiny.perturbed_copy(target, 0.5, seed=9))
 
 
 def exact_joint(target, sp: SamplingParams) -> np.ndarray:
@@ -46,102 +54,119 @@ def exact_joint(target, sp: SamplingParams) -> np.ndarray:
     return joint.ravel()
 
 
-class FixedQDrafter:
-    """Draws each draft token from a fixed q, whatever the context."""
+class FixedQDrafter(StatelessDrafter):
+    """Draws each draft token from a fixed q, whatever the context, with the row's generator."""
 
     def __init__(self, q):
         self.q = q
 
-    def propose(self, ids, k, sampling, generator):
-        toks = torch.multinomial(self.q, k, replacement=True, generator=generator).tolist()
-        return Proposal(toks, self.q.expand(k, V).clone())
-
-    def rollback(self, n):
-        pass
+    def propose(self, rows, ks):
+        tokens = [torch.multinomial(self.q, k, replacement=True, generator=r.gen).tolist() if k else []
+                  for r, k in zip(rows, ks)]
+        return Proposal(tokens, self.q.expand(len(rows), max(ks), V).clone())
 
 
-class ConstantDrafter:
+class ConstantDrafter(StatelessDrafter):
     """Deterministic (one-hot q): always proposes the same token."""
 
     def __init__(self, token):
         self.token = token
 
-    def propose(self, ids, k, sampling, generator):
-        return Proposal([self.token] * k, None)
-
-    def rollback(self, n):
-        pass
-
-
-def sample_counts(engine, sp, make_drafter) -> np.ndarray:
-    counts = np.zeros(V ** 3, dtype=np.int64)
-    for seed in range(N):
-        g = engine.generate(PROMPT, sp.with_(seed=seed), SPEC,
-                            drafter=make_drafter() if make_drafter else None)
-        a, b, c = g.output_ids[:3]
-        counts[(a * V + b) * V + c] += 1
-    return counts
+    def propose(self, rows, ks):
+        return Proposal([[self.token] * k for k in ks])
 
 
 SAMPLINGS = {
     "temperature": SamplingParams(temperature=1.0, max_new_tokens=MAX_NEW, ignore_eos=True),
     "top_k": SamplingParams(temperature=0.7, top_k=3, max_new_tokens=MAX_NEW, ignore_eos=True),
     "top_p": SamplingParams(temperature=1.3, top_p=0.8, max_new_tokens=MAX_NEW, ignore_eos=True),
+    "all": SamplingParams(temperature=0.9, top_k=4, top_p=0.85, max_new_tokens=MAX_NEW, ignore_eos=True),
 }
 
-CASES = [
-    ("temperature", "draft_model"),
-    ("top_k", "draft_model"),
-    ("top_p", "q_equals_p"),
-    ("top_k", "disjoint_q"),
-    ("top_p", "one_hot"),
-    ("temperature", "q_with_zeros"),
-]
 
-
-def drafter_factory(name, target):
-    if name == "draft_model":
-        return None  # the engine's own draft model drafter (perturbed copy of the target)
-    if name == "q_equals_p":
-        return "target"
+def drafter_for(name, target):
+    if name in ("draft_model", "ngram"):
+        return None  # the engine's own drafter for the method
     if name == "disjoint_q":  # all mass on the two tokens the target finds least likely
         with torch.inference_mode():
             low = target(torch.tensor([PROMPT])).logits[0, -1].argsort()[:2]
         q = torch.zeros(V)
         q[low] = 0.5
-        return lambda: FixedQDrafter(q)
+        return FixedQDrafter(q)
     if name == "one_hot":
-        return lambda: ConstantDrafter(4)
+        return ConstantDrafter(4)
     if name == "q_with_zeros":
-        return lambda: FixedQDrafter(torch.tensor([0.4, 0.0, 0.3, 0.0, 0.3, 0.0]))
+        return FixedQDrafter(torch.tensor([0.4, 0.0, 0.3, 0.0, 0.3, 0.0]))
     raise KeyError(name)
 
 
-@pytest.mark.parametrize("sampling,drafter", CASES)
-def test_first_three_tokens_follow_target_distribution(target, sampling, drafter):
+def spec_for(drafter: str, k: int, dynamic_k: bool = False) -> SpeculativeConfig:
+    if drafter == "ngram":
+        return SpeculativeConfig(method="ngram", num_speculative_tokens=k, dynamic_k=dynamic_k)
+    return SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft="draft", dynamic_k=dynamic_k)
+
+
+def sample_counts(engine, sp, spec, drafter, concurrency) -> np.ndarray:
+    """N seeded requests of PROMPT; at concurrency > 1 each shares its batch with ragged
+    companions (other prompts, lengths, budgets and samplings, greedy included) that join and
+    leave while it runs. Counts of the first three output tokens of the N measured requests."""
+    rng = random.Random(7)
+    reqs, measured = [], []
+    for seed in range(N):
+        measured.append(len(reqs))
+        reqs.append((PROMPT, sp.with_(seed=seed)))
+        if concurrency > 1 and seed % 2 == 0:
+            other = [rng.randrange(V) for _ in range(rng.randint(2, 12))]
+            companion = rng.choice([sp, SamplingParams(), SamplingParams(temperature=0.6, top_p=0.9)])
+            reqs.append((other, companion.with_(seed=10_000 + seed, max_new_tokens=rng.randint(1, 9),
+                                                ignore_eos=True)))
+    results, _ = engine.run(reqs, spec, concurrency=concurrency, drafter=drafter)
+    counts = np.zeros(V ** 3, dtype=np.int64)
+    for i in measured:
+        a, b, c = results[i].output_ids[:3]
+        counts[(a * V + b) * V + c] += 1
+    return counts
+
+
+CASES = [  # (concurrency, sampling, drafter, k, dynamic_k)
+    (1, "temperature", "draft_model", 3, False),
+    (1, "top_k", "draft_model", 3, False),
+    (1, "top_p", "ngram", 3, False),
+    (1, "top_k", "disjoint_q", 3, False),
+    (1, "top_p", "one_hot", 3, False),
+    (1, "temperature", "q_with_zeros", 3, False),
+    (4, "temperature", "draft_model", 1, True),
+    (4, "all", "draft_model", 3, True),
+    (4, "temperature", "ngram", 3, True),
+    (4, "all", "ngram", 1, True),
+    (4, "all", "q_with_zeros", 3, False),
+    (4, "top_k", "one_hot", 1, False),
+]
+
+
+@pytest.mark.parametrize("concurrency,sampling,drafter,k,dynamic_k", CASES)
+def test_first_three_tokens_follow_target_distribution(engine, target, concurrency, sampling, drafter, k, dynamic_k):
     sp = SAMPLINGS[sampling]
-    factory = drafter_factory(drafter, target)
-    draft_model = target if factory == "target" else tiny.perturbed_copy(target, 0.5, seed=9)
-    engine = Engine(target, draft_model)
-    counts = sample_counts(engine, sp, None if factory in (None, "target") else factory)
+    counts = sample_counts(engine, sp, spec_for(drafter, k, dynamic_k), drafter_for(drafter, target), concurrency)
     expected = exact_joint(target, sp)
     assert counts[expected == 0].sum() == 0, "emitted a sequence the target can never produce"
     assert gof_pvalue(counts, expected) > 1e-3
 
 
-def test_goodness_of_fit_catches_a_wrong_verifier(target, monkeypatch):
+def test_goodness_of_fit_catches_a_wrong_verifier(engine, target, monkeypatch):
     """Resampling from p instead of the residual after a rejection is a classic, subtle bug:
-    the same test must reject it."""
-    real = engine_mod.verify_sampled
+    the same test, on the same batched path, must reject it."""
+    real = engine_mod.verify
 
-    def resample_from_p(draft, q, p, g):
-        n, extra = real(draft, q, p, g)
-        if n < len(draft):
-            extra = int(torch.multinomial(p[n], 1, generator=g))
-        return n, extra
+    def resample_from_p(draft, lens, logits, q, samplings, gens):
+        n_acc, extra = real(draft, lens, logits, q, samplings, gens)
+        for b, (n, m) in enumerate(zip(n_acc, lens)):
+            if n < m and not samplings[b].greedy:
+                p = probs_from_logits(logits[b, n], samplings[b])
+                extra[b] = int(torch.multinomial(p, 1, generator=gens[b]))
+        return n_acc, extra
 
-    monkeypatch.setattr(engine_mod, "verify_sampled", resample_from_p)
+    monkeypatch.setattr(engine_mod, "verify", resample_from_p)
     sp = SAMPLINGS["temperature"]
-    engine = Engine(target, tiny.perturbed_copy(target, 0.5, seed=9))
-    counts = sample_counts(engine, sp, None)
+    counts = sample_counts(engine, sp, spec_for("draft_model", 3), None, 4)
     assert gof_pvalue(counts, exact_joint(target, sp)) < 1e-3

@@ -1,16 +1,18 @@
-"""Verification rule tests on synthetic distributions: the token a step emits at a position
-must be distributed exactly as the target's p, whatever the drafter's q."""
+"""Verification rule tests on synthetic distributions, many rows in one batched call: the
+token a step emits at a position must be distributed exactly as the target's p, whatever
+the drafter's q, and the same test must reject deliberately wrong verifiers."""
 
 import numpy as np
 import pytest
 import torch
 
 from gof import gof_pvalue
-from specbench.engine.verify import verify_greedy, verify_sampled
+from specbench.config import SamplingParams
+from specbench.engine.sampling import probs_from_logits
+from specbench.engine.verify import verify
 
 V = 6
-
-
+N = 6000
 P = torch.tensor([0.05, 0.4, 0.25, 0.2, 0.1, 0.0])
 QS = {
     "q_equals_p": P.clone(),
@@ -19,81 +21,110 @@ QS = {
     "overconfident": torch.tensor([0.02, 0.9, 0.02, 0.02, 0.02, 0.02]),
     "uniform": torch.full((V,), 1 / V),
 }
+SAMPLED = SamplingParams(temperature=1.0)
 
 
-def emitted_first_tokens(q: torch.Tensor | None, one_hot_token: int | None, n: int, verifier) -> np.ndarray:
-    """Draw a draft from q (or use a fixed token: a deterministic drafter), verify it against
-    p, and count the token emitted at the draft's position."""
-    g = torch.Generator().manual_seed(1234)
-    p = torch.stack([P, torch.full((V,), 1 / V)])  # p for position 0 and the bonus position
+def logits_for(p: torch.Tensor) -> torch.Tensor:
+    """Logits whose temperature-1 distribution is exactly p (zeros become -inf)."""
+    return torch.log(p)
+
+
+def emitted_first_tokens(q: torch.Tensor | None, one_hot_token: int | None, verifier=verify) -> np.ndarray:
+    """N rows in one batch: each draws a one-token draft from q with its own generator (or
+    uses a fixed token: a deterministic drafter), verifies it against p, and we count the
+    token emitted at the draft's position."""
+    gens = [torch.Generator().manual_seed(1234 + i) for i in range(N)]
+    if q is None:
+        draft = torch.full((N, 1), one_hot_token)
+    else:
+        draft = torch.tensor([[int(torch.multinomial(q, 1, generator=g))] for g in gens])
+    p = torch.stack([P, torch.full((V,), 1 / V)])  # position 0 and the bonus position
+    logits = logits_for(p).expand(N, 2, V)
+    qq = None if q is None else q.expand(N, 1, V)
+    n_acc, extra = verifier(draft, [1] * N, logits, qq, [SAMPLED] * N, gens)
     counts = np.zeros(V, dtype=np.int64)
-    for _ in range(n):
-        if q is None:
-            draft, qq = [one_hot_token], None
-        else:
-            draft, qq = [int(torch.multinomial(q, 1, generator=g))], q[None]
-        n_acc, extra = verifier(draft, qq, p, g)
-        counts[draft[0] if n_acc == 1 else extra] += 1
+    for b in range(N):
+        counts[int(draft[b, 0]) if n_acc[b] == 1 else extra[b]] += 1
     return counts
 
 
 @pytest.mark.parametrize("name", sorted(QS))
 def test_emitted_token_follows_target_distribution(name):
-    counts = emitted_first_tokens(QS[name], None, 6000, verify_sampled)
+    counts = emitted_first_tokens(QS[name], None)
     assert counts[5] == 0  # p(5) = 0: never emitted, even when q proposes it
     assert gof_pvalue(counts, P.numpy()) > 1e-3
 
 
 @pytest.mark.parametrize("token", [1, 4, 5])
 def test_one_hot_drafter_follows_target_distribution(token):
-    counts = emitted_first_tokens(None, token, 6000, verify_sampled)
+    counts = emitted_first_tokens(None, token)
     assert gof_pvalue(counts, P.numpy()) > 1e-3
 
 
-def _resample_from_p(draft, q, p, g):
+def _resample_from_p(draft, lens, logits, q, samplings, gens):
     """A classic bug: on rejection, resample from p instead of the residual max(0, p - q)."""
-    n, extra = verify_sampled(draft, q, p, g)
-    if n < len(draft):
-        extra = int(torch.multinomial(p[n], 1, generator=g))
-    return n, extra
+    n_acc, extra = verify(draft, lens, logits, q, samplings, gens)
+    for b, (n, m) in enumerate(zip(n_acc, lens)):
+        if n < m:
+            extra[b] = int(torch.multinomial(probs_from_logits(logits[b, n], samplings[b]), 1, generator=gens[b]))
+    return n_acc, extra
 
 
-def _accept_always(draft, q, p, g):
-    return len(draft), int(torch.multinomial(p[len(draft)], 1, generator=g))
+def _accept_always(draft, lens, logits, q, samplings, gens):
+    extra = [int(torch.multinomial(probs_from_logits(logits[b, m], samplings[b]), 1, generator=gens[b]))
+             for b, m in enumerate(lens)]
+    return list(lens), extra
 
 
 @pytest.mark.parametrize("broken", [_resample_from_p, _accept_always])
 def test_goodness_of_fit_rejects_a_wrong_verifier(broken):
-    counts = emitted_first_tokens(QS["overconfident"], None, 6000, broken)
+    counts = emitted_first_tokens(QS["overconfident"], None, broken)
     assert gof_pvalue(counts, P.numpy()) < 1e-6
 
 
 def test_identical_distributions_accept_everything():
-    g = torch.Generator().manual_seed(0)
-    p = torch.softmax(torch.randn(4, V), -1)
-    accepted = 0
-    for _ in range(200):
-        draft = [int(torch.multinomial(p[i], 1, generator=g)) for i in range(3)]
-        n, _ = verify_sampled(draft, p[:3], p, g)
-        accepted += n
-    assert accepted == 600
+    torch.manual_seed(0)
+    p = torch.softmax(torch.randn(200, 4, V), -1)
+    gens = [torch.Generator().manual_seed(i) for i in range(200)]
+    draft = torch.stack([torch.stack([torch.multinomial(p[b, i], 1, generator=gens[b])[0] for i in range(3)])
+                         for b in range(200)])
+    n_acc, _ = verify(draft, [3] * 200, torch.log(p), p[:, :3], [SAMPLED] * 200, gens)
+    assert n_acc == [3] * 200
 
 
 def test_zero_residual_falls_back_to_p():
-    # q puts more mass than p everywhere it matters only through rounding: residual sums to 0.
-    p = torch.tensor([[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])
-    q = torch.tensor([[0.5, 0.5, 0.0]])
-    g = torch.Generator().manual_seed(0)
-    for _ in range(50):
-        n, extra = verify_sampled([0], q, p, g)
-        assert n == 1 or extra in (0, 1)
+    # q puts at least p's mass everywhere: the residual after a rejection sums to 0.
+    p = torch.tensor([[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]]).expand(50, 2, 3)
+    q = torch.tensor([[0.5, 0.5, 0.0]]).expand(50, 1, 3)
+    gens = [torch.Generator().manual_seed(i) for i in range(50)]
+    n_acc, extra = verify(torch.zeros(50, 1, dtype=torch.long), [1] * 50, torch.log(p), q, [SAMPLED] * 50, gens)
+    assert all(n == 1 or e in (0, 1) for n, e in zip(n_acc, extra))
+
+
+def test_rows_of_one_batch_verify_independently():
+    """Greedy and sampled rows with different draft lengths in one call give each row what it
+    gets alone: a row's result never depends on its batch mates."""
+    torch.manual_seed(3)
+    B, K = 5, 4
+    logits = torch.randn(B, K + 1, V) * 3
+    draft = torch.randint(0, V, (B, K))
+    lens = [4, 0, 2, 3, 1]
+    samplings = [SamplingParams(), SamplingParams(temperature=0.8), SamplingParams(temperature=1.2, top_k=3),
+                 SamplingParams(), SamplingParams(temperature=0.8, top_p=0.7)]
+    q = torch.softmax(torch.randn(B, K, V), -1)
+    together = verify(draft, lens, logits, q, samplings, [torch.Generator().manual_seed(b) for b in range(B)])
+    for b in range(B):
+        alone = verify(draft[b:b + 1, : max(lens[b], 0)], [lens[b]], logits[b:b + 1, : lens[b] + 1],
+                       q[b:b + 1, : lens[b]], [samplings[b]], [torch.Generator().manual_seed(b)])
+        assert (together[0][b], together[1][b]) == (alone[0][0], alone[1][0]), f"row {b}"
 
 
 def test_greedy_accepts_matching_prefix_then_emits_target_argmax():
-    logits = torch.full((4, V), -10.0)
+    logits = torch.full((4, 4, V), -10.0)
     for pos, tok in enumerate([2, 3, 1, 4]):
-        logits[pos, tok] = 10.0
-    assert verify_greedy([2, 3, 5], logits) == (2, 1)  # third draft wrong: correction is 1
-    assert verify_greedy([2, 3, 1], logits) == (3, 4)  # all accepted: bonus is 4
-    assert verify_greedy([0], logits) == (0, 2)
-    assert verify_greedy([], logits) == (0, 2)
+        logits[:, pos, tok] = 10.0
+    draft = torch.tensor([[2, 3, 5], [2, 3, 1], [0, 0, 0], [0, 0, 0]])
+    n_acc, extra = verify(draft, [3, 3, 1, 0], logits, None, [SamplingParams()] * 4,
+                          [torch.Generator() for _ in range(4)])
+    # third draft wrong: correction 1; all accepted: bonus 4; first wrong: 2; no draft: 2
+    assert list(zip(n_acc, extra)) == [(2, 1), (3, 4), (0, 2), (0, 2)]

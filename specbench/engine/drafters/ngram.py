@@ -8,24 +8,21 @@ rewrites, summaries) accept long stretches; free text accepts little.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
-import torch
 
-from specbench.config import SamplingParams
-from specbench.engine.drafters.base import Proposal
+from specbench.engine.drafters.base import Proposal, StatelessDrafter
 
 
-class NgramDrafter:
+class NgramDrafter(StatelessDrafter):
     def __init__(self, ngram_min: int = 1, ngram_max: int = 4):
         self.ngram_min = ngram_min
         self.ngram_max = ngram_max
 
-    def propose(self, ids: list[int], k: int, sampling: SamplingParams,
-                generator: torch.Generator) -> Proposal:
-        return Proposal(lookup(ids, k, self.ngram_min, self.ngram_max), None)
-
-    def rollback(self, valid_length: int) -> None:
-        pass  # stateless: each proposal searches the current sequence
+    def propose(self, rows: Sequence[Any], ks: Sequence[int]) -> Proposal:
+        return Proposal([lookup(r.ids, k, self.ngram_min, self.ngram_max) for r, k in zip(rows, ks)])
 
 
 def lookup(ids: list[int], k: int, ngram_min: int, ngram_max: int) -> list[int]:
