@@ -3,13 +3,18 @@ models and prompts, in one process, variants interleaved prompt by prompt so mac
 hits every variant alike.
 
 Variants (batch 1, greedy):
-  bare      a bare forward-pass loop (DynamicCache + argmax): the floor for any baseline
+  bare      a bare forward-pass loop (DynamicCache + argmax) on the engine's (prepacked)
+            weights: the floor for our baseline
   ours      embedded engine, method none
   hf        transformers generate(), plain
   ours-dm   embedded engine, draft model (k, confidence threshold as given)
   hf-dm     transformers assisted generation (assistant_model=, its defaults unless --hf-k)
   ours-ng   embedded engine, n-gram prompt lookup
   hf-ng     transformers prompt lookup (prompt_lookup_num_tokens=)
+
+transformers runs on its own copy of the models, as loaded (the way its users run it); the
+engine converts its copy for its fast path (prepacked linears on CPU). `--hf-packed` gives
+transformers prepacked weights too, which separates the engine's gain from the kernels'.
 
 Prints tokens/s per variant, the ratios the engine goals are stated in, mean tokens per
 target forward pass, and each variant's token match rate / first divergence against hf plain.
@@ -31,6 +36,7 @@ from transformers import DynamicCache
 from specbench.backends.embedded import EmbeddedBackend
 from specbench.backends.hf import HFBackend
 from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
+from specbench.engine.model import pack_linears
 from specbench.metrics import match_fields
 from specbench.models.loading import check_same_tokenizer, load_model
 from specbench.workload import build_requests, load_workload
@@ -68,22 +74,28 @@ def main() -> None:
     ap.add_argument("--hf-k", type=int, default=None,
                     help="transformers' num_assistant_tokens (default: its own default, 20, confidence 0.4)")
     ap.add_argument("--variants", default="bare,ours,hf,ours-dm,hf-dm,ours-ng,hf-ng")
+    ap.add_argument("--hf-packed", action="store_true", help="prepack transformers' copy as well")
     args = ap.parse_args()
 
     console = Console()
     cfg = EngineConfig(device=args.device, dtype=args.dtype)
     t0 = time.perf_counter()
-    target = load_model(args.target, cfg)
-    draft = load_model(args.draft, cfg)
+    target, draft = load_model(args.target, cfg), load_model(args.draft, cfg)
     check_same_tokenizer(target, draft)
-    console.print(f"loaded {target.name} + {draft.name} in {time.perf_counter() - t0:.1f} s "
+    hf_target, hf_draft = load_model(args.target, cfg), load_model(args.draft, cfg)  # transformers' own copy
+    if args.hf_packed:
+        pack_linears(hf_target.model)
+        pack_linears(hf_draft.model)
+    console.print(f"loaded {target.name} + {draft.name} twice in {time.perf_counter() - t0:.1f} s "
                   f"({target.device}, {str(target.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads)")
 
     wl = load_workload(args.workload, num_prompts=args.num_prompts, seed=0)
     requests, _ = build_requests(wl, target.tokenizer, SamplingParams(max_new_tokens=args.max_new_tokens),
                                  max_context=target.max_context,
                                  overrides={"max_new_tokens": args.max_new_tokens, "temperature": 0.0})
-    ours, hf = EmbeddedBackend(target, draft), HFBackend(target, draft)
+    ours, hf = EmbeddedBackend(target, draft), HFBackend(hf_target, hf_draft)
+    console.print(f"engine: linears prepacked {ours.engine.packed}; transformers: "
+                  f"{'prepacked' if args.hf_packed else 'as loaded'}")
     none = SpeculativeConfig()
     dm = SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft=args.draft,
                            draft_confidence_threshold=args.threshold)
@@ -110,9 +122,16 @@ def main() -> None:
     passes = {v: 0 for v in variants}
     outputs: dict[str, dict[str, list[int]]] = {v: {} for v in variants}
     for i, req in enumerate(requests):
-        n_ref = None
-        for v in variants:
+        # Alternate the order prompt by prompt, so no variant always runs first or last.
+        order = variants if i % 2 == 0 else variants[::-1]
+        for v in order:
             if v == "bare":
+                # The floor for our baseline: as many plain steps as the baseline emits.
+                n = req.sampling.max_new_tokens if "ours" not in outputs or req.id not in outputs["ours"] \
+                    else len(outputs["ours"][req.id])
+                secs["bare"] += bare_loop(target.model, list(req.prompt_ids), n)
+                toks["bare"] += n
+                passes["bare"] += n
                 continue
             be, spec = runs[v]
             t = time.perf_counter()
@@ -121,13 +140,6 @@ def main() -> None:
             toks[v] += len(res.output_ids)
             passes[v] += res.target_forward_passes
             outputs[v][req.id] = res.output_ids
-            if v == "ours":
-                n_ref = len(res.output_ids)
-        if "bare" in variants:
-            n = n_ref or req.sampling.max_new_tokens
-            secs["bare"] += bare_loop(target.model, list(req.prompt_ids), n)
-            toks["bare"] += n
-            passes["bare"] += n
         console.print(f"prompt {i + 1}/{len(requests)} ({len(req.prompt_ids)} tokens): " + ", ".join(
             f"{v} {toks[v] / secs[v]:.2f}" for v in variants if secs[v]) + " tok/s (running)")
 

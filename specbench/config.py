@@ -18,6 +18,7 @@ from specbench.errors import ConfigError
 METHODS = ("none", "draft_model", "ngram")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+COMPILE_MODES = ("off", "auto", "on")
 
 
 @dataclass(frozen=True)
@@ -122,12 +123,23 @@ class EngineConfig:
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto = bf16 on CUDA and on CPUs with avx512_bf16, else float32
     trust_remote_code: bool = False  # never run a model repo's own code unless asked
+    # The engine's fast forward path: off = transformers' forward with the weights as loaded;
+    # auto = the fast path wherever it applies (CPU: linear layers prepacked for oneDNN);
+    # on = the fast path or a one-line error saying why it does not apply here.
+    compile: str = "auto"
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise ConfigError(f"--device must be one of {', '.join(DEVICES)} (or cuda:N), got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.compile not in COMPILE_MODES:
+            raise ConfigError(f"--compile must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
+
+    @property
+    def pack(self) -> bool | None:
+        """What the engine's `pack` argument is for this mode (None = where it applies)."""
+        return {"off": False, "auto": None, "on": True}[self.compile]
 
 
 _VLLM_METHOD_ALIASES = {

@@ -79,7 +79,7 @@ class Session:
             from specbench.backends.embedded import EmbeddedBackend
 
             drf = self.draft_model(draft) if draft is not None else None
-            self._backends[draft] = EmbeddedBackend(self.target, drf)
+            self._backends[draft] = EmbeddedBackend(self.target, drf, pack=self.engine_cfg.pack)
         return self._backends[draft]
 
     @property

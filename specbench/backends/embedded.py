@@ -8,6 +8,7 @@ import torch
 
 from specbench.config import SpeculativeConfig
 from specbench.engine import Engine
+from specbench.errors import ConfigError
 from specbench.memory import peak_bytes, reset_peak
 from specbench.types import Request, Result
 
@@ -26,15 +27,20 @@ class EmbeddedBackend:
         converts the models for its fast path in place (see specbench.engine.model)."""
         self.target = target
         self.draft = draft
-        self.engine = Engine(target.model, draft.model if draft is not None else None,
-                             eos_token_ids=target.eos_token_ids, max_context=target.max_context, pack=pack)
+        try:
+            self.engine = Engine(target.model, draft.model if draft is not None else None,
+                                 eos_token_ids=target.eos_token_ids, max_context=target.max_context, pack=pack)
+        except ValueError as exc:  # --compile on where the fast path does not apply
+            raise ConfigError(f"--compile on: {exc}") from None
         self.device = self.engine.device
         self.device_name = describe_device(self.device)
 
     def describe(self) -> dict:
-        """How the engine runs the models (for run.json)."""
-        return {"packed_linears": self.engine.packed,
-                **({"packed_linears_off": self.engine.pack_reason} if not self.engine.packed else {})}
+        """How the engine runs the models (for run.json): the forward path and why."""
+        e = self.engine
+        path = "prepacked oneDNN linears" if e.packed else "transformers eager"
+        return {"forward_path": path, "fast_path_setup_s": round(e.setup_s, 3),
+                **({"fast_path_unavailable": e.pack_reason} if not e.packed and e.pack_reason else {})}
 
     def _result(self, request: Request, g) -> Result:
         return Result(

@@ -62,6 +62,7 @@ def run(
     warmup: Annotated[int, typer.Option(help="Warm-up requests per configuration, excluded from records.")] = 1,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32 (auto = bf16 on CUDA and on CPUs with avx512_bf16).")] = "auto",
+    compile: Annotated[str, typer.Option("--compile", help="The engine's fast forward path: off (transformers' forward as loaded) | auto (where it applies: CPU linears prepacked for oneDNN) | on (or an error saying why not).")] = "auto",
     backend: Annotated[str, typer.Option(help="embedded (specbench's engine) | hf (transformers generate(), the reference) | openai (an OpenAI-compatible server: vLLM, SGLang, specbench serve).")] = "embedded",
     base_url: Annotated[Optional[str], typer.Option(help="openai: server URL, e.g. http://127.0.0.1:8000 (with or without /v1).")] = None,
     model: Annotated[Optional[str], typer.Option(help="openai: served model name (default: the server's only model).")] = None,
@@ -89,7 +90,7 @@ def run(
         raise ConfigError(f"--warmup must be >= 0, got {warmup}")
     if num_prompts is not None and num_prompts < 1:
         raise ConfigError(f"--num-prompts must be >= 1, got {num_prompts}")
-    engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code, compile=compile)
     ks = parse_int_list(num_speculative_tokens, "--num-speculative-tokens") or [4]
     if speculative_config:
         parsed = parse_speculative_config(speculative_config)
@@ -152,7 +153,7 @@ def run(
         "num_prompts": len(wl.prompts), "sampling": overrides, "seed": seed,
         "ignore_eos": ignore_eos, "concurrency": concurrencies, "request_rate": request_rate,
         "disable_by_batch_size": disable_by_batch_size, "dynamic_k": dynamic_k, "warmup": warmup,
-        "device": device, "dtype": dtype, "backend": backend, "baseline": baseline,
+        "device": device, "dtype": dtype, "compile": compile, "backend": backend, "baseline": baseline,
         "chat_template": chat_template, "truncate": truncate,
         "configurations": [c.config_id for c in configs],
     }
@@ -190,7 +191,8 @@ def run(
 
     if backend == "embedded":
         from specbench.backends.embedded import EmbeddedBackend
-        be = EmbeddedBackend(tgt, drf)
+        be = EmbeddedBackend(tgt, drf, pack=engine_cfg.pack)
+        metadata.config["engine"] = be.describe()
     elif oa is not None:
         be = oa
         be.prepare(requests[0], tgt.tokenizer, tgt.eos_token_ids)  # probes the stream format

@@ -52,6 +52,7 @@ def serve(
     speculative_config: Annotated[Optional[str], typer.Option(help="vLLM-style JSON; overrides --method/-k/--draft.")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32.")] = "auto",
+    compile: Annotated[str, typer.Option("--compile", help="The engine's fast forward path: off | auto | on (see specbench run --help).")] = "auto",
     trust_remote_code: Annotated[bool, typer.Option(help="Allow model repositories to run their own code.")] = False,
     host: Annotated[str, typer.Option(help="Address to listen on; loopback by default (the API has no authentication).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0 = any free port; the chosen one is printed).")] = 8000,
@@ -65,7 +66,7 @@ def serve(
     from specbench.server import SpecbenchServer, is_loopback
 
     spec = resolve_spec(target, draft, method, num_speculative_tokens, speculative_config)
-    engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code, compile=compile)
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {port}")
     if max_concurrency < 1:
@@ -88,8 +89,11 @@ def serve(
         console.print(f"loading draft [bold]{spec.draft}[/]")
         drf = load_model(spec.draft, engine_cfg)
         check_same_tokenizer(tgt, drf)
-    engine = Engine(tgt.model, drf.model if drf is not None else None,
-                    eos_token_ids=tgt.eos_token_ids, max_context=tgt.max_context)
+    try:
+        engine = Engine(tgt.model, drf.model if drf is not None else None,
+                        eos_token_ids=tgt.eos_token_ids, max_context=tgt.max_context, pack=engine_cfg.pack)
+    except ValueError as exc:
+        raise ConfigError(f"--compile on: {exc}") from None
     name = served_model_name or target
     try:
         server = SpecbenchServer(host, port, engine=engine, tokenizer=tgt.tokenizer, spec=spec,

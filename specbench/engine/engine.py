@@ -69,6 +69,8 @@ class BatchStats:
     draft_kv_peak_bytes: int = 0
     target_weight_bytes: int = 0
     draft_weight_bytes: int = 0
+    # rows in the target pass -> [steps, step_s, draft_s, verify_s]: where each batch size's time went
+    by_batch_size: dict = field(default_factory=dict)
 
     @property
     def overhead_s(self) -> float:
@@ -80,6 +82,8 @@ class BatchStats:
             "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
             "step_s": self.step_s, "draft_s": self.draft_s, "verify_s": self.verify_s,
             "overhead_s": self.overhead_s, "prefill_s": self.prefill_s,
+            "by_batch_size": {str(b): dict(zip(("steps", "step_s", "draft_s", "verify_s"), v))
+                              for b, v in sorted(self.by_batch_size.items())},
             "memory": {
                 "target_weight_bytes": self.target_weight_bytes,
                 "draft_weight_bytes": self.draft_weight_bytes,
@@ -147,11 +151,15 @@ class Engine:
         self.max_context = max_context or getattr(target.config.get_text_config(), "max_position_embeddings", None)
         self._sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
         applicable, self.pack_reason = can_pack(target)
-        self.packed = bool(applicable if pack is None else pack and applicable)
+        if pack and not applicable:
+            raise ValueError(f"the fast path does not apply here: {self.pack_reason}")
+        self.packed = bool(applicable if pack is None else pack)
+        t = time.perf_counter()
         if self.packed:
             pack_linears(target)
             if draft is not None:
                 pack_linears(draft)
+        self.setup_s = time.perf_counter() - t  # one-time conversion for the fast path
         self.target_runner = ModelRunner(target)
         self._draft_runner: ModelRunner | None = None
 
@@ -315,22 +323,28 @@ class Batch:
                                      batch_size=B, context_tokens=context[b]))
             if spec.dynamic_k and d:
                 r.k = min(r.k + 2, self.k) if n == len(d) else max(1, r.k - 1)
-        self._account(B, sum(context) + sum(accepted), t0, t1, t2)
         done = [r for r in rows if r.done]
         if done:
             finished += [self._generation(r) for r in done]
             self._compact()
+        self._account(B, sum(context) + sum(accepted), t0, t1, t2)
         return finished
 
     # ---- bookkeeping ----------------------------------------------------------------------
 
     def _account(self, batch_size: int, target_tokens: int, t0: float, t1: float, t2: float) -> None:
         s = self.stats
+        step = time.perf_counter() - t0
         s.steps += 1
         s.batch_sizes[batch_size] += 1
         s.draft_s += t1 - t0
         s.verify_s += t2 - t1
-        s.step_s += time.perf_counter() - t0
+        s.step_s += step
+        acc = s.by_batch_size.setdefault(batch_size, [0, 0.0, 0.0, 0.0])
+        acc[0] += 1
+        acc[1] += step
+        acc[2] += t1 - t0
+        acc[3] += t2 - t1
         cache = self.target.cache
         s.target_kv_allocated_bytes = max(s.target_kv_allocated_bytes, cache.allocated_bytes)
         s.target_kv_peak_bytes = max(s.target_kv_peak_bytes, target_tokens * cache.bytes_per_token)

@@ -39,7 +39,7 @@ class PackedLinear(torch.nn.Module):
         w = linear.weight.detach()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(w, 1), persistent=False)
-        bias = linear.bias.detach() if linear.bias is not None else None
+        bias = linear.bias.detach().clone() if linear.bias is not None else None
         self.register_buffer("bias", bias, persistent=False)
         self.weight_bytes = w.numel() * w.element_size()
 
@@ -74,6 +74,12 @@ def pack_linears(model: torch.nn.Module) -> int:
             if type(child) is torch.nn.Linear:
                 setattr(module, name, PackedLinear(child))
                 n += 1
+    if n:
+        # The weights left (embeddings, norms) may still live in the checkpoint's memory map,
+        # which would keep every page of the file resident: give them their own memory.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.data = p.data.clone()
     return n
 
 

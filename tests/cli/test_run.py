@@ -339,6 +339,7 @@ BAD_FLAGS = {
     "disable-by-batch-size-zero": (["--disable-by-batch-size", "0"], ["disable_by_batch_size", ">= 1"]),
     "hf-with-concurrency": (["--backend", "hf", "--concurrency", "2"], ["--backend hf", "--concurrency 1"]),
     "unknown-backend": (["--backend", "nope"], ["--backend", "'nope'", "embedded", "hf"]),
+    "unknown-compile": (["--compile", "fast"], ["--compile", "'fast'", "off", "auto", "on"]),
     "unknown-workload": (["--workload", "nosuch"],
                          ["unknown workload 'nosuch'", "regression", "business", "high-entropy"]),
 }

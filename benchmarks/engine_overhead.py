@@ -1,0 +1,123 @@
+"""Engine overhead: how close one engine step is to the bare forward passes it is made of.
+
+For each concurrency c and k, the engine decodes 2c HumanEval prompts (greedy, ignore EOS,
+fixed length) and we take its mean step time over the steps where all c rows were in the
+batch. Beside it, in the same process and on the same (prepacked) models, the bare passes of
+the same shapes are timed with transformers' own forward and cache at the same context
+length: one target pass over c rows x (k+1) tokens plus k draft passes over c rows x 1 token.
+Printed: both times, their ratio, and the engine step split into draft / verify / the rest
+(scheduling, emission, bookkeeping). Bare passes are timed before and after each engine run
+and averaged, so drift between them shows as the spread of the two.
+
+    python benchmarks/engine_overhead.py                       # c 1,4,16 x k 0,2,4
+    python benchmarks/engine_overhead.py --concurrency 1,4 -k 0,4 --max-new-tokens 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from transformers import DynamicCache
+
+from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
+from specbench.engine import Engine
+from specbench.models.loading import check_same_tokenizer, load_model
+from specbench.workload import build_requests, load_workload
+
+
+def bare_pass(model, rows: int, context: int, width: int, reps: int) -> float:
+    """Median seconds of one forward over rows x width new tokens after `context` cached ones."""
+    vocab = min(1000, model.get_input_embeddings().num_embeddings)
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=torch.randint(0, vocab, (rows, context)), cache=cache,
+              logits_to_keep=torch.tensor([context - 1]))
+        times = []
+        for _ in range(reps + 1):
+            ids = torch.randint(0, vocab, (rows, width))
+            t = time.perf_counter()
+            model(input_ids=ids, cache=cache)
+            times.append(time.perf_counter() - t)
+            cache.crop(-width)
+        return statistics.median(times[1:])
+
+
+def bare_step(target, draft, c: int, k: int, t_ctx: int, d_ctx: int, reps: int) -> float:
+    total = bare_pass(target, c, t_ctx, k + 1, reps)
+    if k:
+        total += k * bare_pass(draft, c, d_ctx, 1, reps)
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    ap.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--workload", default="humaneval")
+    ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("-k", default="0,2,4")
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--compile", default="auto", choices=["off", "auto"], help="the engine's fast path")
+    ap.add_argument("--reps", type=int, default=3, help="bare passes per measurement (median)")
+    args = ap.parse_args()
+    concurrencies = [int(x) for x in args.concurrency.split(",")]
+    ks = [int(x) for x in args.k.split(",")]
+
+    console = Console()
+    cfg = EngineConfig(device=args.device, dtype=args.dtype)
+    target, draft = load_model(args.target, cfg), load_model(args.draft, cfg)
+    check_same_tokenizer(target, draft)
+    engine = Engine(target.model, draft.model, eos_token_ids=target.eos_token_ids,
+                    max_context=target.max_context, pack=args.compile == "auto")
+    console.print(f"{target.name} + {draft.name} on {target.device} ({str(target.dtype).replace('torch.', '')}, "
+                  f"{torch.get_num_threads()} threads, linears prepacked: {engine.packed})")
+    wl = load_workload(args.workload, num_prompts=2 * max(concurrencies), seed=0)
+    sp = SamplingParams(max_new_tokens=args.max_new_tokens, ignore_eos=True)
+    requests, _ = build_requests(wl, target.tokenizer, sp, max_context=target.max_context,
+                                 overrides={"max_new_tokens": args.max_new_tokens, "temperature": 0.0})
+    pairs = [(list(r.prompt_ids), r.sampling) for r in requests]
+
+    table = Table(title=f"engine step vs bare passes ({args.max_new_tokens} tokens per request, greedy)")
+    for col in ("c", "k", "full steps", "context", "engine step ms", "bare passes ms", "ratio",
+                "draft ms", "verify ms", "rest ms", "bare spread"):
+        table.add_column(col, justify="right")
+    engine.run(pairs[:2], SpeculativeConfig(method="draft_model", num_speculative_tokens=max(ks), draft="d"))
+    for c in concurrencies:
+        for k in ks:
+            spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft="d") if k else SpeculativeConfig()
+            reqs = pairs[: 2 * c]
+            engine.run(reqs[:c], spec, concurrency=c)  # warm this point's shapes
+            results, stats = engine.run(reqs, spec, concurrency=c)
+            full = stats.by_batch_size.get(c)
+            if not full:
+                console.print(f"c={c} k={k}: the batch never held {c} rows; skipped")
+                continue
+            n, step_s, draft_s, verify_s = full
+            ctx = [s.context_tokens for r in results for s in r.steps if s.batch_size == c]
+            t_ctx = int(statistics.mean(ctx))
+            before = bare_step(engine.target, engine.draft, c, k, t_ctx, t_ctx, args.reps)
+            again = engine.run(reqs, spec, concurrency=c)[1].by_batch_size[c]
+            after = bare_step(engine.target, engine.draft, c, k, t_ctx, t_ctx, args.reps)
+            n, step_s = n + again[0], (step_s + again[1])
+            draft_s, verify_s = draft_s + again[2], verify_s + again[3]
+            bare = (before + after) / 2
+            step = step_s / n
+            table.add_row(str(c), str(k), str(n), str(t_ctx), f"{step * 1e3:.1f}", f"{bare * 1e3:.1f}",
+                          f"{step / bare:.3f}", f"{draft_s / n * 1e3:.1f}", f"{verify_s / n * 1e3:.1f}",
+                          f"{(step_s - draft_s - verify_s) / n * 1e3:.1f}", f"{abs(before - after) / bare:.1%}")
+            console.print(f"c={c} k={k}: engine {step * 1e3:.1f} ms vs bare {bare * 1e3:.1f} ms "
+                          f"({step / bare:.3f}x)")
+    console.print(table)
+    console.print("ratio = engine step / (target pass over c x (k+1) tokens + k draft passes over c x 1), "
+                  "both on the same prepacked models; goal <= 1.10")
+
+
+if __name__ == "__main__":
+    main()
