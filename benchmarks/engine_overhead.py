@@ -54,6 +54,41 @@ def bare_step(target, draft, c: int, k: int, t_ctx: int, d_ctx: int, reps: int) 
     return total
 
 
+def measure_point(engine: Engine, pairs: list, c: int, k: int, reps: int) -> dict | None:
+    """Engine step vs bare passes at concurrency c and k (draft model; k = 0: baseline)."""
+    spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft="d") if k else SpeculativeConfig()
+    reqs = pairs[: 2 * c]
+    engine.run(reqs[:c], spec, concurrency=c)  # warm this point's shapes
+    results, stats = engine.run(reqs, spec, concurrency=c)
+    full = stats.by_batch_size.get(c)
+    if not full:
+        return None
+    n, step_s, draft_s, verify_s = full
+    t_ctx = int(statistics.mean(s.context_tokens for r in results for s in r.steps if s.batch_size == c))
+    before = bare_step(engine.target, engine.draft, c, k, t_ctx, t_ctx, reps)
+    again = engine.run(reqs, spec, concurrency=c)[1].by_batch_size[c]
+    after = bare_step(engine.target, engine.draft, c, k, t_ctx, t_ctx, reps)
+    n, step_s, draft_s, verify_s = n + again[0], step_s + again[1], draft_s + again[2], verify_s + again[3]
+    return {"c": c, "k": k, "steps": n, "context": t_ctx, "step_s": step_s / n, "draft_s": draft_s / n,
+            "verify_s": verify_s / n, "bare_s": (before + after) / 2,
+            "bare_spread": abs(before - after) / ((before + after) / 2)}
+
+
+def overhead_table(max_new_tokens: int) -> Table:
+    table = Table(title=f"engine step vs bare passes ({max_new_tokens} tokens per request, greedy)")
+    for col in ("c", "k", "full steps", "context", "engine step ms", "bare passes ms", "ratio",
+                "draft ms", "verify ms", "rest ms", "bare spread"):
+        table.add_column(col, justify="right")
+    return table
+
+
+def add_row(table: Table, p: dict) -> None:
+    ms = lambda x: f"{x * 1e3:.1f}"  # noqa: E731
+    table.add_row(str(p["c"]), str(p["k"]), str(p["steps"]), str(p["context"]), ms(p["step_s"]), ms(p["bare_s"]),
+                  f"{p['step_s'] / p['bare_s']:.3f}", ms(p["draft_s"]), ms(p["verify_s"]),
+                  ms(p["step_s"] - p["draft_s"] - p["verify_s"]), f"{p['bare_spread']:.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
@@ -70,7 +105,7 @@ def main() -> None:
     concurrencies = [int(x) for x in args.concurrency.split(",")]
     ks = [int(x) for x in args.k.split(",")]
 
-    console = Console()
+    console = Console(width=150)
     cfg = EngineConfig(device=args.device, dtype=args.dtype)
     target, draft = load_model(args.target, cfg), load_model(args.draft, cfg)
     check_same_tokenizer(target, draft)
@@ -84,36 +119,17 @@ def main() -> None:
                                  overrides={"max_new_tokens": args.max_new_tokens, "temperature": 0.0})
     pairs = [(list(r.prompt_ids), r.sampling) for r in requests]
 
-    table = Table(title=f"engine step vs bare passes ({args.max_new_tokens} tokens per request, greedy)")
-    for col in ("c", "k", "full steps", "context", "engine step ms", "bare passes ms", "ratio",
-                "draft ms", "verify ms", "rest ms", "bare spread"):
-        table.add_column(col, justify="right")
+    table = overhead_table(args.max_new_tokens)
     engine.run(pairs[:2], SpeculativeConfig(method="draft_model", num_speculative_tokens=max(ks), draft="d"))
     for c in concurrencies:
         for k in ks:
-            spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft="d") if k else SpeculativeConfig()
-            reqs = pairs[: 2 * c]
-            engine.run(reqs[:c], spec, concurrency=c)  # warm this point's shapes
-            results, stats = engine.run(reqs, spec, concurrency=c)
-            full = stats.by_batch_size.get(c)
-            if not full:
+            point = measure_point(engine, pairs, c, k, args.reps)
+            if point is None:
                 console.print(f"c={c} k={k}: the batch never held {c} rows; skipped")
                 continue
-            n, step_s, draft_s, verify_s = full
-            ctx = [s.context_tokens for r in results for s in r.steps if s.batch_size == c]
-            t_ctx = int(statistics.mean(ctx))
-            before = bare_step(engine.target, engine.draft, c, k, t_ctx, t_ctx, args.reps)
-            again = engine.run(reqs, spec, concurrency=c)[1].by_batch_size[c]
-            after = bare_step(engine.target, engine.draft, c, k, t_ctx, t_ctx, args.reps)
-            n, step_s = n + again[0], (step_s + again[1])
-            draft_s, verify_s = draft_s + again[2], verify_s + again[3]
-            bare = (before + after) / 2
-            step = step_s / n
-            table.add_row(str(c), str(k), str(n), str(t_ctx), f"{step * 1e3:.1f}", f"{bare * 1e3:.1f}",
-                          f"{step / bare:.3f}", f"{draft_s / n * 1e3:.1f}", f"{verify_s / n * 1e3:.1f}",
-                          f"{(step_s - draft_s - verify_s) / n * 1e3:.1f}", f"{abs(before - after) / bare:.1%}")
-            console.print(f"c={c} k={k}: engine {step * 1e3:.1f} ms vs bare {bare * 1e3:.1f} ms "
-                          f"({step / bare:.3f}x)")
+            add_row(table, point)
+            console.print(f"c={c} k={k}: engine {point['step_s'] * 1e3:.1f} ms vs bare {point['bare_s'] * 1e3:.1f} ms "
+                          f"({point['step_s'] / point['bare_s']:.3f}x)")
     console.print(table)
     console.print("ratio = engine step / (target pass over c x (k+1) tokens + k draft passes over c x 1), "
                   "both on the same prepacked models; goal <= 1.10")

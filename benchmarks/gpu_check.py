@@ -1,0 +1,140 @@
+"""The CUDA checks, for a lent GPU machine (run through benchmarks/gpu_check.sh).
+
+Everything runs on random-weight models built here (the GPU machine reaches no package index
+or hub), so it needs only torch and transformers:
+
+1. losslessness on CUDA: greedy speculative outputs equal the baseline token for token for
+   draft_model and ngram at concurrency 1, 4 and 8 (tiny float32 models), and a sampled
+   request gives the same tokens alone and in a batch;
+2. host syncs: a CUDA sync-debug pass counts the device-to-host synchronizations of one
+   speculative step (goal: a couple per step);
+3. the overhead benchmark (benchmarks/engine_overhead.py's measurement) on bf16 random models
+   with the default pair's shapes (Qwen2.5-Coder 1.5B target, 0.5B draft).
+
+    python benchmarks/gpu_check.py                   # needs CUDA
+    python benchmarks/gpu_check.py --device cpu --quick   # the same logic on the CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_overhead import add_row, measure_point, overhead_table  # noqa: E402
+
+from specbench.config import SamplingParams, SpeculativeConfig  # noqa: E402
+from specbench.engine import Engine  # noqa: E402
+
+SHAPES = {  # the default pair's architecture (config.json of the catalog models)
+    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=False),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=300, tie_word_embeddings=False),
+}
+
+
+def random_model(shape: str, device: str, dtype: torch.dtype, seed: int = 0, init: float = 0.2) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(**SHAPES[shape], max_position_embeddings=4096, initializer_range=init,
+                      rope_theta=1e6, attn_implementation="sdpa")
+    with torch.device(device):
+        model = Qwen2ForCausalLM(cfg)
+    return model.to(dtype).eval().requires_grad_(False)
+
+
+def perturbed(model: Qwen2ForCausalLM, noise: float) -> Qwen2ForCausalLM:
+    copy = Qwen2ForCausalLM(model.config).to(next(model.parameters()).device).eval()
+    copy.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for p in copy.parameters():
+            p.add_(torch.randn_like(p) * noise * p.std().clamp_min(1e-3))
+    return copy.requires_grad_(False)
+
+
+def check_lossless(device: str, console: Console) -> bool:
+    target = random_model("tiny", device, torch.float32)
+    engine = Engine(target, perturbed(target, 0.05))
+    prompts = [[(7 * i + j) % 290 + 3 for j in range(5 + 4 * i)] for i in range(8)]
+    reqs = [(p, SamplingParams(max_new_tokens=24 + i)) for i, p in enumerate(prompts)]
+    base = [engine.generate(p, sp, SpeculativeConfig()).output_ids for p, sp in reqs]
+    ok = True
+    for spec in (SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d"),
+                 SpeculativeConfig(method="ngram", num_speculative_tokens=3)):
+        for c in (1, 4, 8):
+            got = [g.output_ids for g in engine.run(reqs, spec, concurrency=c)[0]]
+            same = got == base
+            ok &= same
+            console.print(f"greedy {spec.short} c={c}: {'equal to the baseline' if same else 'DIFFERS'}")
+    sampled = [(p, SamplingParams(max_new_tokens=20, temperature=0.8, top_p=0.9, seed=i)) for i, p in enumerate(prompts)]
+    spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=3, draft="d")
+    alone = [engine.run([r], spec)[0][0].output_ids for r in sampled]
+    together = [g.output_ids for g in engine.run(sampled, spec, concurrency=8)[0]]
+    console.print(f"sampled: alone == in a batch of 8: {alone == together}")
+    return ok and alone == together
+
+
+def count_syncs(device: str, console: Console) -> None:
+    if device != "cuda":
+        console.print("host syncs: CUDA only")
+        return
+    target = random_model("tiny", device, torch.float32)
+    engine = Engine(target, perturbed(target, 0.05))
+    batch = engine.batch(SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d"))
+    for i in range(4):
+        batch.admit([5 + i, 6, 7, 8], SamplingParams(max_new_tokens=64, ignore_eos=True))
+    batch.step()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        batch.step()
+        torch.cuda.set_sync_debug_mode(0)
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    console.print(f"host syncs in one speculative step (4 rows, k=4, greedy): {len(syncs)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--quick", action="store_true", help="tiny shapes for the overhead part (logic check)")
+    args = ap.parse_args()
+    console = Console(width=150)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("CUDA is not available")
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    console.print(f"device {name}, torch {torch.__version__}")
+    t = time.perf_counter()
+    ok = check_lossless(args.device, console)
+    count_syncs(args.device, console)
+    shape_t, shape_d = ("tiny", "tiny") if args.quick else ("1.5b", "0.5b")
+    dtype = torch.float32 if args.quick else torch.bfloat16
+    target = random_model(shape_t, args.device, dtype, init=0.02)
+    draft = random_model(shape_d, args.device, dtype, seed=1, init=0.02)
+    engine = Engine(target, draft)
+    ids = min(1000, SHAPES[shape_t]["vocab_size"] - 20)
+    pairs = [([(11 * i + j) % ids + 10 for j in range(128)], SamplingParams(max_new_tokens=24, ignore_eos=True))
+             for i in range(32)]
+    table = overhead_table(24)
+    for c in (1, 4, 16):
+        for k in (0, 2, 4):
+            point = measure_point(engine, pairs, c, k, reps=5)
+            if point:
+                add_row(table, point)
+    console.print(table)
+    if args.device == "cuda":
+        console.print(f"peak CUDA memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+    console.print(f"gpu_check: {'PASS' if ok else 'FAIL'} in {time.perf_counter() - t:.0f} s")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
