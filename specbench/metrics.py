@@ -1,7 +1,7 @@
 """Per-sample metrics from one `Result`, derived only from its raw timestamps and step events.
 
-Definitions follow vLLM's so numbers line up with production dashboards (see ENGINE.md,
-"Metrics with agreed definitions"):
+Definitions follow vLLM's so numbers line up with production dashboards (see docs/engine.md,
+"Timing"):
 
 - TTFT  = first token time - arrival time (arrival = admission to the queue)
 - queue = prefill start - arrival time

@@ -2,7 +2,7 @@
 
 Baseline decoding, the draft model and the verifier all call `probs_from_logits`, so the
 distribution a speculative step verifies against is exactly the one plain decoding samples
-from (ENGINE.md: "p must be exactly what non-speculative decoding would sample from").
+from (docs/engine.md, "The rule": p is exactly what plain decoding samples from).
 Softmax runs in float32 whatever the model dtype.
 """
 
