@@ -1,5 +1,7 @@
 import datetime as dt
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -118,7 +120,8 @@ def test_flush_is_atomic_and_leaves_no_temp_file(tmp_path, monkeypatch):
     w = RunWriter(tmp_path / "run", _meta())
     w.add([_row("a")])
     w.flush()
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["run.json", "samples.parquet"]
+    files = ["run.json", "samples.parquet", records.JOURNAL_FILE]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted(files)
     # A failure in the middle of writing leaves the previous file intact and no temp file.
     w.add([_row("b")])
 
@@ -129,20 +132,25 @@ def test_flush_is_atomic_and_leaves_no_temp_file(tmp_path, monkeypatch):
     monkeypatch.setattr(records.pq, "write_table", broken)
     with pytest.raises(OSError):
         w.flush()
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["run.json", "samples.parquet"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted(files)
+    assert pq.read_table(tmp_path / "run" / "samples.parquet")["prompt_id"].to_pylist() == ["a"]
+    # ... and the journal still holds both samples: nothing completed is lost.
     df, _ = read_run(tmp_path / "run")
-    assert list(df["prompt_id"]) == ["a"]
+    assert list(df["prompt_id"]) == ["a", "b"]
 
 
-def test_interrupted_run_flushed_but_not_closed_is_readable(tmp_path):
+def test_a_run_still_being_written_reads_back_every_sample_so_far(tmp_path):
     w = RunWriter(tmp_path / "run", _meta())
     w.add([_row("a"), _row("b")])
     w.flush()
-    w.add([_row("c")])  # never flushed: lost, but the file stays valid
-    del w
+    w.add([_row("c")])  # not flushed yet: read back from the journal
     df, meta = read_run(tmp_path / "run")
-    assert list(df["prompt_id"]) == ["a", "b"]
-    assert meta["status"] == "interrupted"
+    assert list(df["prompt_id"]) == ["a", "b", "c"]
+    assert meta["status"] == "running"  # its writer (this process) is alive
+    w.close(complete=True)
+    df, meta = read_run(tmp_path / "run")
+    assert list(df["prompt_id"]) == ["a", "b", "c"] and meta["status"] == "complete"
+    assert not (tmp_path / "run" / records.JOURNAL_FILE).exists()
 
 
 def test_killed_process_keeps_flushed_configurations(tmp_path):
@@ -162,9 +170,52 @@ os._exit(1)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr
+    # The sample completed after the last flush survives too (the journal), and the status
+    # says what happened.
     df, meta = read_run(tmp_path / "run")
-    assert list(df["prompt_id"]) == ["a", "b"] and meta["status"] == "interrupted"
+    assert list(df["prompt_id"]) == ["a", "b", "c"] and meta["status"] == "killed"
+    assert meta["recovered_from_journal"] == 3
     assert not [p for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_torn_journal_keeps_every_complete_sample(tmp_path):
+    w = RunWriter(tmp_path / "run", _meta())
+    for pid in "abc":
+        w.add([_row(pid)])
+    journal = tmp_path / "run" / records.JOURNAL_FILE
+    data = journal.read_bytes()
+    journal.write_bytes(data[:-40])  # the process died in the middle of the last write
+    df, _ = read_run(tmp_path / "run")
+    assert list(df["prompt_id"]) == ["a", "b"]
+
+
+def test_records_get_the_umask_permissions_not_0600(tmp_path):
+    old = os.umask(0o022)
+    try:
+        with RunWriter(tmp_path / "run", _meta()) as w:
+            w.add([_row("a")])
+    finally:
+        os.umask(old)
+    for name in ("samples.parquet", "run.json"):
+        assert stat.S_IMODE((tmp_path / "run" / name).stat().st_mode) == 0o644, name
+
+
+def test_an_unwritable_directory_is_refused_before_anything_runs(tmp_path):
+    # /proc takes no new directories, not even from root (CI runs as root).
+    with pytest.raises(RecordsError, match="cannot write there"):
+        RunWriter(Path("/proc/specbench-run"), _meta())
+
+
+def test_a_file_in_the_way_is_refused_in_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RecordsError, match="cannot write there"):
+        RunWriter(tmp_path / "file" / "run", _meta())
+
+
+def test_closing_before_the_first_sample_leaves_no_directory(tmp_path):
+    w = RunWriter(tmp_path / "run", _meta())
+    w.close(complete=False)
+    assert not (tmp_path / "run").exists()
 
 
 def test_exception_inside_writer_context_marks_interrupted(tmp_path):

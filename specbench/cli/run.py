@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig, parse_speculative_config
 from specbench.errors import ConfigError
+from specbench.interrupts import TerminateAsInterrupt
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
@@ -207,8 +208,9 @@ def run(
     # ---- run ----------------------------------------------------------------------------
     baseline_outputs: dict[str, list[int]] = {}
     completed = False
+    stop = TerminateAsInterrupt()
     try:
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        with stop, Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[tps]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                       console=console) as progress:
             for cfg in configs:
@@ -227,9 +229,17 @@ def run(
                 progress.update(task, description=cfg.config_id)
         completed = True
     except KeyboardInterrupt:
+        metadata.config["interrupted_by"] = stop.signal_name or "SIGINT"
         writer.close(complete=False)
-        console.print(f"[yellow]interrupted: {writer.num_rows} completed sample(s) kept in {writer.samples_path}[/]")
-        raise typer.Exit(130)
+        if writer.num_rows:
+            console.print(f"[yellow]interrupted ({stop.signal_name}): {writer.num_rows} completed sample(s) "
+                          f"kept in {writer.samples_path}[/]")
+        elif writer.previous_rows:
+            console.print(f"[yellow]interrupted ({stop.signal_name}) before any sample completed: "
+                          f"{writer.samples_path} still holds the previous run ({writer.previous_rows} samples)[/]")
+        else:
+            console.print(f"[yellow]interrupted ({stop.signal_name}) before any sample completed: nothing written[/]")
+        raise typer.Exit(stop.exit_code)
     finally:
         if completed:
             writer.close(complete=True)

@@ -522,7 +522,7 @@ def test_interrupted_run_keeps_completed_samples(interrupted_run):
     assert (df["config_id"] == "baseline-c1").sum() == 3
     assert (df["config_id"] == "draft_model-k2-c1").sum() == 1
     assert json.loads((out / RUN_FILE).read_text())["status"] == "interrupted"
-    assert "interrupted: 4 completed sample(s) kept" in one_line(res.err)
+    assert "interrupted (SIGINT): 4 completed sample(s) kept" in one_line(res.err)
     assert str(out / SAMPLES_FILE) in "".join(res.err.split())  # rich may wrap the path
     check_row_invariants(df)
 
