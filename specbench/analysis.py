@@ -20,6 +20,17 @@ no torch, no models. Definitions:
   sum(num_steps), 1.0 when nothing was drafted.
 - Speedups are baseline / speculative for latencies and speculative / baseline for
   throughputs, so > 1 always means the speculative configuration is faster.
+- The paired speedup (`paired_bootstrap_speedup`) compares a configuration with its baseline
+  prompt by prompt: each prompt's value is the mean over its repeats (`--repeats`), and a
+  percentile bootstrap resamples whole prompts (a cluster bootstrap). Its interval therefore
+  covers which prompts happened to be measured and, through each prompt's repeats, the
+  run-to-run noise of measuring that prompt again. Drift of the machine that hits every
+  configuration alike is cancelled by interleaving them (specbench.runner.run_plan), not
+  covered by the interval; a drift that hits one configuration only is what `--repeats`
+  with interleaving turns into noise the interval sees.
+- Whether speculation pays has one definition everywhere (`outcome`): it pays ("win") when
+  the whole interval lies above the minimum speedup (1 unless stated), loses when it lies
+  below 1, and is "even" otherwise ("unclear" without an interval).
 """
 
 from __future__ import annotations
@@ -213,6 +224,48 @@ def paired_bootstrap_speedup(
     return point, float(lo), float(hi)
 
 
+def outcome(point: float, lo: float, hi: float, min_speedup: float = 1.0) -> str:
+    """win | loss | even | unclear for a speedup with its confidence interval: a win needs
+    the whole interval above `min_speedup`, a loss the whole interval below 1."""
+    values = (point, lo, hi, min_speedup)
+    if any(v is None or not np.isfinite(float(v)) for v in values):
+        return "unclear"
+    if lo > min_speedup:
+        return "win"
+    if hi < 1.0:
+        return "loss"
+    return "even"
+
+
+VERDICT_KEYS = GROUP_KEYS + ["baseline_config_id", "tpot_speedup", "tpot_speedup_lo", "tpot_speedup_hi",
+                             "paired_prompts", "outcome"]
+
+
+def speedup_verdicts(df: pd.DataFrame, *, min_speedup: float = 1.0, n_boot: int = 2000, seed: int = 0,
+                     confidence: float = 0.95) -> pd.DataFrame:
+    """For each speculative configuration of a run, the paired TPOT speedup over the baseline
+    at the same concurrency and request rate, its interval and its `outcome` (`VERDICT_KEYS`)."""
+    summary = summarize(df)
+    sp = speedups(summary)
+    by_config = {cid: g for cid, g in df.groupby("config_id", sort=False)}
+    rows = []
+    for _, r in sp.iterrows():
+        out = {k: r[k] for k in GROUP_KEYS + ["baseline_config_id"]}
+        point = lo = hi = float("nan")
+        pairs = 0
+        if r["baseline_config_id"] is not None and not pd.isna(r["baseline_config_id"]):
+            base, spec = by_config[r["baseline_config_id"]], by_config[r["config_id"]]
+            pairs = len(_per_prompt(base, "tpot_s").index.intersection(_per_prompt(spec, "tpot_s").index))
+            try:
+                point, lo, hi = paired_bootstrap_speedup(base, spec, "tpot_s", "median", n_boot, seed, confidence)
+            except RecordsError:
+                point = r["tpot_p50_speedup"]
+        out.update(tpot_speedup=point, tpot_speedup_lo=lo, tpot_speedup_hi=hi, paired_prompts=pairs,
+                   outcome=outcome(point, lo, hi, min_speedup))
+        rows.append(out)
+    return pd.DataFrame(rows, columns=VERDICT_KEYS)
+
+
 def per_position_acceptance(df: pd.DataFrame, k: int | None = None) -> np.ndarray:
     """acceptance[i] = verification steps whose i-th draft token was accepted / steps,
     pooled over all rows of `df` (pass one configuration). Length `k`, by default the largest
@@ -305,17 +358,18 @@ def rich_summary_table(summary: pd.DataFrame, speedups: pd.DataFrame) -> Table:
     return grid
 
 
-def where_speculation_pays(speedups_df: pd.DataFrame) -> list[str]:
-    """One sentence per speculative method and k: at which concurrency levels its total output
-    tokens/s beats the baseline's, and from which level on it stops paying."""
+def where_speculation_pays(verdicts: pd.DataFrame) -> list[str]:
+    """One sentence per speculative method and k (from `speedup_verdicts`): at which
+    concurrency levels it pays (the paired TPOT speedup's whole interval above the minimum),
+    and from which level on it stops."""
     lines = []
-    for (method, k), grp in speedups_df.dropna(subset=["output_tps_speedup"]).groupby(
-            ["method", "num_speculative_tokens"], sort=True):
+    for (method, k), grp in verdicts.groupby(["method", "num_speculative_tokens"], sort=True):
         grp = grp.sort_values("concurrency")
-        levels = [(int(c), float(r)) for c, r in zip(grp["concurrency"], grp["output_tps_speedup"])]
-        pays = [c for c, r in levels if r > 1.0]
-        after = [c for c, r in levels if r <= 1.0 and pays and c > max(pays)]
-        if len(pays) == len(levels):
+        levels = [(int(c), o, p, lo, hi) for c, o, p, lo, hi in zip(
+            grp["concurrency"], grp["outcome"], grp["tpot_speedup"], grp["tpot_speedup_lo"], grp["tpot_speedup_hi"])]
+        pays = [c for c, o, *_ in levels if o == "win"]
+        after = [c for c, o, *_ in levels if o != "win" and pays and c > max(pays)]
+        if levels and len(pays) == len(levels):
             verdict = "pays at every concurrency measured"
         elif not pays:
             verdict = "does not pay at any concurrency measured"
@@ -323,6 +377,12 @@ def where_speculation_pays(speedups_df: pd.DataFrame) -> list[str]:
             verdict = f"pays up to concurrency {max(pays)} and stops paying from {min(after)}"
         else:
             verdict = f"pays at concurrency {', '.join(map(str, pays))} only"
-        ratios = ", ".join(f"c{c} {r:.2f}x" for c, r in levels)
-        lines.append(f"{method} k={int(k)}: {verdict} (total tok/s vs baseline: {ratios})")
+
+        def level(c, o, p, lo, hi):
+            word = {"win": "pays", "loss": "loses", "even": "even", "unclear": "unclear"}[o]
+            ci = f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) and np.isfinite(hi) else ""
+            return f"c{c} {p:.2f}x{ci} {word}" if np.isfinite(p) else f"c{c} no baseline"
+
+        detail = ", ".join(level(*x) for x in levels)
+        lines.append(f"{method} k={int(k)}: {verdict} (TPOT speedup vs baseline, 95% CI: {detail})")
     return lines

@@ -82,6 +82,7 @@ SCHEMA = pa.schema(
         _f("category", _STR, "Prompt category within the workload (e.g. code, chat)."),
         _f("prompt_id", _STR,
            "Prompt identifier, stable across runs (pairs baseline and speculative samples)."),
+        _f("repeat", _I32, "Which repeat of the prompt this sample is (0-based; --repeats), paired across configurations."),
         _f("seed", _I64, "Per-request sampling seed (null = derived from the prompt id).", True),
         _f("temperature", _F64, "Sampling temperature (0 = greedy)."),
         _f("top_p", _F64, "Nucleus sampling mass (1 = off)."),
@@ -147,7 +148,7 @@ SCHEMA = pa.schema(
 
 COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
 # Columns schema version 2 added; version-1 runs read them back as nulls.
-_ADDED_IN_V2 = frozenset({"tokens_per_target_pass", "step_batch_size", "step_context_tokens", "step_drafted",
+_ADDED_IN_V2 = frozenset({"repeat", "tokens_per_target_pass", "step_batch_size", "step_context_tokens", "step_drafted",
                           "step_accepted", "step_emitted", "step_draft_time_s", "step_verify_time_s"})
 _REQUIRED_NON_NULL = frozenset(f.name for f in SCHEMA if not f.nullable)
 
@@ -180,6 +181,7 @@ def make_row(
     request: Request,
     metrics: dict[str, Any],
     is_baseline: bool | None = None,
+    repeat: int = 0,
 ) -> dict[str, Any]:
     """One records row: the configuration and request columns plus `metrics`
     (the dict from `specbench.metrics.sample_metrics`). `is_baseline` defaults to whether
@@ -199,6 +201,7 @@ def make_row(
         "workload_kind": request.kind,
         "category": request.category,
         "prompt_id": request.id,
+        "repeat": repeat,
         "seed": s.seed,
         "temperature": float(s.temperature),
         "top_p": float(s.top_p),
@@ -569,7 +572,9 @@ def read_run(path: Path | str) -> tuple["pd.DataFrame", dict[str, Any]]:
         # Columns added since: filled with nulls, so older runs stay readable.
         for name in [c for c in missing if c in _ADDED_IN_V2]:
             field_ = SCHEMA.field(name)
-            table = table.append_column(field_, pa.nulls(table.num_rows, field_.type))
+            fill = (pa.array([0] * table.num_rows, field_.type) if name == "repeat"  # one pass = repeat 0
+                    else pa.nulls(table.num_rows, field_.type))
+            table = table.append_column(field_, fill)
         missing = [c for c in missing if c not in _ADDED_IN_V2]
     if missing:
         raise RecordsError(f"{file} is missing column(s): {', '.join(missing)}")

@@ -1,5 +1,6 @@
 """Turns a run plan into records: warm-up, the baseline paired with each speculative
-configuration on the same requests, honest timing, one row per sample.
+configuration on the same requests, interleaved so they see the same machine, honest
+timing, one row per sample.
 
 The runner knows backends (requests in, results out) and the records schema; it never
 touches models or text. Rows are handed to a `RunWriter` as they complete, so an interrupted
@@ -8,6 +9,9 @@ run keeps every finished sample.
 
 from __future__ import annotations
 
+import json
+import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -15,7 +19,7 @@ from dataclasses import dataclass, replace
 from specbench.backends.base import Backend
 from specbench.config import BASELINE, SpeculativeConfig
 from specbench.errors import ConfigError
-from specbench.metrics import sample_metrics
+from specbench.metrics import match_fields, sample_metrics
 from specbench.records import RunWriter, make_row
 from specbench.types import Request, Result
 
@@ -80,6 +84,65 @@ def compares_with_baseline(request: Request) -> bool:
     return request.sampling.greedy or request.kind == "regression"
 
 
+class Recorder:
+    """Turns (request, result) pairs into records rows and hands them to the writer.
+
+    A speculative greedy sample is compared with the baseline's output for the same prompt
+    and repeat. When the baseline of that prompt runs later in the schedule (interleaving
+    alternates the order), the row waits for it, at most one block; `finish()` writes any
+    row still waiting, unmatched, so nothing completed is ever dropped."""
+
+    def __init__(self, backend_name: str, run_id: str, writer: RunWriter | None,
+                 on_result: Callable[[Request, Result], None] | None = None):
+        self.backend_name, self.run_id, self.writer, self.on_result = backend_name, run_id, writer, on_result
+        self.baseline_outputs: dict[tuple[str, int], list[int]] = {}
+        self.expect_baseline: set[int] = set()  # repeats whose baseline is part of the plan
+        self._waiting: dict[tuple[str, int], list[dict]] = {}
+        self._lock = threading.Lock()
+        self.rows: list[dict] = []
+
+    def record(self, config: "Configuration", request: Request, result: Result, *, config_start: float,
+               repeat: int) -> dict:
+        key = (request.id, repeat)
+        with self._lock:
+            reference = None
+            wait = False
+            if not config.is_baseline and compares_with_baseline(request):
+                reference = self.baseline_outputs.get(key)
+                wait = reference is None and repeat in self.expect_baseline
+            metrics = sample_metrics(request, result, config_start=config_start, reference_ids=reference)
+            row = make_row(run_id=self.run_id, config_id=config.config_id, backend=self.backend_name,
+                           spec=config.spec, concurrency=config.concurrency,
+                           request_rate=config.request_rate, request=request, metrics=metrics,
+                           is_baseline=config.is_baseline, repeat=repeat)
+            ready = [] if wait else [row]
+            if wait:
+                self._waiting.setdefault(key, []).append((row, request, result))
+            if config.is_baseline and result.error is None:
+                self.baseline_outputs.setdefault(key, list(result.output_ids))
+                for waiting_row, req, res in self._waiting.pop(key, []):
+                    fields = match_fields(res.output_ids, self.baseline_outputs[key])
+                    waiting_row["token_match_rate"], waiting_row["first_divergence"] = fields
+                    ready.append(waiting_row)
+            for r in ready:
+                self.rows.append(r)
+                if self.writer is not None:
+                    self.writer.add([r])
+        if self.on_result is not None:
+            self.on_result(request, result)
+        return row
+
+    def finish(self) -> None:
+        """Write the rows still waiting for a baseline that never came (failed or interrupted)."""
+        with self._lock:
+            for rows in self._waiting.values():
+                for row, _, _ in rows:
+                    self.rows.append(row)
+                    if self.writer is not None:
+                        self.writer.add([row])
+            self._waiting.clear()
+
+
 def run_configuration(
     backend: Backend,
     requests: Sequence[Request],
@@ -92,54 +155,159 @@ def run_configuration(
     on_result: Callable[[Request, Result], None] | None = None,
     rate_seed: int = 0,
 ) -> tuple[list[dict], dict]:
-    """Run every request once under `config` and return (rows, configuration stats).
+    """Run every request once under `config` and return (rows, configuration stats): a plan
+    of one configuration, one block, one repeat (see `run_plan`). `baseline_outputs`
+    (prompt id -> output) supplies and collects the references greedy samples match against."""
+    recorder = Recorder(backend.name, run_id, writer, on_result)
+    if baseline_outputs is not None:
+        recorder.baseline_outputs.update({(pid, 0): out for pid, out in baseline_outputs.items()})
+    if config.is_baseline:
+        recorder.expect_baseline.add(0)
+    if warmup:
+        _warm(backend, requests, config, warmup)
+    info = _run_block(backend, list(requests), config, recorder, repeat=0, offset=0.0, rate_seed=rate_seed)
+    recorder.finish()
+    if baseline_outputs is not None:
+        baseline_outputs.update({pid: out for (pid, rep), out in recorder.baseline_outputs.items() if rep == 0})
+    if writer is not None:
+        writer.metadata.config.setdefault("configuration_stats", {})[config.config_id] = info
+        writer.flush()
+    return recorder.rows, info
 
-    Warm-up runs first and is discarded: `warmup` waves of `concurrency` short requests at
-    the configuration's own concurrency, so the batched shapes it measures are warm too. Rows
-    reach the writer as requests finish, so an interrupt keeps every completed sample.
-    """
+
+def _warm(backend: Backend, requests: Sequence[Request], config: Configuration, waves: int) -> None:
+    """Warm-up, discarded: `waves` waves of short requests at the configuration's concurrency."""
+    if hasattr(backend, "run"):
+        warm = warmup_requests(requests, waves * config.concurrency)
+        if warm:
+            backend.run(warm, config.spec, concurrency=config.concurrency)
+    else:
+        for request in warmup_requests(requests, waves):
+            backend.generate(request, config.spec, arrival_time=time.perf_counter())
+
+
+def _run_block(backend: Backend, requests: list[Request], config: Configuration, recorder: Recorder, *,
+               repeat: int, offset: float, rate_seed: int) -> dict:
+    """One block of requests under one configuration. Arrival and finish times are recorded
+    relative to the configuration's own clock: its earlier blocks' busy time (`offset`) plus
+    the time since this block started, so a configuration interleaved with others reads as
+    if it had run alone, back to back."""
     batched = hasattr(backend, "run")
     if not batched and (config.concurrency != 1 or config.request_rate):
         raise ConfigError(
             f"the {backend.name} backend runs one request at a time: use --concurrency 1 "
             "without --request-rate (or --backend embedded)"
         )
-    rows: list[dict] = []
+    start = time.perf_counter()
+    anchor = start - offset
 
     def record(request: Request, result: Result) -> None:
-        reference = None
-        if baseline_outputs is not None and not config.is_baseline and compares_with_baseline(request):
-            reference = baseline_outputs.get(request.id)
-        metrics = sample_metrics(request, result, config_start=config_start, reference_ids=reference)
-        row = make_row(run_id=run_id, config_id=config.config_id, backend=backend.name,
-                       spec=config.spec, concurrency=config.concurrency,
-                       request_rate=config.request_rate, request=request, metrics=metrics,
-                       is_baseline=config.is_baseline)
-        rows.append(row)
-        if writer is not None:
-            writer.add([row])
-        if config.is_baseline and baseline_outputs is not None and result.error is None:
-            baseline_outputs[request.id] = list(result.output_ids)
-        if on_result is not None:
-            on_result(request, result)
+        recorder.record(config, request, result, config_start=anchor, repeat=repeat)
 
     if batched:
-        warm = warmup_requests(requests, warmup * config.concurrency)
-        if warm:
-            backend.run(warm, config.spec, concurrency=config.concurrency)
-        config_start = time.perf_counter()
-        _, info = backend.run(list(requests), config.spec, concurrency=config.concurrency,
-                              request_rate=config.request_rate, rate_seed=rate_seed,
-                              on_result=record)
+        _, info = backend.run(requests, config.spec, concurrency=config.concurrency,
+                              request_rate=config.request_rate, rate_seed=rate_seed, on_result=record)
     else:
-        for request in warmup_requests(requests, warmup):
-            backend.generate(request, config.spec, arrival_time=time.perf_counter())
-        config_start = time.perf_counter()
         for request in requests:
             record(request, backend.generate(request, config.spec, arrival_time=time.perf_counter()))
-        info = {"wall_s": time.perf_counter() - config_start}
-    if writer is not None:
-        stats = writer.metadata.config.setdefault("configuration_stats", {})
-        stats[config.config_id] = info
-        writer.flush()
-    return rows, info
+        info = {"wall_s": time.perf_counter() - start}
+    info.setdefault("wall_s", time.perf_counter() - start)
+    return info
+
+
+def block_size(concurrency: int) -> int:
+    """Requests per block when configurations alternate: one at concurrency 1 (request by
+    request), two full waves above it."""
+    return 1 if concurrency == 1 else 2 * concurrency
+
+
+@dataclass
+class PlanProgress:
+    """Callbacks the command line draws progress with (all optional)."""
+
+    on_block: Callable[[Configuration, str], None] | None = None  # (configuration, "warm-up" | "run")
+
+
+def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Configuration], *,
+             run_id: str, writer: RunWriter | None = None, warmup: int = 0, repeats: int = 1,
+             interleave: bool = True, seed: int = 0,
+             on_result: Callable[[Request, Result], None] | None = None,
+             progress: PlanProgress | None = None) -> dict[str, dict]:
+    """Measure every configuration on every request, `repeats` times, so that configurations
+    compared with each other see the same machine.
+
+    Configurations at one concurrency (and request rate) are measured together: each is
+    warmed up once, then the requests are cut into blocks (`block_size`) and every block runs
+    under every configuration, the order reversing from one block to the next (A B C, C B A,
+    A B C, ...: ABBA for two) from a seeded start, so a drift of the machine hits every
+    configuration alike. With `interleave=False` each configuration runs all its requests in
+    one block, one after another (the order still alternates between repeats). Returns each
+    configuration's statistics, summed over its blocks."""
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {repeats}")
+    recorder = Recorder(backend.name, run_id, writer, on_result)
+    stats: dict[str, dict] = {}
+    busy: dict[str, float] = {}
+    groups: dict[tuple, list[Configuration]] = {}
+    for cfg in configs:
+        groups.setdefault((cfg.concurrency, cfg.request_rate), []).append(cfg)
+    rng = random.Random(seed)
+    try:
+        for (concurrency, _), group in groups.items():
+            if any(c.is_baseline for c in group):
+                recorder.expect_baseline = set(range(repeats))
+            else:
+                recorder.expect_baseline = set()
+            order = list(group)
+            rng.shuffle(order)
+            for cfg in order:
+                if progress and progress.on_block:
+                    progress.on_block(cfg, "warm-up")
+                if warmup:
+                    _warm(backend, requests, cfg, warmup)
+            size = block_size(concurrency) if interleave and len(group) > 1 else len(requests)
+            blocks = [list(requests[i:i + size]) for i in range(0, len(requests), size)]
+            turn = 0
+            for repeat in range(repeats):
+                for b, block in enumerate(blocks):
+                    for cfg in (order if turn % 2 == 0 else order[::-1]):
+                        if progress and progress.on_block:
+                            progress.on_block(cfg, "run")
+                        info = _run_block(backend, block, cfg, recorder, repeat=repeat,
+                                          offset=busy.get(cfg.config_id, 0.0),
+                                          rate_seed=seed + 1000 * repeat + b)
+                        busy[cfg.config_id] = busy.get(cfg.config_id, 0.0) + info["wall_s"]
+                        stats[cfg.config_id] = merge_stats(stats.get(cfg.config_id), info)
+                    turn += 1
+            recorder.finish()
+            if writer is not None:
+                writer.metadata.config.setdefault("configuration_stats", {}).update(
+                    {c.config_id: stats[c.config_id] for c in group})
+                writer.flush()
+    finally:
+        recorder.finish()
+        if writer is not None:
+            writer.metadata.config.setdefault("configuration_stats", {}).update(stats)
+    return stats
+
+
+_MAX_KEYS = ("peak_memory_bytes", "allocated_bytes", "peak_bytes", "weight_bytes")
+
+
+def merge_stats(total: dict | None, part: dict) -> dict:
+    """A configuration's statistics over several blocks: counts and seconds add up,
+    histograms add per bin, memory figures take the maximum, anything else the latest."""
+    if total is None:
+        return json.loads(json.dumps(part))
+    out = dict(total)
+    for key, value in part.items():
+        have = out.get(key)
+        if isinstance(value, dict) and isinstance(have, dict):
+            out[key] = merge_stats(have, value)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not isinstance(have, (int, float)):
+            out[key] = value
+        elif key.endswith(_MAX_KEYS):
+            out[key] = max(have, value)
+        else:
+            out[key] = have + value
+    return out

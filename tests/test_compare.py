@@ -62,7 +62,7 @@ def synthetic_run(*, noise_seed: int = 0, noise: float = 0.05, tpot_factor: floa
                 "method": "none" if base else "draft_model", "num_speculative_tokens": k,
                 "draft_model": None if base else "draft", "concurrency": concurrency,
                 "request_rate": None, "is_baseline": base, "workload": workload,
-                "workload_kind": "custom", "category": "chat", "prompt_id": pid, "seed": 0,
+                "workload_kind": "custom", "category": "chat", "prompt_id": pid, "repeat": 0, "seed": 0,
                 "temperature": temperature, "top_p": 1.0, "top_k": 0, "max_new_tokens": 32,
                 "input_tokens": 20, "output_tokens": n_out, "arrival_s": 0.0,
                 "finish_s": ttft + tpot * (n_out - 1), "ttft_s": ttft, "tpot_s": tpot,

@@ -60,7 +60,9 @@ def run(
     request_rate: Annotated[Optional[float], typer.Option(help="Open loop: Poisson arrivals at this many requests/s (seeded by --seed), capped by --concurrency.")] = None,
     disable_by_batch_size: Annotated[Optional[int], typer.Option(help="Switch speculation off while more than this many requests are in flight.")] = None,
     dynamic_k: Annotated[bool, typer.Option(help="Per request, grow k by 2 after a fully accepted step and shrink it by 1 otherwise (max = k).")] = False,
-    warmup: Annotated[int, typer.Option(help="Warm-up requests per configuration, excluded from records.")] = 1,
+    warmup: Annotated[int, typer.Option(help="Warm-up waves per configuration (each: --concurrency short requests at that concurrency), excluded from records.")] = 1,
+    repeats: Annotated[int, typer.Option(help="Measure every prompt this many times per configuration; the speedup CI then covers run-to-run noise too.")] = 1,
+    interleave: Annotated[bool, typer.Option("--interleave/--no-interleave", help="Alternate configurations request by request (blocks of 2 waves above concurrency 1) in ABBA order, so a drifting machine hits all alike.")] = True,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32 (auto = bf16 on CUDA and on CPUs with avx512_bf16).")] = "auto",
     compile: Annotated[str, typer.Option("--compile", help="The engine's fast forward path: off (transformers' forward as loaded) | auto (where it applies: CPU linears prepacked for oneDNN) | on (or an error saying why not).")] = "auto",
@@ -82,13 +84,15 @@ def run(
     """Run a prompt set through the engine, paired with the baseline; write per-sample Parquet."""
     from specbench import analysis
     from specbench.records import RunMetadata, RunWriter, default_run_dir, make_run_id
-    from specbench.runner import plan, run_configuration
+    from specbench.runner import PlanProgress, plan, run_plan
 
     # ---- validate every flag before anything slow happens -------------------------------
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if warmup < 0:
         raise ConfigError(f"--warmup must be >= 0, got {warmup}")
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {repeats}")
     if num_prompts is not None and num_prompts < 1:
         raise ConfigError(f"--num-prompts must be >= 1, got {num_prompts}")
     engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code, compile=compile)
@@ -154,6 +158,7 @@ def run(
         "num_prompts": len(wl.prompts), "sampling": overrides, "seed": seed,
         "ignore_eos": ignore_eos, "concurrency": concurrencies, "request_rate": request_rate,
         "disable_by_batch_size": disable_by_batch_size, "dynamic_k": dynamic_k, "warmup": warmup,
+        "repeats": repeats, "interleave": interleave,
         "device": device, "dtype": dtype, "compile": compile, "backend": backend, "baseline": baseline,
         "chat_template": chat_template, "truncate": truncate,
         "configurations": [c.config_id for c in configs],
@@ -206,27 +211,37 @@ def run(
         metadata.config["dtype_resolved"] = str(tgt.dtype).replace("torch.", "")
 
     # ---- run ----------------------------------------------------------------------------
-    baseline_outputs: dict[str, list[int]] = {}
     completed = False
     stop = TerminateAsInterrupt()
     try:
         with stop, Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[tps]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                       console=console) as progress:
-            for cfg in configs:
-                task = progress.add_task(cfg.config_id, total=len(requests), tps="")
-                tokens = [0, time.perf_counter()]
+            tasks = {c.config_id: progress.add_task(c.config_id, total=len(requests) * repeats, tps="")
+                     for c in configs}
+            current: list = [None, 0.0]  # the configuration running, and since when
+            tokens: dict[str, int] = {}
+            busy: dict[str, float] = {}
 
-                def tick(req, res, task=task, tokens=tokens):
-                    tokens[0] += len(res.output_ids)
-                    rate = tokens[0] / max(time.perf_counter() - tokens[1], 1e-9)
-                    progress.update(task, advance=1, tps=f"{rate:.1f} tok/s")
+            def on_block(cfg, phase):
+                now = time.perf_counter()
+                if current[0] is not None:
+                    busy[current[0].config_id] = busy.get(current[0].config_id, 0.0) + now - current[1]
+                current[0], current[1] = (cfg, now) if phase == "run" else (None, now)
+                label = f"{cfg.config_id} (warm-up)" if phase == "warm-up" else cfg.config_id
+                progress.update(tasks[cfg.config_id], description=label)
 
-                if warmup:
-                    progress.update(task, description=f"{cfg.config_id} (warm-up)")
-                run_configuration(be, requests, cfg, run_id=run_id, writer=writer, warmup=warmup,
-                                  baseline_outputs=baseline_outputs, on_result=tick, rate_seed=seed)
-                progress.update(task, description=cfg.config_id)
+            def tick(req, res):
+                cfg = current[0]
+                if cfg is None:
+                    return
+                cid = cfg.config_id
+                tokens[cid] = tokens.get(cid, 0) + len(res.output_ids)
+                elapsed = busy.get(cid, 0.0) + time.perf_counter() - current[1]
+                progress.update(tasks[cid], advance=1, tps=f"{tokens[cid] / max(elapsed, 1e-9):.1f} tok/s")
+
+            run_plan(be, requests, configs, run_id=run_id, writer=writer, warmup=warmup, repeats=repeats,
+                     interleave=interleave, seed=seed, on_result=tick, progress=PlanProgress(on_block=on_block))
         completed = True
     except KeyboardInterrupt:
         metadata.config["interrupted_by"] = stop.signal_name or "SIGINT"
@@ -261,7 +276,7 @@ def run(
                else "in float32 this points at a bug: please report it")
         out_console.print(f"[yellow]{len(greedy_diff)} greedy speculative sample(s) differ from the baseline "
                           f"output ({why}; see token_match_rate / first_divergence)[/]")
-    for line in analysis.where_speculation_pays(speedups):
+    for line in analysis.where_speculation_pays(analysis.speedup_verdicts(df)):
         out_console.print(line)
     if oa is not None:
         from specbench.backends.openai import acceptance_lines

@@ -53,14 +53,17 @@ def wait_for_samples(proc: subprocess.Popen, out: Path, n: int, timeout: float =
 def test_sigkill_mid_configuration_keeps_every_completed_sample(tiny_pair, prompts_file, tmp_path):
     out = tmp_path / "killed"
     proc = start_run(tiny_pair, prompts_file, out)
-    seen = wait_for_samples(proc, out, len(PROMPTS) + 5)  # the baseline, then 5 speculative samples
+    seen = wait_for_samples(proc, out, 12)
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
+    # No configuration had finished (they alternate request by request), so before the
+    # journal nothing at all survived.
+    assert not (out / records.SAMPLES_FILE).exists()
     df, meta = read_run(out)
-    assert len(df) >= seen > len(PROMPTS)
+    assert seen <= len(df) < 2 * len(PROMPTS)
     assert meta["status"] == "killed" and meta["recovered_from_journal"] == len(df)
-    assert (df["config_id"] == "baseline-c1").sum() == len(PROMPTS)
-    assert 5 <= (df["config_id"] == "draft_model-k2-c1").sum() < len(PROMPTS)
+    counts = df["config_id"].value_counts()
+    assert abs(counts["baseline-c1"] - counts["draft_model-k2-c1"]) <= 2
     # The report reads the recovered run like any other.
     res = specbench("report", str(out), "--out", str(tmp_path / "r.html"))
     assert res.code == 0, res.output
