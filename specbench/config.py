@@ -21,6 +21,21 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 COMPILE_MODES = ("off", "auto", "on")
 
 
+def finite(flag: str, value: float | None, *, minimum: float | None = None, above: float | None = None,
+           allow_none: bool = True) -> float | None:
+    """`value` if it is a finite number within bounds, else a one-line ConfigError naming the
+    flag (NaN compares false with everything, so it slips through plain range checks)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{flag} must be a finite number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{flag} must be >= {minimum:g}, got {value:g}")
+    if above is not None and value <= above:
+        raise ConfigError(f"{flag} must be > {above:g}, got {value:g}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request samples. Temperature 0 means greedy (an explicit argmax path)."""
@@ -38,7 +53,7 @@ class SamplingParams:
             raise ConfigError(f"--temperature must be a finite number >= 0, got {self.temperature!r}")
         if self.temperature < 0:
             raise ConfigError(f"--temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not (0.0 < self.top_p <= 1.0):
+        if not (isinstance(self.top_p, (int, float)) and 0.0 < self.top_p <= 1.0):  # NaN fails too
             raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ConfigError(f"--top-k must be >= 0 (0 = off), got {self.top_k}")
@@ -90,7 +105,7 @@ class SpeculativeConfig:
             )
         if self.disable_by_batch_size is not None and self.disable_by_batch_size < 1:
             raise ConfigError(f"disable_by_batch_size must be >= 1, got {self.disable_by_batch_size}")
-        if not (0.0 <= self.draft_confidence_threshold < 1.0):
+        if not (isinstance(self.draft_confidence_threshold, (int, float)) and 0.0 <= self.draft_confidence_threshold < 1.0):
             raise ConfigError(
                 "draft_confidence_threshold must be in [0, 1), got "
                 f"{self.draft_confidence_threshold}"

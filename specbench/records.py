@@ -472,6 +472,19 @@ class RunWriter:
             self.run_dir.rmdir()
         self._closed = True
 
+    def abandon(self) -> None:
+        """Nothing was measured (setup failed): leave the directory as it was found."""
+        if self._tables:
+            raise RuntimeError("abandon() after samples were added; close() instead")
+        if self._journal is not None:
+            self._journal.close()
+            self._journal_file.close()
+            self._journal = None
+        self.journal_path.unlink(missing_ok=True)
+        if self._created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
+            self.run_dir.rmdir()
+        self._closed = True
+
     def __enter__(self) -> "RunWriter":
         return self
 

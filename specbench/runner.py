@@ -230,7 +230,7 @@ class PlanProgress:
 
 def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Configuration], *,
              run_id: str, writer: RunWriter | None = None, warmup: int = 0, repeats: int = 1,
-             interleave: bool = True, seed: int = 0,
+             interleave: bool = True, seed: int = 0, time_budget_s: float | None = None,
              on_result: Callable[[Request, Result], None] | None = None,
              progress: PlanProgress | None = None) -> dict[str, dict]:
     """Measure every configuration on every request, `repeats` times, so that configurations
@@ -241,8 +241,13 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
     under every configuration, the order reversing from one block to the next (A B C, C B A,
     A B C, ...: ABBA for two) from a seeded start, so a drift of the machine hits every
     configuration alike. With `interleave=False` each configuration runs all its requests in
-    one block, one after another (the order still alternates between repeats). Returns each
-    configuration's statistics, summed over its blocks."""
+    one block, one after another (the order still alternates between repeats).
+
+    `time_budget_s` bounds the measuring time (warm-ups included): the budget left is shared
+    evenly by the concurrency levels still to run, and a level starts no block it would
+    finish after its share (it always runs its first). Every configuration of a level then
+    has the same prompts. Returns each configuration's statistics, summed over its blocks;
+    `stopped_by_budget` says when prompts were left out."""
     if repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
     recorder = Recorder(backend.name, run_id, writer, on_result)
@@ -252,8 +257,13 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
     for cfg in configs:
         groups.setdefault((cfg.concurrency, cfg.request_rate), []).append(cfg)
     rng = random.Random(seed)
+    started = time.monotonic()
     try:
-        for (concurrency, _), group in groups.items():
+        for g_index, ((concurrency, _), group) in enumerate(groups.items()):
+            share = None
+            if time_budget_s:
+                left = time_budget_s - (time.monotonic() - started)
+                share = time.monotonic() + max(left, 0.0) / (len(groups) - g_index)
             if any(c.is_baseline for c in group):
                 recorder.expect_baseline = set(range(repeats))
             else:
@@ -268,8 +278,13 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
             size = block_size(concurrency) if interleave and len(group) > 1 else len(requests)
             blocks = [list(requests[i:i + size]) for i in range(0, len(requests), size)]
             turn = 0
+            block_s = 0.0
+            done = 0
             for repeat in range(repeats):
                 for b, block in enumerate(blocks):
+                    if share is not None and turn and time.monotonic() + block_s > share:
+                        break
+                    t_block = time.monotonic()
                     for cfg in (order if turn % 2 == 0 else order[::-1]):
                         if progress and progress.on_block:
                             progress.on_block(cfg, "run")
@@ -279,6 +294,15 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
                         busy[cfg.config_id] = busy.get(cfg.config_id, 0.0) + info["wall_s"]
                         stats[cfg.config_id] = merge_stats(stats.get(cfg.config_id), info)
                     turn += 1
+                    done += len(block)
+                    block_s = max(block_s, time.monotonic() - t_block)
+                else:
+                    continue
+                break
+            if done < len(requests) * repeats:
+                for cfg in group:
+                    stats[cfg.config_id]["stopped_by_budget"] = {
+                        "measured": done, "planned": len(requests) * repeats, "time_budget_s": time_budget_s}
             recorder.finish()
             if writer is not None:
                 writer.metadata.config.setdefault("configuration_stats", {}).update(

@@ -79,15 +79,28 @@ def pull(
         )
 
 
-def _describe(path: Path) -> dict[str, Any]:
+def _describe(path: Path, trust_remote_code: bool = False) -> dict[str, Any]:
     """Config summary of a converted or Hugging Face directory, without loading weights."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
+    from specbench.errors import ModelError
     from specbench.models import fetch, loading
 
-    config = AutoConfig.from_pretrained(path, local_files_only=True)
-    text = config.get_text_config()
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    config_file = path / "config.json"
+    try:
+        raw = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{config_file}: not a readable model config ({exc})") from None
+    if raw.get("auto_map") and not trust_remote_code:
+        raise ModelError(f"{path}: its config.json (auto_map) asks to run the repository's own code, which "
+                         "specbench never does unless you pass --trust-remote-code")
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+        text = config.get_text_config()
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError, ImportError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"{path}: cannot read the model's config or tokenizer ({first})") from None
     try:
         gen = GenerationConfig.from_pretrained(path, local_files_only=True)
     except OSError:
@@ -114,9 +127,35 @@ def _describe(path: Path) -> dict[str, Any]:
     return info
 
 
+def _describe_gguf(path: Path) -> dict[str, Any]:
+    """Header summary of a .gguf file not converted yet (its metadata, no weights read)."""
+    from gguf import GGUFReader
+
+    from specbench.errors import ModelError
+
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as exc:  # noqa: BLE001 - a corrupt header fails in many ways
+        raise ModelError(f"{path} is not a readable GGUF file ({type(exc).__name__}: {exc})") from None
+
+    def field(key: str) -> Any:
+        f = reader.fields.get(key)
+        if f is None or not f.data:
+            return None
+        value = f.parts[f.data[0]]
+        return bytes(value).decode(errors="replace") if f.types and f.types[0].name == "STRING" else value.tolist()[0]
+
+    arch = field("general.architecture") or "?"
+    return {"path": str(path), "architecture": arch, "layers": field(f"{arch}.block_count"),
+            "hidden size": field(f"{arch}.embedding_length"), "max context": field(f"{arch}.context_length"),
+            "tensors": len(reader.tensors), "file size": _size(path.stat().st_size),
+            "converted": f"no: `specbench models pull {path}` (or the first run) converts it once"}
+
+
 @models_app.command("info")
 def info(
     name_or_path: str = typer.Argument(..., help="catalog name, Hugging Face directory or .gguf file"),
+    trust_remote_code: bool = typer.Option(False, help="Allow a model repository's own config code to run."),
 ) -> None:
     """Summarize a model's configuration: architecture, layers, hidden size, vocab, dtype, eos ids."""
     from specbench.errors import ModelError
@@ -135,14 +174,20 @@ def info(
                       if len(entry.parts) > 1 else entry.parts[0].requirement)
         table.add_row("gguf size", f"{entry.size:,} bytes")
         table.add_row("sha256", entry.sha256)
+    file = Path(name_or_path).expanduser()
     try:
         path = loading.resolve_model_path(name_or_path, pull_missing=False)
     except ModelError:
+        if file.is_file() and file.suffix.lower() == ".gguf":
+            for key, value in _describe_gguf(file).items():
+                table.add_row(key, str(value))
+            console.print(table)
+            return
         if not is_name:
             raise
         table.add_row("cached", f"no: run `specbench models pull {name_or_path}`")
         console.print(table)
         return
-    for key, value in _describe(path).items():
+    for key, value in _describe(path, trust_remote_code).items():
         table.add_row(key, str(value))
     console.print(table)

@@ -12,13 +12,17 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig, parse_speculative_config
+from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig, finite, parse_speculative_config
 from specbench.errors import ConfigError
 from specbench.interrupts import TerminateAsInterrupt
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
 BACKENDS = ("embedded", "hf", "openai")
+# Measuring time of the built-in default run (`specbench run`, no workload/size flags): with
+# model loading and warm-up it stays within the README's "about 5 minutes" on 2 cores, also in
+# float32 where a 1.5B pass costs twice as much.
+DEFAULT_RUN_BUDGET_S = 240.0
 
 console = Console(stderr=True)
 
@@ -61,6 +65,7 @@ def run(
     disable_by_batch_size: Annotated[Optional[int], typer.Option(help="Switch speculation off while more than this many requests are in flight.")] = None,
     dynamic_k: Annotated[bool, typer.Option(help="Per request, grow k by 2 after a fully accepted step and shrink it by 1 otherwise (max = k).")] = False,
     warmup: Annotated[int, typer.Option(help="Warm-up waves per configuration (each: --concurrency short requests at that concurrency), excluded from records.")] = 1,
+    time_budget: Annotated[Optional[float], typer.Option(help="Stop starting new prompts after this many seconds of measuring; every configuration keeps the same prompts (default: 240 for the built-in default run, none otherwise; 0 = none).")] = None,
     repeats: Annotated[int, typer.Option(help="Measure every prompt this many times per configuration; the speedup CI then covers run-to-run noise too.")] = 1,
     interleave: Annotated[bool, typer.Option("--interleave/--no-interleave", help="Alternate configurations request by request (blocks of 2 waves above concurrency 1) in ABBA order, so a drifting machine hits all alike.")] = True,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
@@ -122,8 +127,15 @@ def run(
         draft = DEFAULT_DRAFT
     if method == "none":
         draft = None  # the baseline drafts nothing
-    if request_rate is not None and request_rate <= 0:
-        raise ConfigError(f"--request-rate must be > 0 requests/s, got {request_rate}")
+    finite("--request-rate", request_rate, above=0.0)  # inf = all at once: leave --request-rate out
+    finite("--request-timeout", request_timeout, above=0.0)
+    finite("--time-budget", time_budget, minimum=0.0)
+    if all(k == 0 for k in ks) and method != "none":
+        raise ConfigError("-k 0 is the baseline, which every run measures: give k >= 1 (e.g. -k 2,4) "
+                          "or --method none for the baseline alone")
+    if 0 in ks:
+        console.print("[yellow]note: -k 0 is the baseline, which every run measures; dropped from the k list[/]")
+        ks = [k for k in ks if k]
     knobs = {"disable_by_batch_size": disable_by_batch_size, "dynamic_k": dynamic_k}
     if speculative_config:
         knobs = {"disable_by_batch_size": parsed.disable_by_batch_size or disable_by_batch_size,
@@ -152,7 +164,15 @@ def run(
                        num_prompts=num_prompts if num_prompts is not None else (
                            6 if not Path(workload).suffix and not workload.startswith("hf:") else None),
                        seed=seed)
+    if num_prompts is not None and len(wl.prompts) < num_prompts:
+        console.print(f"[yellow]note: --num-prompts {num_prompts}, but {wl.name!r} has {len(wl.prompts)} "
+                      f"prompt(s): running all {len(wl.prompts)}[/]")
+    if time_budget is None and backend == "embedded" and not any(
+            getattr(ctx.get_parameter_source(p), "name", "DEFAULT") != "DEFAULT"
+            for p in ("workload", "num_prompts", "concurrency", "num_speculative_tokens", "max_new_tokens")):
+        time_budget = DEFAULT_RUN_BUDGET_S  # the built-in default run finishes in about 5 minutes
     run_cfg = {
+        "time_budget_s": time_budget or None,
         "target": target, "draft": draft, "method": method, "num_speculative_tokens": ks,
         "ngram": list(ngram), "workload": wl.name, "workload_kind": wl.kind,
         "num_prompts": len(wl.prompts), "sampling": overrides, "seed": seed,
@@ -171,44 +191,48 @@ def run(
     metadata = RunMetadata.collect(run_id, run_cfg)
     writer = RunWriter(run_dir, metadata, overwrite=overwrite)  # refuses an existing dir early
 
-    # ---- models -------------------------------------------------------------------------
-    from specbench.models.loading import check_same_tokenizer, load_model
+    try:  # until measuring starts, a failure leaves no directory behind
+        # ---- models -------------------------------------------------------------------------
+        from specbench.models.loading import check_same_tokenizer, load_model
 
-    t0 = time.perf_counter()
-    drf = None
-    if oa is not None:  # only the tokenizer: the server holds the weights
-        from specbench.backends.openai import load_tokenizer
-        tgt = load_tokenizer(tokenizer_source, oa, trust_remote_code=trust_remote_code)
-        console.print(f"tokenizer [bold]{tgt.name}[/]; {oa.root} serves [bold]{oa.model}[/]")
-    else:
-        console.print(f"loading target [bold]{target}[/]")
-        tgt = load_model(target, engine_cfg)
-        if any(s.method == "draft_model" and s.speculative for s in specs):
-            console.print(f"loading draft [bold]{draft}[/]")
-            drf = load_model(draft, engine_cfg)
-            check_same_tokenizer(tgt, drf)
-        console.print(f"models ready in {time.perf_counter() - t0:.1f} s on {tgt.device} ({str(tgt.dtype).replace('torch.', '')})")
+        t0 = time.perf_counter()
+        drf = None
+        if oa is not None:  # only the tokenizer: the server holds the weights
+            from specbench.backends.openai import load_tokenizer
+            tgt = load_tokenizer(tokenizer_source, oa, trust_remote_code=trust_remote_code)
+            console.print(f"tokenizer [bold]{tgt.name}[/]; {oa.root} serves [bold]{oa.model}[/]")
+        else:
+            console.print(f"loading target [bold]{target}[/]")
+            tgt = load_model(target, engine_cfg)
+            if any(s.method == "draft_model" and s.speculative for s in specs):
+                console.print(f"loading draft [bold]{draft}[/]")
+                drf = load_model(draft, engine_cfg)
+                check_same_tokenizer(tgt, drf)
+            console.print(f"models ready in {time.perf_counter() - t0:.1f} s on {tgt.device} ({str(tgt.dtype).replace('torch.', '')})")
 
-    requests, skipped = build_requests(wl, tgt.tokenizer, base, use_chat_template=chat_template,
-                                       max_context=tgt.max_context, truncate=truncate,
-                                       overrides=overrides)
-    if skipped:
-        console.print(f"[yellow]skipped {skipped} prompt(s) longer than the context of {tgt.max_context} tokens (use --truncate to keep them)[/]")
+        requests, skipped = build_requests(wl, tgt.tokenizer, base, use_chat_template=chat_template,
+                                           max_context=tgt.max_context, truncate=truncate,
+                                           overrides=overrides)
+        if skipped:
+            console.print(f"[yellow]skipped {skipped} prompt(s) longer than the context of {tgt.max_context} tokens (use --truncate to keep them)[/]")
 
-    if backend == "embedded":
-        from specbench.backends.embedded import EmbeddedBackend
-        be = EmbeddedBackend(tgt, drf, pack=engine_cfg.pack)
-        metadata.config["engine"] = be.describe()
-    elif oa is not None:
-        be = oa
-        be.prepare(requests[0], tgt.tokenizer, tgt.eos_token_ids)  # probes the stream format
-        metadata.config["openai"] = be.describe()
-    else:
-        from specbench.backends.hf import HFBackend
-        be = HFBackend(tgt, drf)
-    metadata.device = be.device_name
-    if oa is None:
-        metadata.config["dtype_resolved"] = str(tgt.dtype).replace("torch.", "")
+        if backend == "embedded":
+            from specbench.backends.embedded import EmbeddedBackend
+            be = EmbeddedBackend(tgt, drf, pack=engine_cfg.pack)
+            metadata.config["engine"] = be.describe()
+        elif oa is not None:
+            be = oa
+            be.prepare(requests[0], tgt.tokenizer, tgt.eos_token_ids)  # probes the stream format
+            metadata.config["openai"] = be.describe()
+        else:
+            from specbench.backends.hf import HFBackend
+            be = HFBackend(tgt, drf)
+        metadata.device = be.device_name
+        if oa is None:
+            metadata.config["dtype_resolved"] = str(tgt.dtype).replace("torch.", "")
+    except BaseException:
+        writer.abandon()
+        raise
 
     # ---- run ----------------------------------------------------------------------------
     completed = False
@@ -241,7 +265,8 @@ def run(
                 progress.update(tasks[cid], advance=1, tps=f"{tokens[cid] / max(elapsed, 1e-9):.1f} tok/s")
 
             run_plan(be, requests, configs, run_id=run_id, writer=writer, warmup=warmup, repeats=repeats,
-                     interleave=interleave, seed=seed, on_result=tick, progress=PlanProgress(on_block=on_block))
+                     interleave=interleave, seed=seed, time_budget_s=time_budget or None, on_result=tick,
+                     progress=PlanProgress(on_block=on_block))
         completed = True
     except KeyboardInterrupt:
         metadata.config["interrupted_by"] = stop.signal_name or "SIGINT"
@@ -282,6 +307,13 @@ def run(
         from specbench.backends.openai import acceptance_lines
         for line in acceptance_lines(metadata.config.get("configuration_stats", {})):
             out_console.print(line)
+    stopped = {cid: st["stopped_by_budget"] for cid, st in metadata.config.get("configuration_stats", {}).items()
+               if isinstance(st, dict) and "stopped_by_budget" in st}
+    if stopped:
+        first = next(iter(stopped.values()))
+        out_console.print(f"[yellow]time budget ({first['time_budget_s']:g} s) reached: "
+                          f"{first['measured']} of {first['planned']} prompt(s) measured per configuration "
+                          "(the same ones for each); --time-budget 0 measures them all[/]")
     out_console.print(f"records: {writer.samples_path}  ({len(df)} samples)")
 
 

@@ -313,9 +313,9 @@ def convert_gguf(gguf: Path, dest: Path, source: dict[str, Any], progress: Any =
             )
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                       local_files_only=True)
-    except (ValueError, OSError, KeyError, ImportError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a truncated or corrupt file fails in any part of the reader
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"could not convert {gguf}: {first}") from None
+        raise ModelError(f"could not convert {gguf}: not a readable GGUF model ({type(exc).__name__}: {first})") from None
     try:
         _make_dense_and_detached(model, gguf)
 

@@ -168,8 +168,27 @@ def load_workload(spec: str, *, prompt_field: str | None = None, num_prompts: in
                 f"unknown workload {spec!r}; valid: a named set ({', '.join(NAMED)}), a prompt "
                 f"file ({files.supported_suffixes()}) or hf:NAME[:split]")
         prompts = files.load_file(path, prompt_field=prompt_field)
+    _check_text(prompts, spec)
     prompts = _take(prompts, num_prompts, seed, "custom")
     return Workload(name=spec, kind="custom", prompts=tuple(prompts), default_sampling={})
+
+
+def _check_text(prompts: list[Prompt], source: str) -> None:
+    """Refuse text a tokenizer cannot take: a lone surrogate (JSON's "\\ud800" without its
+    pair) is not Unicode, and tokenizers fail on it with a TypeError deep in their code."""
+    for p in prompts:
+        parts = [("text", p.text)] if p.text is not None else []
+        parts += [(f"messages[{i}].content", m.get("content")) for i, m in enumerate(p.messages or ())]
+        for where, text in parts:
+            if not isinstance(text, str):
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = text[exc.start:exc.end]
+                raise WorkloadError(
+                    f"{source}: prompt {p.id!r} holds a lone surrogate ({bad.encode('unicode_escape').decode()}) "
+                    f"in its {where}, which is not valid Unicode text; remove it or pair it") from None
 
 
 def _count(named: _Named) -> int | None:

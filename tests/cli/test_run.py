@@ -324,6 +324,7 @@ def bad_files(tmp_path_factory) -> dict[str, Path]:
         "malformed": write_jsonl(d / "malformed.jsonl", [{"prompt": "ok"}, '{"prompt": "oops"']),
         "nofield": write_jsonl(d / "nofield.jsonl", [{"title": "t", "body": "b"}]),
         "empty": write_jsonl(d / "empty.jsonl", []),
+        "surrogate": write_jsonl(d / "surrogate.jsonl", ['{"id": "s1", "prompt": "bad \\ud800 text"}']),
     }
 
 
@@ -340,6 +341,14 @@ BAD_FLAGS = {
     "hf-with-concurrency": (["--backend", "hf", "--concurrency", "2"], ["--backend hf", "--concurrency 1"]),
     "unknown-backend": (["--backend", "nope"], ["--backend", "'nope'", "embedded", "hf"]),
     "unknown-compile": (["--compile", "fast"], ["--compile", "'fast'", "off", "auto", "on"]),
+    "request-rate-nan": (["--request-rate", "nan"], ["--request-rate", "finite", "nan"]),
+    "request-rate-inf": (["--request-rate", "inf"], ["--request-rate", "finite", "inf"]),
+    "top-p-nan": (["--top-p", "nan"], ["--top-p", "(0, 1]"]),
+    "temperature-nan": (["--temperature", "nan"], ["--temperature", "finite"]),
+    "time-budget-negative": (["--time-budget", "-5"], ["--time-budget", ">= 0"]),
+    "time-budget-nan": (["--time-budget", "nan"], ["--time-budget", "finite"]),
+    "repeats-zero": (["--repeats", "0"], ["--repeats", ">= 1"]),
+    "k-only-zero": (["-k", "0"], ["-k 0 is the baseline", "--method none"]),
     "unknown-workload": (["--workload", "nosuch"],
                          ["unknown workload 'nosuch'", "regression", "business", "high-entropy"]),
 }
@@ -367,6 +376,7 @@ def test_draft_with_ngram_is_refused(models, prompts_file, tmp_path):
     ("malformed", [":2:", "invalid JSON"]),
     ("nofield", [":1:", "no prompt field", "title, body", "--prompt-field"]),
     ("empty", ["empty prompt set"]),
+    ("surrogate", ["surrogate.jsonl", "'s1'", "lone surrogate", "\\ud800"]),
 ])
 def test_bad_prompt_file_is_refused_in_one_line(kind, needles, bad_files, models, tmp_path):
     out = tmp_path / "out"
@@ -531,3 +541,39 @@ def test_interrupted_run_keeps_completed_samples(interrupted_run):
 def test_interrupted_run_exits_130(interrupted_run):
     res, _ = interrupted_run
     assert res.code == 130
+
+
+def test_k_zero_in_a_list_is_dropped_with_a_note(models, prompts_file, tmp_path):
+    res = run_ok("--target", models[0], "--method", "ngram", "-k", "0,2", "--workload", prompts_file,
+                 *FAST, "--out", tmp_path / "k0")
+    assert "-k 0 is the baseline" in one_line(res.err)
+    df = pd.read_parquet(tmp_path / "k0" / SAMPLES_FILE)
+    assert set(df["config_id"]) == {"baseline-c1", "ngram-k2-c1"}
+
+
+def test_more_prompts_asked_than_the_file_has_says_so(models, prompts_file, tmp_path):
+    res = run_ok("--target", models[0], "--method", "ngram", "-k", "2", "--workload", prompts_file,
+                 "--num-prompts", "1000", *FAST, "--out", tmp_path / "many")
+    assert "--num-prompts 1000, but" in one_line(res.err) and "running all 3" in one_line(res.err)
+
+
+def test_a_time_budget_stops_admitting_prompts_but_keeps_them_paired(models, prompts_file, tmp_path, monkeypatch):
+    from specbench import runner
+
+    clock = [0.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: clock[0])
+    real_block = runner._run_block
+
+    def slow_block(*args, **kwargs):
+        clock[0] += 10.0  # every block takes 10 s of the (fake) clock
+        return real_block(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_run_block", slow_block)
+    res = run_ok("--target", models[0], "--method", "ngram", "-k", "2", "--workload", prompts_file,
+                 "--time-budget", "45", *FAST, "--out", tmp_path / "budget")
+    df = pd.read_parquet(tmp_path / "budget" / SAMPLES_FILE)
+    counts = df.groupby("config_id")["prompt_id"].apply(set)
+    assert counts["baseline-c1"] == counts["ngram-k2-c1"] and len(counts["baseline-c1"]) == 2
+    assert "time budget (45 s) reached: 2 of 3 prompt(s)" in one_line(res.out)
+    stats = json.loads((tmp_path / "budget" / RUN_FILE).read_text())["config"]["configuration_stats"]
+    assert stats["baseline-c1"]["stopped_by_budget"] == {"measured": 2, "planned": 3, "time_budget_s": 45.0}
