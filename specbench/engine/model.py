@@ -22,10 +22,7 @@ Boundary: token ids and tensors only; nothing here samples or knows about reques
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-
 import torch
 
 from specbench.engine.kv import ATTN_IMPLEMENTATION, SlotKV, causal_mask, register_attention
@@ -96,12 +93,6 @@ def _attention(configs: Sequence) -> Iterator[None]:
             c._attn_implementation = b
 
 
-@dataclass
-class ForwardTiming:
-    calls: int = 0
-    seconds: float = 0.0
-
-
 class ModelRunner:
     """A causal LM with its slot cache. Rows are slots 0..rows-1 of the cache."""
 
@@ -133,7 +124,6 @@ class ModelRunner:
         self._captured: dict[int, torch.Tensor] = {}
         self._hooks: list = []
         self.set_capture(capture_layers)
-        self.timing = ForwardTiming()
 
     def set_capture(self, layers: Sequence[int]) -> None:
         """Capture the inputs of these decoder layers (index = num_layers: the last layer's
@@ -181,7 +171,6 @@ class ModelRunner:
         positions = "all": logits [n, M, V]; a CPU int64 tensor [n]: logits [n, V] at each row's
         own position index; None: no logits (the LM head does not run). Captured features (when the runner captures layers) are the
         concatenated layer inputs [n, M, len(capture_layers) * hidden]."""
-        t0 = time.perf_counter()
         n, width = tokens.shape
         start = start.to(torch.long).cpu()
         self.cache.begin(rows, start, width, prefill=prefill)
@@ -204,6 +193,4 @@ class ModelRunner:
         if self.capture_layers:
             feats = torch.cat([self._captured[i] for i in self.capture_layers], dim=-1)
             self._captured.clear()
-        self.timing.calls += 1
-        self.timing.seconds += time.perf_counter() - t0
         return logits, feats

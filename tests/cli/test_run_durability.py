@@ -86,7 +86,6 @@ def test_sigterm_stops_like_ctrl_c(tiny_pair, prompts_file, tmp_path):
 
 
 def test_unwritable_out_is_refused_before_models_load(tiny_pair, prompts_file):
-    t = time.perf_counter()
     res = specbench("run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--workload",
                     str(prompts_file), *SLOW, "--out", "/proc/specbench-run")
     assert res.code == 2 and "Traceback" not in res.output
