@@ -24,7 +24,7 @@ def _opt(help: str, *names: str) -> Any:
 def sweep(
     spec_file: Annotated[Optional[Path], typer.Argument(help="Sweep spec (TOML), e.g. sweeps/quick-cpu.toml; flags override its values.", show_default=False)] = None,
     study_name: Annotated[Optional[str], _opt("Optuna study name (default: the spec file's name); also names the SQLite file and the study directory.")] = None,
-    storage: Annotated[Optional[str], _opt("Study storage shared by workers: sqlite:///sweeps/x.db, postgresql://user@host/db (pip install 'specbench[postgres]') or journal:PATH (a journal file on a shared filesystem) (default: sqlite:///sweeps/STUDY.db).")] = None,
+    storage: Annotated[Optional[str], _opt("Study storage shared by workers: sqlite:///sweeps/x.db, postgresql://user@host/db (driver: pip install 'specbench\\[postgres]') or journal:PATH (a journal file on a shared filesystem) (default: sqlite:///sweeps/STUDY.db).")] = None,
     heartbeat_interval: Annotated[Optional[int], _opt("Seconds between heartbeats of a running trial (default: 10).")] = None,
     grace_period: Annotated[Optional[int], _opt("Seconds without a heartbeat after which a running trial counts as lost with its worker and is measured again by another (default: 60).")] = None,
     storage_retry: Annotated[Optional[float], _opt("Seconds a worker waits for a storage that stops answering before it gives up (default: 120).")] = None,

@@ -28,9 +28,10 @@ from specbench.sweep.workers import PROFILE_ATTR
 from workerkit import check_study, finish, get_json, start, sweep_args, write_prompts
 
 SPACE = ["--method", "draft_model,ngram", "-k", "2,4", "--concurrency", "1,2"]
-# long enough trials (4 prompts x 160 tokens) that a kill or an outage lands inside one
+# long enough trials (4 prompts x 240 tokens, a few seconds) that a kill or an outage lands
+# inside one, and that workers starting a little apart all get to work
 LONG_PROMPTS = [{"id": f"p{i}", "prompt": f"Item {i}: abc abc abc abc abc"} for i in range(4)]
-LONG = ["--max-new-tokens", "160", "--ignore-eos", "--method", "ngram", "-k", "2..5",
+LONG = ["--max-new-tokens", "240", "--ignore-eos", "--method", "ngram", "-k", "2..6",
         "--concurrency", "1", "--sampler", "grid"]
 
 
@@ -44,20 +45,25 @@ def _running(study: optuna.Study, pid: int) -> list[optuna.trial.FrozenTrial]:
             if f":{pid}:" in t.user_attrs.get("worker", "") and "ticket" in t.user_attrs]
 
 
-def _wait_until_all_run(url: str, pids: list[int], timeout: float = 180) -> optuna.Study:
-    """Wait until each of these workers is inside a trial at the same moment."""
-    storage, deadline = None, time.monotonic() + timeout
+def _wait_until_all_run(url: str, workers: list, timeout: float = 180) -> optuna.Study:
+    """Wait until each of these worker processes is inside a trial at the same moment."""
+    storage, deadline, seen = None, time.monotonic() + timeout, set()
     while time.monotonic() < deadline:
+        for w in workers:
+            assert w.poll() is None, f"worker {w.pid} exited ({w.returncode}): {w.stderr.read()[-2000:]}"
         try:
             storage = storage or open_storage(url)
             study = optuna.load_study(study_name="shared", storage=storage)
         except KeyError:  # not created yet
             time.sleep(0.1)
             continue
-        if all(_running(study, pid) for pid in pids):
+        inside = [w.pid for w in workers if _running(study, w.pid)]
+        seen.update(inside)
+        if len(inside) == len(workers):
             return study
         time.sleep(0.05)
-    raise AssertionError(f"workers {pids} were never all inside a trial within {timeout} s")
+    raise AssertionError(f"workers {[w.pid for w in workers]} were never all inside a trial at "
+                         f"once within {timeout} s (seen inside one: {sorted(seen)})")
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +152,7 @@ def test_storage_call_gives_one_line_error_when_the_database_stays_away(postgres
 
 
 def test_killed_worker_and_database_outage_lose_no_trial(postgres, tiny_pair, tmp_path):
-    """Three workers on one study (grid over 5 configurations, 1 s heartbeat, 3 s grace).
+    """Three workers on one study (grid over 6 configurations, 1 s heartbeat, 3 s grace).
     1. The database goes away while all three are inside a trial: the worker that waits 2 s
        (--storage-retry 2) stops with a one-line error, exit 2; the two that wait 60 s carry on
        once it is back.
@@ -161,7 +167,7 @@ def test_killed_worker_and_database_outage_lose_no_trial(postgres, tiny_pair, tm
                          "--storage-retry", str(retry)), tmp_path) for retry in (2, 60, 60))
 
     # 1. outage
-    study = _wait_until_all_run(url, [brief.pid, victim.pid, survivor.pid])
+    study = _wait_until_all_run(url, [brief, victim, survivor])
     (in_flight,) = _running(study, brief.pid)
     postgres.pause()
     try:
@@ -173,8 +179,10 @@ def test_killed_worker_and_database_outage_lose_no_trial(postgres, tiny_pair, tm
     error = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(error) == 1 and "gave no answer for 2 s" in error[0], err
 
-    # 2. SIGKILL
-    study = _wait_until_all_run(url, [victim.pid, survivor.pid])
+    # 2. SIGKILL, once the grace period after the outage has passed (within it nobody's
+    #    trial counts as stale: no heartbeat could get through), so the kill is timed alone
+    time.sleep(3)
+    study = _wait_until_all_run(url, [victim, survivor])
     victim.send_signal(signal.SIGKILL)
     killed_at = time.time()
     victim.communicate(timeout=30)
@@ -192,12 +200,17 @@ def test_killed_worker_and_database_outage_lose_no_trial(postgres, tiny_pair, tm
     trials = check_study(study, tmp_path / "study", concurrency=(1,), n_prompts=4,
                          unrecorded={in_flight.number, lost.number})
     complete = {t.user_attrs["config_key"] for t in trials if t.state == TrialState.COMPLETE}
-    assert len(complete) == 5  # every configuration measured, each once (check_study)
+    assert len(complete) == 6  # every configuration measured, each once (check_study)
     retried = {}
     for gone in (in_flight, lost):
         assert trials[gone.number].state == TrialState.FAIL
         assert "fail_reason" not in trials[gone.number].user_attrs  # lost, not a failure
-        (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == gone.number]
+        # the trial queued again for it (Optuna's retry history ends with the lost trial; a
+        # trial lost twice, as when the victim was killed running a retry, keeps the first
+        # number in `failed_trial`)
+        retries = [t for t in trials if t.system_attrs.get("retry_history", [])[-1:] == [gone.number]]
+        assert len(retries) == 1, (gone.number, [(t.number, t.state.name, t.system_attrs) for t in trials])
+        (retry,) = retries
         assert retry.params == gone.params and gone.user_attrs["config_key"] in complete
         retried[gone.number] = retry
     retry = retried[lost.number]
