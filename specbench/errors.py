@@ -37,3 +37,7 @@ class RecordsError(SpecbenchError):
 
 class BackendError(SpecbenchError):
     """A backend cannot serve a request (unreachable server, unsupported feature)."""
+
+
+class StorageError(SpecbenchError):
+    """A sweep's study storage (database, journal file) cannot be reached or written."""

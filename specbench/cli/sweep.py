@@ -24,7 +24,10 @@ def _opt(help: str, *names: str) -> Any:
 def sweep(
     spec_file: Annotated[Optional[Path], typer.Argument(help="Sweep spec (TOML), e.g. sweeps/quick-cpu.toml; flags override its values.", show_default=False)] = None,
     study_name: Annotated[Optional[str], _opt("Optuna study name (default: the spec file's name); also names the SQLite file and the study directory.")] = None,
-    storage: Annotated[Optional[str], _opt("Optuna RDB URL shared by workers, e.g. sqlite:///sweeps/x.db or postgresql://user@host/db (default: sqlite:///sweeps/STUDY.db).")] = None,
+    storage: Annotated[Optional[str], _opt("Study storage shared by workers: sqlite:///sweeps/x.db, postgresql://user@host/db (driver: pip install 'specbench\\[postgres]') or journal:PATH (a journal file on a shared filesystem) (default: sqlite:///sweeps/STUDY.db).")] = None,
+    heartbeat_interval: Annotated[Optional[int], _opt("Seconds between heartbeats of a running trial (default: 10).")] = None,
+    grace_period: Annotated[Optional[int], _opt("Seconds without a heartbeat after which a running trial counts as lost with its worker and is measured again by another (default: 60).")] = None,
+    storage_retry: Annotated[Optional[float], _opt("Seconds a worker waits for a storage that stops answering before it gives up (default: 120).")] = None,
     out: Annotated[Optional[Path], _opt("Study directory: one run directory per trial under runs/, and profile.yaml (default: sweeps/studies/STUDY).")] = None,
     sampler: Annotated[Optional[str], _opt("grid (every configuration, Optuna GridSampler) | tpe | random (default: grid).")] = None,
     sampler_seed: Annotated[Optional[int], _opt("Sampler seed (grid: the same in every worker).")] = None,
@@ -67,7 +70,9 @@ def sweep(
 
     flags = {
         "study.name": study_name, "study.storage": storage, "study.out": str(out) if out else None,
-        "study.sampler": sampler, "study.seed": sampler_seed, "models.target": target,
+        "study.sampler": sampler, "study.seed": sampler_seed,
+        "study.heartbeat_interval_s": heartbeat_interval, "study.grace_period_s": grace_period,
+        "study.storage_retry_s": storage_retry, "models.target": target,
         "models.draft": draft, "models.device": device, "models.dtype": dtype,
         "models.trust_remote_code": trust_remote_code, "workload.source": workload,
         "workload.prompt_field": prompt_field, "workload.num_prompts": num_prompts,
@@ -86,7 +91,9 @@ def sweep(
     # ---- everything that can be wrong in the input fails here, before any model loads ----
     file_values = sw.load_spec_file(spec_file) if spec_file is not None else None
     spec = sw.build_spec(file_values, flags, source=spec_file)
-    storage_obj = sw.open_storage(spec.storage_url)
+    storage_obj = sw.open_storage(spec.storage_url, heartbeat_interval=spec.heartbeat_interval_s,
+                                  grace_period=spec.grace_period_s, retry_s=spec.storage_retry_s,
+                                  on_event=lambda m: console.print(f"[yellow]{escape(m)}[/]"))
     study = sw.open_study(spec, storage_obj)
     url = sw.study.display_url(spec.storage_url)
     done, total = sw.progress_counts(study, spec)
@@ -117,19 +124,25 @@ def sweep(
                           f"at most {len(session.requests)} requests are ever in flight (raise "
                           "--num-prompts)[/]")
         study.sampler = sw.make_sampler(spec, len(study.trials))
+        worker = sw.Worker(study, spec.grace_period_s)
         try:
-            _optimize(sw, spec, session, study)
+            _optimize(sw, spec, session, study, worker)
         except KeyboardInterrupt:
             done, total = sw.progress_counts(study, spec)
             console.print(f"[yellow]interrupted: {done}/{total} configurations measured; run the same "
                           "command again to resume (the interrupted trial is measured again)[/]")
             raise typer.Exit(130)
+        write, why = worker.should_write_profile()
     else:
         console.print("every configuration is measured: writing the profile only")
+        write, why, worker = True, "", None
 
     prof = sw.build_profile(spec, study)
-    sw.write_profile(spec.profile, prof)
-    _print_results(sw, spec, study, prof)
+    if write:
+        sw.write_profile(spec.profile, prof)
+        if worker is not None:
+            worker.profile_written(str(spec.profile), len(study.trials))
+    _print_results(sw, spec, study, prof, written=write, why=why)
 
 
 class _RichEvents:
@@ -179,11 +192,12 @@ class _RichEvents:
                       f"{escape(attrs['fail_reason'])}[/]")
 
 
-def _optimize(sw: Any, spec: Any, session: Any, study: Any) -> None:
+def _optimize(sw: Any, spec: Any, session: Any, study: Any, worker: Any) -> None:
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress:
         events = _RichEvents(sw, spec, study, progress)
-        sw.run_sweep(spec, session, study, spec.out, events, callbacks=(events.after_trial,))
+        sw.run_sweep(spec, session, study, spec.out, events, callbacks=(events.after_trial,),
+                     worker=worker)
 
 
 def _ms(v: Any) -> str:
@@ -194,7 +208,8 @@ def _num(v: Any, fmt: str = ".2f") -> str:
     return "–" if v is None else format(v, fmt)
 
 
-def _print_results(sw: Any, spec: Any, study: Any, prof: dict) -> None:
+def _print_results(sw: Any, spec: Any, study: Any, prof: dict, written: bool = True,
+                   why: str = "") -> None:
     out = Console()
     table = Table(title=f"Best configuration per concurrency ({spec.objectives[0]})", title_justify="left")
     for col in ("conc", "profile", "best speculative", "gain", "TPOT p50 ms\nspec / base",
@@ -226,7 +241,7 @@ def _print_results(sw: Any, spec: Any, study: Any, prof: dict) -> None:
     cfg = prof["speculative_config"]
     out.print(f"recommendation: [bold]{prof['recommendation']}[/]"
               + (f" {cfg}" if cfg else "") + f" — {prof['disable_by_batch_size']['why']}")
-    out.print(f"profile: {spec.profile}")
+    out.print(f"profile: {spec.profile}" if written else f"profile: not written by this worker ({why})")
 
 
 def register(app: typer.Typer) -> None:

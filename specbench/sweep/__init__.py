@@ -3,7 +3,9 @@
 the study ends in a recommended serving profile.
 
 - `spec`: the sweep specification (TOML file + flags), the search space, the objectives.
-- `study`: storage, study, sampler, the objective (factory), cross-worker dedupe, the loop.
+- `storage`: the study storage (RDB or journal file) with heartbeats and retried calls.
+- `study`: study, sampler, the objective (factory), cross-worker dedupe, the loop.
+- `workers`: the workers sharing a study, and which of them writes the profile.
 - `measure`: one trial's run (RunWriter into `<study dir>/runs/<run_id>`).
 - `server`: sweeps across servers (`[server]`): one launched server per trial, openai backend.
 - `profile`: best configuration per concurrency, Pareto front, the serving profile (YAML).
@@ -23,9 +25,10 @@ from specbench.sweep.study import (
     progress_counts,
     run_sweep,
 )
+from specbench.sweep.workers import Worker
 
 __all__ = [
     "OBJECTIVES", "Events", "Point", "Space", "SweepSpec", "TrialFailed", "best_so_far",
     "build_profile", "build_spec", "levels", "load_spec_file", "make_sampler", "open_storage",
-    "open_study", "pareto_front", "progress_counts", "run_sweep", "write_profile",
+    "open_study", "pareto_front", "progress_counts", "run_sweep", "Worker", "write_profile",
 ]

@@ -16,9 +16,32 @@ from typing import Any
 from specbench.sweep.spec import Point, SweepSpec
 
 
+# Headline figures stored flat on each trial (optuna-dashboard shows flat numbers as sortable
+# columns): user attr name (units in the name) -> (summary column, scale, decimals)
+HEADLINE = {
+    "tpot_p50_ms": ("tpot_p50_s", 1e3, 3), "tpot_p95_ms": ("tpot_p95_s", 1e3, 3),
+    "ttft_p50_ms": ("ttft_p50_s", 1e3, 3), "e2e_p50_s": ("e2e_p50_s", 1.0, 4),
+    "output_tok_per_s": ("output_tps", 1.0, 2),
+    "output_tok_per_s_per_user": ("output_tps_per_user", 1.0, 2),
+    "acceptance_rate_pct": ("acceptance_rate_tok", 100.0, 2),
+    "tokens_per_step": ("mean_acceptance_length_tok", 1.0, 3),
+    "peak_memory_gib": ("peak_memory_bytes", 1 / 2**30, 3),
+}
+
+
+def headline(summary: dict[str, Any]) -> dict[str, float]:
+    """The HEADLINE figures of a stored summary (absent when undefined, e.g. no drafts)."""
+    out = {}
+    for name, (column, scale, decimals) in HEADLINE.items():
+        v = summary.get(column)
+        if v is not None and math.isfinite(v):
+            out[name] = round(float(v) * scale, decimals)
+    return out
+
+
 @dataclass
 class Measurement:
-    attrs: dict[str, Any]  # trial user attrs: config_id, run_id, run_dir, host, summary
+    attrs: dict[str, Any]  # trial user attrs: config_id, run_id, run_dir, host, summary, HEADLINE
     outputs: dict[str, list[int]] = field(default_factory=dict)  # baseline: prompt id -> ids
 
 
@@ -49,7 +72,7 @@ def baseline_outputs_from(study_dir: Path, baseline_trial: Any) -> dict[str, lis
 
 def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir: Path,
             study_name: str, storage: str, baseline_outputs: dict[str, list[int]] | None,
-            events: Any) -> Measurement:
+            events: Any, worker: str | None = None) -> Measurement:
     """Run every request of `session` once at `point`; return what the trial stores. With a
     `[server]` section the trial's own server is launched first and always stopped after."""
     from specbench.records import make_run_id
@@ -70,7 +93,7 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
         backend = session.backend_for(point.draft)  # loads the draft on first use
     try:
         return _measure(session, spec, point, number, study_dir, study_name, storage,
-                        baseline_outputs, events, config, run_id, run_dir, backend, launcher)
+                        baseline_outputs, events, config, run_id, run_dir, backend, launcher, worker)
     finally:
         if launcher is not None:
             launcher.stop()
@@ -79,7 +102,7 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
 def _measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir: Path,
              study_name: str, storage: str, baseline_outputs: dict[str, list[int]] | None,
              events: Any, config: Any, run_id: str, run_dir: Path, backend: Any,
-             launcher: Any) -> Measurement:
+             launcher: Any, worker: str | None) -> Measurement:
     import shlex
 
     from specbench import analysis
@@ -98,8 +121,9 @@ def _measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir
         "backend": "openai" if launcher is not None else "embedded", "baseline": point.is_baseline,
         "chat_template": spec.chat_template,
         "truncate": spec.truncate, "configurations": [config.config_id],
+        # host: also run.json's `hostname`; here so a run names its study, trial and host together
         "sweep": {"study": study_name, "storage": storage, "trial": number,
-                  "objectives": list(spec.objectives)},
+                  "objectives": list(spec.objectives), "host": hostname(), "worker": worker},
     }
     metadata = RunMetadata.collect(run_id, run_cfg)
     metadata.device = backend.device_name
@@ -124,5 +148,5 @@ def _measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir
     summary = {k: _jsonable(row[k]) for k in analysis.SUMMARY_COLUMNS}
     attrs = {"config_id": config.config_id, "run_id": run_id,
              "run_dir": str(run_dir.relative_to(study_dir)), "host": hostname(),
-             "summary": summary}
+             "summary": summary, **headline(summary)}
     return Measurement(attrs, outputs if point.is_baseline and outputs else {})

@@ -32,6 +32,9 @@ SPECULATIVE_METHODS = tuple(m for m in METHODS if m != "none")
 SAMPLERS = ("grid", "tpe", "random")
 DEFAULT_SWEEPS_DIR = Path("sweeps")
 DEFAULT_N_TRIALS = 20  # model-based samplers; grid runs until the grid is measured
+DEFAULT_HEARTBEAT_S = 10  # a running trial records a heartbeat this often (Optuna's interval)
+DEFAULT_GRACE_S = 60  # a running trial without a heartbeat this long is failed, measured again
+DEFAULT_STORAGE_RETRY_S = 120.0  # how long a storage call waits for an unreachable database
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,8 @@ _NUM = (int, float)
 _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
     "study": {"name": ((str,), "a string"), "storage": ((str,), "a string"),
               "out": ((str,), "a path"), "sampler": ((str,), "a string"),
-              "seed": ((int,), "an integer")},
+              "seed": ((int,), "an integer"), "heartbeat_interval_s": ((int,), "an integer"),
+              "grace_period_s": ((int,), "an integer"), "storage_retry_s": (_NUM, "a number")},
     "models": {"target": ((str,), "a string"), "draft": ((str, list), "a string or a list"),
                "device": ((str,), "a string"), "dtype": ((str,), "a string"),
                "trust_remote_code": ((bool,), "true or false")},
@@ -83,6 +87,8 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
 FLAGS = {
     "study.name": "--study-name", "study.storage": "--storage", "study.out": "--out",
     "study.sampler": "--sampler", "study.seed": "--sampler-seed",
+    "study.heartbeat_interval_s": "--heartbeat-interval", "study.grace_period_s": "--grace-period",
+    "study.storage_retry_s": "--storage-retry",
     "models.target": "--target", "models.draft": "--draft", "models.device": "--device",
     "models.dtype": "--dtype", "models.trust_remote_code": "--trust-remote-code",
     "workload.source": "--workload", "workload.prompt_field": "--prompt-field",
@@ -267,7 +273,7 @@ def _server_spec(get: Any, where: str) -> ServerSpec | None:
 @dataclass(frozen=True)
 class SweepSpec:
     study_name: str
-    storage: str | None  # Optuna RDB URL; None = sqlite:///sweeps/<study_name>.db
+    storage: str | None  # RDB URL or journal:PATH; None = sqlite:///sweeps/<study_name>.db
     out: Path  # study directory: runs/ (one run dir per trial) and profile.yaml
     sampler: str  # grid | tpe | random
     sampler_seed: int
@@ -293,12 +299,16 @@ class SweepSpec:
     profile: Path  # where the recommended serving profile is written
     source: Path | None = None  # the spec file, if any
     server: ServerSpec | None = None  # [server]: one launched server per trial
+    heartbeat_interval_s: int = DEFAULT_HEARTBEAT_S  # s between heartbeats of a running trial
+    grace_period_s: int = DEFAULT_GRACE_S  # s of silence before a running trial counts as lost
+    storage_retry_s: float = DEFAULT_STORAGE_RETRY_S  # s a call waits for an unreachable storage
 
     @property
     def storage_url(self) -> str:
-        """The storage URL; a bare path (`studies/x.db`) means a SQLite file there."""
+        """The storage URL; a bare path (`studies/x.db`) means a SQLite file there,
+        `journal:PATH` Optuna's journal file."""
         url = self.storage or str(DEFAULT_SWEEPS_DIR / (self.study_name + ".db"))
-        return url if "://" in url else f"sqlite:///{url}"
+        return url if "://" in url or url.startswith("journal:") else f"sqlite:///{url}"
 
     @property
     def directions(self) -> list[str]:
@@ -539,10 +549,25 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
     if min_speedup <= 0:
         raise ConfigError(f"{where}{_label('profile.min_speedup')} must be > 0, got {min_speedup}")
 
+    heartbeat, grace = (get("study.heartbeat_interval_s", DEFAULT_HEARTBEAT_S),
+                        get("study.grace_period_s", DEFAULT_GRACE_S))
+    if heartbeat < 1:
+        raise ConfigError(f"{where}{_label('study.heartbeat_interval_s')} must be >= 1 s, got {heartbeat}")
+    if grace <= heartbeat:
+        raise ConfigError(f"{where}{_label('study.grace_period_s')} must exceed "
+                          f"{_label('study.heartbeat_interval_s')} ({heartbeat} s), got {grace}")
+    retry = float(get("study.storage_retry_s", DEFAULT_STORAGE_RETRY_S))
+    if retry < 0:
+        raise ConfigError(f"{where}{_label('study.storage_retry_s')} must be >= 0 s, got {retry:g}")
+    storage = get("study.storage")
+    if storage is not None and storage.startswith("journal:") and not storage[len("journal:"):]:
+        raise ConfigError(f"{where}{_label('study.storage')}: journal:PATH needs a file path, "
+                          "e.g. journal:/shared/sweeps/STUDY.log")
+
     server = _server_spec(get, where)
     out = Path(get("study.out") or DEFAULT_SWEEPS_DIR / "studies" / name)
     return SweepSpec(
-        study_name=name, storage=get("study.storage"), out=out, sampler=sampler,
+        study_name=name, storage=storage, out=out, sampler=sampler,
         sampler_seed=int(get("study.seed", 0)), target=target, device=device, dtype=dtype,
         trust_remote_code=bool(get("models.trust_remote_code", False)),
         workload=get("workload.source", "real"), prompt_field=get("workload.prompt_field"),
@@ -556,5 +581,6 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
         max_peak_memory_bytes=int(mem * 2**30) if mem is not None else None,
         n_trials=n_trials, timeout_s=float(timeout) if timeout is not None else None,
         min_speedup=min_speedup, profile=Path(get("profile.out") or out / "profile.yaml"),
-        source=source, server=server,
+        source=source, server=server, heartbeat_interval_s=int(heartbeat),
+        grace_period_s=int(grace), storage_retry_s=retry,
     )

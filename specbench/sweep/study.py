@@ -13,15 +13,23 @@ several workers share one storage. Each trial publishes its configuration key
 (`config_key`) and then a ticket (1 + the largest ticket among trials with that key), then
 defers to any running trial with that key whose (ticket, number) is smaller, or that is
 still choosing its ticket: Lamport's bakery algorithm over the storage, which needs only
-reads and writes, no locks, so it works on every RDB Optuna supports. A deferring trial waits
-for the winner and returns its stored value (`duplicate_of`); a trial with a key already
-measured returns the stored value at once. Crashed workers are detected by Optuna's
-heartbeat (their trials fail as stale) so nobody waits forever.
+reads and writes, no locks, so it works on every storage (RDB or journal file). A deferring
+trial waits for the winner and returns its stored value (`duplicate_of`); a trial with a key
+already measured returns the stored value at once.
+
+Crashed workers (see `specbench.sweep.storage`): a worker killed mid-trial stops its trial's
+heartbeat; after the grace period the next worker that looks fails it as stale and Optuna's
+`RetryHeartbeatStaleTrialCallback` queues it again with the same parameters (system attr
+`failed_trial` names the lost one), so another worker measures it, once. A worker that runs
+until every configuration is measured (grid, no --n-trials) waits for other workers' running
+trials before it stops, so it is there to pick such a trial up.
 
 Failures: an exception while measuring (out of memory, a model that cannot load) fails the
 trial with a one-line `fail_reason` user attr and the sweep goes on; that configuration is
-not retried. An interrupted trial (Ctrl-C, a killed worker) fails without a reason and is
-enqueued again on the next start, so a resumed sweep measures exactly what is missing.
+not retried. An interrupted trial (Ctrl-C) fails without a reason and is enqueued again on
+the next start, so a resumed sweep measures exactly what is missing. A storage that stops
+answering is waited for (`--storage-retry`); it is never recorded as a failure of the
+configuration.
 """
 
 from __future__ import annotations
@@ -39,14 +47,25 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, StorageError
 from specbench.sweep.spec import OBJECTIVES, Point, SweepSpec
+from specbench.sweep.storage import (  # noqa: F401 - open_storage etc. are used from here too
+    display_url,
+    fail_stale,
+    first_line,
+    normalize_storage_url,
+    open_storage,
+)
+from specbench.sweep.workers import Worker
 
 POLL_S = 0.5  # how often a waiting trial looks at the storage again
-HEARTBEAT_S = 10  # Optuna heartbeat of a running trial
-GRACE_S = 60  # a running trial without a heartbeat for this long is failed as stale
+QUEUED_WAIT_S = 2.0  # how long a trial waits for a queued (not yet running) baseline
 SETUP_ATTR = "specbench_setup"
 CONSTRAINT = "peak_memory_over_budget_gib"  # <= 0: feasible
+# Optuna metric names (shown by optuna-dashboard), units in the names as in the records
+METRIC_NAMES = {"tpot_p50": "tpot_p50_s", "tpot_p95": "tpot_p95_s",
+                "output_tps_per_user": "output_tok_per_s_per_user", "output_tps": "output_tok_per_s",
+                "speedup": "speedup_tpot_p50_x"}
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # the CLI reports trials itself
 
@@ -57,58 +76,6 @@ class TrialFailed(Exception):
 
 # --------------------------------------------------------------------------------------
 # Storage and study
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def normalize_storage_url(url: str) -> str:
-    """An RDB URL as given; a bare path (`studies/x.db`) means a SQLite file there."""
-    return url if "://" in url else f"sqlite:///{url}"
-
-
-def display_url(url: str) -> str:
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - only for messages
-        return url
-
-
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """Open (creating tables on first use) an Optuna RDB storage, with heartbeats so a
-    crashed worker's trials fail as stale instead of blocking others."""
-    url = normalize_storage_url(url)
-    engine_kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
-        if path and path != ":memory:":
-            try:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ConfigError(f"--storage {url}: cannot create its directory ({_first_line(exc)})") from None
-        # Several workers on one SQLite file wait for the write lock instead of failing.
-        engine_kwargs = {"connect_args": {"timeout": 60}}
-    for attempt in range(3):
-        try:
-            with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
-                                                  heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
-        except Exception as exc:  # noqa: BLE001 - sqlalchemy/driver errors of every kind
-            # Workers starting together race to create the schema of a new storage; the loser
-            # fails on a unique constraint and finds the tables there a moment later.
-            text = f"{type(exc).__name__} {exc}"
-            if attempt < 2 and any(m in text for m in ("IntegrityError", "already exists", "locked")):
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            raise ConfigError(f"--storage {display_url(url)} cannot be opened: {_first_line(exc)} "
-                              "(use sqlite:///PATH.db or an RDB URL such as "
-                              "postgresql://user@host/db with its driver installed)") from None
-    raise AssertionError("unreachable")
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -159,6 +126,9 @@ def open_study(spec: SweepSpec, storage: optuna.storages.BaseStorage,
     existing = study.user_attrs.get(SETUP_ATTR)
     if existing is None:
         study.set_user_attr(SETUP_ATTR, wanted)
+        with warnings.catch_warnings():  # experimental since Optuna 3.2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([METRIC_NAMES[o] for o in spec.objectives])
     else:  # another worker created it a moment ago
         check(existing)
     return study
@@ -221,16 +191,10 @@ def all_measured(study: optuna.Study, spec: SweepSpec) -> bool:
     return all(p.key in done for p in spec.space.points())
 
 
-def _fail_stale(study: optuna.Study) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-
-
 def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Point]:
     """Enqueue the baseline at each concurrency (first, so speculative trials find it) and
     every configuration whose trial was interrupted, unless present already."""
-    _fail_stale(study)
+    fail_stale(study)
     trials = study.get_trials(deepcopy=False)
     taken = {trial_key(t) for t in trials
              if t.state in (TrialState.WAITING, TrialState.RUNNING) or settled(t)}
@@ -276,18 +240,26 @@ def claim(study: optuna.Study, trial: Trial, key: str) -> FrozenTrial | None:
         if not ahead:
             return None
         time.sleep(POLL_S)
-        _fail_stale(study)
+        fail_stale(study)
 
 
-_COPIED = ("config_id", "run_id", "run_dir", "host", "summary", "speedups", "feasible",
-           "constraint", "baseline_trial")
+# speedup vs the baseline at the same concurrency: user attr name -> `speedups_vs` key
+SPEEDUP_ATTRS = {"speedup_tpot_p50_x": "tpot_p50_speedup",
+                 "speedup_output_tok_per_s_x": "output_tps_speedup"}
+
+
+def _copied() -> tuple[str, ...]:
+    from specbench.sweep.measure import HEADLINE
+
+    return ("config_id", "run_id", "run_dir", "host", "summary", "speedups", "feasible",
+            "constraint", "baseline_trial", *HEADLINE, *SPEEDUP_ATTRS)
 
 
 def reuse(trial: Trial, original: FrozenTrial) -> Any:
     """Make `trial` a copy of a settled trial with the same configuration."""
     source = original.user_attrs.get("duplicate_of", original.number)
     trial.set_user_attr("duplicate_of", source)
-    for k in _COPIED:
+    for k in _copied():
         if k in original.user_attrs:
             trial.set_user_attr(k, original.user_attrs[k])
     if "constraint" in original.user_attrs:
@@ -304,8 +276,10 @@ def reuse(trial: Trial, original: FrozenTrial) -> Any:
 
 
 def baseline_of(study: optuna.Study, concurrency: int) -> FrozenTrial:
-    """The complete baseline trial at `concurrency`, waiting while one is running (or queued:
-    a queued trial is picked up within moments by the worker that queued it)."""
+    """The complete baseline trial at `concurrency`, waiting while one is running, or queued
+    for up to QUEUED_WAIT_S (a worker between trials takes a queued trial within moments; when
+    none does, as when a lost baseline is queued again while every worker waits for it, this
+    trial gives way with `_Retry` so its worker runs the queued baseline next)."""
     key = Point.of("none", concurrency=concurrency).key
     queued_since: float | None = None
     while True:
@@ -321,10 +295,10 @@ def baseline_of(study: optuna.Study, concurrency: int) -> FrozenTrial:
         queued = any(t.state == TrialState.WAITING for t in trials)
         if queued and not running:
             queued_since = queued_since or time.monotonic()
-        if not (running or (queued and time.monotonic() - queued_since < GRACE_S)):
+        if not (running or (queued and time.monotonic() - queued_since < QUEUED_WAIT_S)):
             raise _Retry(f"no baseline measured at concurrency {concurrency} yet")
         time.sleep(POLL_S)
-        _fail_stale(study)
+        fail_stale(study)
 
 
 def _complete_baseline(study: optuna.Study, concurrency: int) -> FrozenTrial | None:
@@ -381,9 +355,10 @@ class Events:
     def note(self, message: str) -> None: ...
 
 
-def make_objective(spec: SweepSpec, session: Any, study_dir: Path,
-                   events: Events | None = None) -> Callable[[Trial], Any]:
-    """The objective of a sweep over `spec.space`, measuring with `session`."""
+def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Events | None = None,
+                   worker: Worker | None = None) -> Callable[[Trial], Any]:
+    """The objective of a sweep over `spec.space`, measuring with `session`; each trial is
+    tagged with the worker (and host) running it."""
     from specbench.sweep.measure import baseline_outputs_from, measure
 
     events = events or Events()
@@ -391,6 +366,8 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path,
     baseline_outputs: dict[int, dict[str, list[int]]] = {}  # concurrency -> prompt id -> ids
 
     def objective(trial: Trial) -> Any:
+        if worker is not None:  # who runs this trial; `host` (set by measure) says who measured
+            trial.set_user_attr("worker", worker.id)
         method = trial.suggest_categorical("method", ("none", *space.method))
         concurrency = trial.suggest_categorical("concurrency", space.concurrency)
         num_speculative_tokens, draft = 0, None
@@ -423,7 +400,8 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path,
                         if ref:
                             baseline_outputs[concurrency] = ref
             result = measure(session, spec, point, trial.number, study_dir, trial.study.study_name,
-                             display_url(spec.storage_url), baseline_outputs.get(concurrency), events)
+                             display_url(spec.storage_url), baseline_outputs.get(concurrency), events,
+                             worker.id if worker is not None else None)
         except KeyboardInterrupt:
             trial.set_user_attr("interrupted", True)
             raise
@@ -434,8 +412,10 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path,
         except TrialFailed as exc:
             trial.set_user_attr("fail_reason", str(exc))
             raise
+        except (StorageError, optuna.exceptions.UpdateFinishedTrialError):
+            raise  # says nothing about the configuration: never recorded as its failure
         except Exception as exc:  # noqa: BLE001 - out of memory, model errors: record, go on
-            reason = _first_line(exc)
+            reason = first_line(exc)
             if type(exc).__name__ == "OutOfMemoryError" and not reason.startswith("out of memory"):
                 reason = f"out of memory: {reason}"
             trial.set_user_attr("fail_reason", reason)
@@ -450,6 +430,9 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path,
         speedups = speedups_vs(base_trial.user_attrs["summary"], summary) if base_trial else {}
         if speedups:
             trial.set_user_attr("speedups", speedups)
+            for name, column in SPEEDUP_ATTRS.items():  # flat numbers: dashboard columns
+                if speedups.get(column) is not None:
+                    trial.set_user_attr(name, round(speedups[column], 4))
         if spec.max_peak_memory_bytes is not None:
             peak = summary.get("peak_memory_bytes")
             over = (peak - spec.max_peak_memory_bytes) / 2**30 if peak is not None else 0.0
@@ -497,22 +480,90 @@ def progress_counts(study: optuna.Study, spec: SweepSpec) -> tuple[int, int]:
     return sum(1 for p in points if p.key in done), len(points)
 
 
+def _lost(exc: BaseException) -> bool:
+    """The trial in flight was failed as stale by another worker meanwhile (its heartbeats did
+    not reach the storage for the grace period): Optuna refuses to update it."""
+    return isinstance(exc, optuna.exceptions.UpdateFinishedTrialError) or (
+        isinstance(exc, ValueError) and str(exc).startswith("Cannot tell a FAIL trial"))
+
+
+def wait_for_others(study: optuna.Study, spec: SweepSpec, worker: Worker, events: Events) -> bool:
+    """While configurations are unmeasured and other workers' trials run: wait, failing stale
+    trials (which Optuna queues again). True when a queued trial is there to run."""
+    noted = False
+    while True:
+        enqueue_pending(study, spec)  # fails stale trials first; queues interrupted ones
+        trials = study.get_trials(deepcopy=False)
+        if any(t.state == TrialState.WAITING for t in trials):
+            return True
+        if all_measured(study, spec):
+            return False
+        done = settled_keys(trials)
+        running = [t for t in trials if t.state == TrialState.RUNNING
+                   and t.user_attrs.get("config_key") not in (None, *done)]
+        if not running:
+            return False
+        if not noted:
+            events.note(f"waiting for {len(running)} trial(s) of other workers (trial "
+                        f"{', '.join(str(t.number) for t in running)}); a worker that stopped is "
+                        f"noticed {spec.grace_period_s} s after its last heartbeat and its trial "
+                        "is measured again")
+            noted = True
+        worker.touch()
+        time.sleep(POLL_S)
+
+
 def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Path,
               events: Events | None = None,
-              callbacks: tuple[Callable[[optuna.Study, FrozenTrial], None], ...] = ()) -> None:
+              callbacks: tuple[Callable[[optuna.Study, FrozenTrial], None], ...] = (),
+              worker: Worker | None = None) -> None:
     """Measure until the budget (`n_trials` in this process, `timeout_s`) is spent or every
     configuration of the space is measured. Interrupted configurations and the baselines are
-    enqueued first."""
+    enqueued first. Without a budget, the worker also waits for other workers' trials, so a
+    trial lost with its worker is measured here. `worker` is registered in the study while
+    this runs and marked done after (see `specbench.sweep.workers`)."""
     if all_measured(study, spec):
         return
+    events = events or Events()
+    worker = worker or Worker(study, spec.grace_period_s)
+    worker.register()
     enqueue_pending(study, spec)
+    ran = 0
 
-    def stop_or_requeue(study: optuna.Study, _: FrozenTrial) -> None:
+    def after_trial(study: optuna.Study, _: FrozenTrial) -> None:
+        nonlocal ran
+        ran += 1
+        worker.touch()
         if all_measured(study, spec):
             study.stop()
         else:  # a crashed worker's trials fail as stale meanwhile: queue them again
             enqueue_pending(study, spec)
 
-    study.optimize(make_objective(spec, session, study_dir, events), n_trials=spec.n_trials,
-                   timeout=spec.timeout_s, catch=(TrialFailed,),
-                   callbacks=[stop_or_requeue, *callbacks], gc_after_trial=False)
+    objective = make_objective(spec, session, study_dir, events, worker)
+    budget = spec.n_trials is not None or spec.timeout_s is not None
+    deadline = time.monotonic() + spec.timeout_s if spec.timeout_s is not None else None
+    try:
+        while True:
+            left = None if spec.n_trials is None else spec.n_trials - ran
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if (left is not None and left <= 0) or (timeout is not None and timeout <= 0):
+                break
+            try:
+                study.optimize(objective, n_trials=left, timeout=timeout, catch=(TrialFailed,),
+                               callbacks=[after_trial, *callbacks], gc_after_trial=False)
+            except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as exc:
+                if not _lost(exc):
+                    raise
+                ran += 1  # it took its place in this worker's budget
+                events.note(f"[yellow]a trial of this worker was taken for lost by another worker "
+                            f"(no heartbeat reached the storage for {spec.grace_period_s} s) and is "
+                            "measured again there; going on[/]")
+                continue
+            if budget or all_measured(study, spec) or not wait_for_others(study, spec, worker, events):
+                break
+    except StorageError:
+        raise  # the storage is gone: marking this worker done would only wait for it again
+    except BaseException:
+        worker.finish()
+        raise
+    worker.finish()

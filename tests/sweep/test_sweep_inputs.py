@@ -171,3 +171,28 @@ def test_study_with_another_setup_is_refused(tmp_path, storage):
                               "models.draft": ["d"], "sampling.max_new_tokens": 99})
     with pytest.raises(ConfigError, match="different setup .*sampling.max_new_tokens"):
         open_study(other, open_storage(other.storage_url))
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--heartbeat-interval", "0"], "study.heartbeat_interval_s (--heartbeat-interval) must be >= 1 s, got 0"),
+    (["--heartbeat-interval", "10", "--grace-period", "10"],
+     "study.grace_period_s (--grace-period) must exceed study.heartbeat_interval_s (--heartbeat-interval) (10 s), got 10"),
+    (["--storage-retry", "-1"], "study.storage_retry_s (--storage-retry) must be >= 0 s, got -1"),
+])
+def test_bad_heartbeat_grace_or_retry(flags, needle, storage):
+    assert needle in refused(*NO_MODEL, "--storage", storage, *flags)
+
+
+def test_journal_storage_needs_a_path_and_a_directory_it_can_create(tmp_path):
+    assert "journal:PATH needs a file path" in refused(*NO_MODEL, "--storage", "journal:")
+    blocker = write(tmp_path / "file", "")
+    line = refused(*NO_MODEL, "--storage", f"journal:{blocker}/sub/study.log")
+    assert line.startswith(f"error: --storage journal:{blocker}/sub/study.log: cannot create its directory")
+
+
+def test_journal_storage_url_is_kept_as_given(tmp_path):
+    spec = build_spec(None, {"study.storage": f"journal:{tmp_path}/s.log"})
+    assert spec.storage_url == f"journal:{tmp_path}/s.log"
+    storage = open_storage(spec.storage_url)
+    open_study(spec, storage)
+    assert (tmp_path / "s.log").is_file()

@@ -1,0 +1,120 @@
+"""Shared by the multi-worker sweep tests: start `python -m specbench sweep` worker processes
+on the tiny models, and check a finished study against its run directories on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+from specbench.records import read_run
+from specbench.sweep.spec import Point
+
+PROMPTS = [
+    {"id": "greet", "prompt": "Say hello to the team."},
+    {"id": "repeat", "prompt": "abc abc abc abc abc abc abc"},
+]
+ENV = {"COLUMNS": "200", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def write_prompts(tmp_path: Path, prompts: list[dict] = PROMPTS) -> Path:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in prompts))
+    return path
+
+
+def sweep_args(tiny_pair, prompts: Path, storage: str, out: Path, *extra: str,
+               study: str = "shared") -> list[str]:
+    return [sys.executable, "-m", "specbench", "sweep", "--target", str(tiny_pair[0]),
+            "--draft", str(tiny_pair[1]), "--workload", str(prompts), "--dtype", "float32",
+            "--device", "cpu", "--warmup", "0", "--study-name", study, "--storage", storage,
+            "--out", str(out), *extra]
+
+
+def start(args: list[str], cwd: Path) -> subprocess.Popen:
+    # the worktree on the path, whatever the current directory
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, **ENV, "PYTHONPATH": os.pathsep.join(
+        [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def finish(workers: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
+    deadline = time.monotonic() + timeout
+    out = []
+    for w in workers:
+        o, e = w.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        out.append((w.returncode, o, e))
+    return out
+
+
+def tpot_p50(run_dir: Path) -> float:
+    """TPOT p50 straight from a run's Parquet (successful samples), independent of the
+    summary the trial stored."""
+    df, _ = read_run(run_dir)
+    ok = df[df["error"].isna()]["tpot_s"].dropna().to_numpy(dtype=float)
+    return float(np.percentile(ok, 50))
+
+
+def check_study(study: optuna.Study, out: Path, concurrency: tuple[int, ...],
+                n_prompts: int = len(PROMPTS), unrecorded: set[int] = frozenset()) -> list:
+    """Invariants of a finished study shared by workers; returns its trials. `unrecorded`:
+    failed trials whose worker lost the storage after measuring; their run directories may
+    be on disk, linked to no trial."""
+    trials = study.trials
+    assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+
+    # no configuration measured twice: one measuring trial per key, one run directory each
+    measured = [t for t in complete if "duplicate_of" not in t.user_attrs]
+    keys = [Point.from_params(t.params).key for t in measured]
+    assert len(keys) == len(set(keys)), sorted(keys)
+    linked = {t.user_attrs["run_id"] for t in measured}
+    on_disk = {p.name for p in (out / "runs").iterdir()}
+    assert linked <= on_disk
+    for name in on_disk - linked:  # only where a worker lost the storage after measuring
+        number = int(name.split("-t", 1)[1][:4])
+        assert number in unrecorded and trials[number].state == TrialState.FAIL, name
+    by_number = {t.number: t for t in measured}
+
+    # the baseline exists at every concurrency
+    baselines = {t.params["concurrency"]: t for t in measured if t.params["method"] == "none"}
+    assert sorted(baselines) == sorted(concurrency)
+
+    for t in complete:
+        source = by_number[t.user_attrs.get("duplicate_of", t.number)]
+        assert Point.from_params(source.params).key == Point.from_params(t.params).key
+        run_dir = out / t.user_attrs["run_dir"]
+        assert run_dir.is_dir() and t.user_attrs["run_id"] == source.user_attrs["run_id"]
+        df, meta = read_run(run_dir)
+        assert len(df) == n_prompts and set(df["run_id"]) == {t.user_attrs["run_id"]}
+        assert meta["config"]["sweep"]["trial"] == source.number
+        # the host that measured it, in the run directory and in the trial
+        assert meta["hostname"] == meta["config"]["sweep"]["host"] == t.user_attrs["host"]
+        # the stored value is what the Parquet says: TPOT p50 of the baseline / this one's
+        mine = tpot_p50(run_dir)
+        assert t.user_attrs["tpot_p50_ms"] == round(mine * 1e3, 3)
+        base = tpot_p50(out / baselines[t.params["concurrency"]].user_attrs["run_dir"])
+        assert abs(t.value - base / mine) <= 1e-9 * max(1.0, t.value), (t.number, t.value, base / mine)
+    return trials
+
+
+def get_json(app, path: str) -> dict:
+    """GET `path` from a WSGI app in-process (no server, no port)."""
+    import io
+    from wsgiref.util import setup_testing_defaults
+
+    environ: dict = {"PATH_INFO": path, "REQUEST_METHOD": "GET", "wsgi.input": io.BytesIO()}
+    setup_testing_defaults(environ)
+    status: list[str] = []
+    body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
+    assert status and status[0].startswith("200"), (path, status, body[:300])
+    return json.loads(body)
