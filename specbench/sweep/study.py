@@ -61,6 +61,7 @@ from specbench.sweep.workers import Worker
 POLL_S = 0.5  # how often a waiting trial looks at the storage again
 QUEUED_WAIT_S = 2.0  # how long a trial waits for a queued (not yet running) baseline
 SETUP_ATTR = "specbench_setup"
+CREATION_WAIT_S = 10.0  # how long a worker waits for the setup of a study another worker just created
 CONSTRAINT = "peak_memory_over_budget_gib"  # <= 0: feasible
 # Optuna metric names (shown by optuna-dashboard), units in the names as in the records
 METRIC_NAMES = {"tpot_p50": "tpot_p50_s", "tpot_p95": "tpot_p95_s",
@@ -113,6 +114,12 @@ def open_study(spec: SweepSpec, storage: optuna.storages.BaseStorage,
         study_id = None
     if study_id is not None:
         existing = storage.get_study_user_attrs(study_id).get(SETUP_ATTR)
+        # Another worker may have created the study a moment ago and not yet stored its setup
+        # (create_study and set_user_attr are two writes): give it a few seconds.
+        deadline = time.monotonic() + CREATION_WAIT_S
+        while existing is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            existing = storage.get_study_user_attrs(study_id).get(SETUP_ATTR)
         if existing is None:
             raise ConfigError(f"study {spec.study_name!r} in {url} was not created by specbench "
                               "sweep; choose another --study-name")
