@@ -23,13 +23,17 @@ The model, one per drafter family (method + draft model):
   family's draft times), each row weighted 1 / B so a batched step counts once.
 - Goodput (SmartSpec's sense): accepted plus bonus tokens per second of step time,
   goodput_f(B, k) = B E_k / step_f(B, k); the baseline's is B / step(B, 0).
-- Speedup at (k, c): E_k * sum_B p_c(B) step(B, 0) / sum_B p_c(B) step_f(B, k), where p_c is
-  the share of batched steps at batch size B measured at concurrency c (the baseline's
-  steps there), or all at B = c where nothing was measured at c. This is a per-request TPOT
-  ratio: each row of a B-row step waits one step time and gets E_k tokens.
+- Speedup at (k, c), a per-request TPOT ratio (each row of a B-row step waits one step time
+  and gets E_k tokens):
+      (S_0 + w_c) / (S_k / E_k + w_c),   S_k = sum_B p_c(B) step_f(B, k)
+  where p_c is the share of batched steps at batch size B measured at concurrency c (the
+  baseline's steps there), or all at B = c where nothing was measured at c, and w_c the
+  stall per output token: the time a baseline request at c spent outside its own decode
+  steps (other requests' prefills), which speculation does not shorten (`stalls`; 0 where
+  the baseline at c was not measured).
 
-What it leaves out, on purpose: prefill of newly admitted requests stalling the batch, queueing,
-acceptance changing with batch size (greedy acceptance does not). The measured error below
+What it leaves out, on purpose: queueing, acceptance changing with batch size (greedy
+acceptance does not), stalls at unmeasured concurrency. The measured error below
 includes all of that, so it is an honest error, not a fit residual: `evaluate` gives, for each
 measured speculative configuration, the prediction of the model fitted on everything and the
 prediction of the model fitted without that configuration's records (held out), against the
@@ -244,6 +248,7 @@ class SpeedupModel:
     acceptance: dict[str, Acceptance]
     cost: StepCost
     batch_mix: dict[int, dict[int, float]]  # concurrency -> batch size -> share of steps
+    stall: dict[int, float] = field(default_factory=dict)  # concurrency -> s per output token
 
     @property
     def families(self) -> list[str]:
@@ -257,7 +262,9 @@ class SpeedupModel:
         mix = self.mix(concurrency)
         base = sum(p * self.cost.step(None, b, 0) for b, p in mix.items())
         spec = sum(p * self.cost.step(family, b, k) for b, p in mix.items())
-        return self.acceptance[family].expected_tokens(k) * base / spec if spec > 0 else float("nan")
+        e = self.acceptance[family].expected_tokens(k)
+        wait = self.stall.get(int(concurrency), 0.0)
+        return (base + wait) / (spec / e + wait) if spec > 0 else float("nan")
 
     def goodput(self, family: str | None, b: int, k: int) -> float:
         """Tokens per second of step time for a batch of b rows (family None: baseline)."""
@@ -299,11 +306,35 @@ def batch_mix(steps: pd.DataFrame) -> dict[int, dict[int, float]]:
     return out
 
 
-def fit(steps: pd.DataFrame, *, form: CostForm = LINEAR, overhead_s: float = 0.0) -> SpeedupModel:
-    """Fit on `model_steps` output (or any frame with the same columns)."""
+def stalls(frame: pd.DataFrame, overhead_s: float = 0.0) -> dict[int, float]:
+    """Per concurrency, the time a baseline request waits outside its own decode steps per
+    output token (other requests' prefills, scheduling): ((e2e - ttft) - its steps' draft +
+    verify + overhead time) / (output tokens - 1), averaged over the baseline requests there
+    and never below 0. Measured on the baseline only, so a held-out configuration does not
+    inform its own prediction."""
+    base = frame[frame["is_baseline"] & analysis.ok_mask(frame) & frame["tpot_s"].notna()]
+    out: dict[int, float] = {}
+    for c, g in base.groupby("concurrency"):
+        waits = []
+        for r in g.itertuples():
+            d = steps_mod._as_array(r.step_draft_time_s)
+            v = steps_mod._as_array(r.step_verify_time_s)
+            if not len(v) or r.output_tokens < 2:
+                continue
+            busy = float(np.nansum(d) + np.nansum(v)) + overhead_s * len(v)
+            waits.append(max(0.0, (r.e2e_s - r.ttft_s) - busy) / (r.output_tokens - 1))
+        if waits:
+            out[int(c)] = float(np.mean(waits))
+    return out
+
+
+def fit(steps: pd.DataFrame, *, form: CostForm = LINEAR, overhead_s: float = 0.0,
+        stall: dict[int, float] | None = None) -> SpeedupModel:
+    """Fit on `model_steps` output (or any frame with the same columns); `stall` is
+    `stalls(records)` (none: requests never wait outside their steps)."""
     acc = {f: fit_acceptance(g) for f, g in steps[~steps["is_baseline"]].groupby("family", sort=False)}
     return SpeedupModel({f: a for f, a in acc.items() if a.alpha.size},
-                        fit_cost(steps, form, overhead_s), batch_mix(steps))
+                        fit_cost(steps, form, overhead_s), batch_mix(steps), dict(stall or {}))
 
 
 # --------------------------------------------------------------------------------------
@@ -356,10 +387,10 @@ class Evaluation:
 
 
 def evaluate(steps: pd.DataFrame, measured: pd.DataFrame, *, form: CostForm = LINEAR,
-             overhead_s: float = 0.0) -> Evaluation:
+             overhead_s: float = 0.0, stall: dict[int, float] | None = None) -> Evaluation:
     """Fit on everything, then once more per measured point without that configuration's
     steps, and compare both predictions with the measurement (see the module docstring)."""
-    model = fit(steps, form=form, overhead_s=overhead_s)
+    model = fit(steps, form=form, overhead_s=overhead_s, stall=stall)
     notes: list[str] = []
     pts = measured.copy()
     pred, held = [], []
@@ -368,7 +399,7 @@ def evaluate(steps: pd.DataFrame, measured: pd.DataFrame, *, form: CostForm = LI
                     else float("nan"))
         rest = steps[steps["label"] != r.label]
         try:
-            m = fit(rest, form=form, overhead_s=overhead_s)
+            m = fit(rest, form=form, overhead_s=overhead_s, stall=stall)
             if r.family not in m.families:
                 raise RecordsError(f"no other configuration of {r.family} to learn from")
             # the held-out point's concurrency keeps its baseline's batch mix (measured)

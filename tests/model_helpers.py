@@ -37,7 +37,9 @@ class Planted:
 
 def request_rows(planted: Planted, k: int, concurrency: int, *, n_prompts: int = 16,
                  n_out: int = 48, categories: tuple[str, ...] = ("code", "chat"),
-                 seed: int = 0, draft: str = "tiny-draft") -> list[dict]:
+                 seed: int = 0, draft: str = "tiny-draft", stall_s: float = 0.0) -> list[dict]:
+    """`stall_s`: time each request waits once, after its first decode step, outside any of
+    its steps (as when other requests' prefills run in between)."""
     rng = np.random.default_rng([seed, k, concurrency])
     spec = BASELINE if k == 0 else SpeculativeConfig("draft_model", k, draft=draft)
     config_id = f"{spec.short}-c{concurrency}"
@@ -56,7 +58,7 @@ def request_rows(planted: Planted, k: int, concurrency: int, *, n_prompts: int =
             emitted = min(a + 1, n_out - len(out))
             dt = planted.draft(concurrency, drafted) * (1 + planted.noise * rng.standard_normal())
             vt = planted.verify(concurrency, drafted) * (1 + planted.noise * rng.standard_normal())
-            t += dt + vt
+            t += dt + vt + (stall_s if not events else 0.0)
             out += [1] * emitted
             times += [t] * emitted
             events.append(StepEvent(drafted, a, -1 if a == drafted else a, emitted, dt, vt,
@@ -70,11 +72,13 @@ def request_rows(planted: Planted, k: int, concurrency: int, *, n_prompts: int =
     return rows
 
 
-def planted_frame(planted: Planted, ks=(1, 2, 4), concurrencies=(1, 2, 4, 8), **kw) -> pd.DataFrame:
+def planted_frame(planted: Planted, ks=(1, 2, 4), concurrencies=(1, 2, 4, 8),
+                  stall: dict[int, float] | None = None, **kw) -> pd.DataFrame:
+    """`stall`: concurrency -> seconds each request waits outside its steps."""
     rows = []
     for c in concurrencies:
         for k in (0, *ks):
-            rows += request_rows(planted, k, c, **kw)
+            rows += request_rows(planted, k, c, stall_s=(stall or {}).get(c, 0.0), **kw)
     df = pd.DataFrame(rows)
     df["error"] = None
     return df

@@ -117,3 +117,17 @@ def test_next_points_are_unmeasured_and_closest_to_break_even(steps, measured):
     assert len(nxt) == 3 and set(nxt["k"]) == {3}  # k = 1, 2, 4 were all measured
     dist = np.abs(np.log(nxt["predicted"]))
     assert list(dist) == sorted(dist)
+
+
+def test_stalls_outside_the_steps_are_measured_on_the_baseline_and_dilute_the_speedup():
+    planted_stall = {1: 0.0, 2: 0.2, 4: 0.6, 8: 1.4}  # s per request, e.g. others' prefills
+    frame = planted_frame(P, stall=planted_stall, seed=5)
+    steps = sm.model_steps(frame)
+    got = sm.stalls(frame)
+    for c, total in planted_stall.items():
+        assert got[c] == pytest.approx(total / 47, abs=1e-9 + 1e-3 * total)  # per output token
+    measured = sm.measured_points(frame, n_boot=200)
+    with_stall = sm.evaluate(steps, measured, stall=got)
+    without = sm.evaluate(steps, measured)
+    assert with_stall.heldout_error < 0.07
+    assert without.heldout_error > 2 * with_stall.heldout_error

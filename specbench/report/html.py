@@ -261,7 +261,7 @@ def _study_block(study: Any, inputs: ReportInputs, table: pd.DataFrame) -> dict[
     t = study.trials
     counts = t["state"].value_counts().to_dict() if len(t) and "state" in t else {}
     return {
-        "name": study.name, "id": "study-" + study_view._slug(study.name),
+        "name": study.name, "id": "study-" + study_view.slug(study.name),
         "storage": study.storage, "directory": str(study.study_dir) if study.study_dir else None,
         "objectives": ", ".join(f"{o} ({d})" for o, d in zip(study.objectives, study.directions)),
         "counts": ", ".join(f"{n} {s.lower()}" for s, n in counts.items()) or "no trials",
@@ -313,7 +313,7 @@ def build_report(inputs: ReportInputs, *, title: str | None = None, n_boot: int 
 
 def default_out(inputs: ReportInputs) -> Path:
     if inputs.studies:
-        return DEFAULT_REPORTS_DIR / f"study-{study_view._slug(inputs.studies[0].name)}.html"
+        return DEFAULT_REPORTS_DIR / f"study-{study_view.slug(inputs.studies[0].name)}.html"
     return DEFAULT_REPORTS_DIR / f"{inputs.run_ids[0]}.html"
 
 

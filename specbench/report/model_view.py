@@ -39,8 +39,10 @@ def evaluation(inputs: ReportInputs, verdict: pd.DataFrame) -> sm.Evaluation | s
         measured = sm.measured_points(inputs.frame, inputs.pairs, label="label", n_boot=N_BOOT)
         stats = [s for r in inputs.runs
                  for s in ((r.meta.get("config") or {}).get("configuration_stats") or {}).values()]
+        overhead = sm.overhead_per_step(stats)
         try:
-            got = sm.evaluate(steps, measured, overhead_s=sm.overhead_per_step(stats))
+            got = sm.evaluate(steps, measured, overhead_s=overhead,
+                              stall=sm.stalls(inputs.frame, overhead))
         except RecordsError as exc:
             got = f"No model: {exc}."
     inputs.cache["model"] = got
@@ -59,8 +61,9 @@ def parity(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
                 "configuration; hollow: fitted without this configuration's records (held out), "
                 "the honest error. The model: per-position acceptance α_i per category, step "
                 "cost = verify(B, k) + draft(B, k) fitted on the per-step times, speedup = "
-                "E_k × baseline step cost / speculative step cost over the batch sizes reached "
-                "(specbench/speedup_model.py).")
+                "(baseline step cost + stall) / (speculative step cost / E_k + stall) over the "
+                "batch sizes reached, the stall being the baseline's wait outside its own steps "
+                "per token (specbench/speedup_model.py).")
     ev = evaluation(inputs, verdict)
     if isinstance(ev, str):
         plot.note = ev
@@ -182,6 +185,9 @@ def parameter_rows(model: sm.SpeedupModel) -> list[list[str]]:
         for name, v in zip(c.form.draft_terms, coef):
             rows.append([f"draft {fam}: {name}", f"{v * 1e3:.3f} ms", f"k up to {c.max_k[fam]}", ""])
     rows.append(["per-step overhead", f"{c.overhead_s * 1e3:.3f} ms", "run.json overhead_s / steps", ""])
+    for conc, w in sorted(model.stall.items()):
+        rows.append([f"stall per output token at concurrency {conc}", f"{w * 1e3:.3f} ms",
+                     "baseline requests' decode time outside their steps", ""])
     for fam, acc in model.acceptance.items():
         rows.append([f"α_i {fam} (pooled)", ", ".join(f"{a:.2f}" for a in acc.alpha),
                      "steps at risk: " + ", ".join(str(int(n)) for n in acc.at_risk), ""])

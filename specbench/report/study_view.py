@@ -38,7 +38,7 @@ def run_anchor(run_id: str) -> str:
     return "run-" + re.sub(r"[^A-Za-z0-9_-]+", "_", str(run_id))
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", name)
 
 
@@ -56,13 +56,14 @@ def _param(t: Any, name: str) -> Any:
 def describe_trial(t: Any) -> str:
     method = _param(t, "method")
     c = _param(t, "concurrency")
+    c = int(c) if c is not None else c
     if method is None:
         return "–"
     if method == "none":
         return f"baseline c={c}"
     draft = _param(t, "draft")
     d = f" ({str(draft).rsplit('/', 1)[-1]})" if draft else ""
-    return f"{method}{d} k={_param(t, 'num_speculative_tokens')} c={c}"
+    return f"{method}{d} k={int(_param(t, 'num_speculative_tokens'))} c={c}"
 
 
 _TRIAL_DEFAULTS = {"number": None, "state": None, "run_id": None, "run_dir": None, "host": None,
@@ -92,11 +93,12 @@ def _measured(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def optimization_history(study: StudyInput) -> Plot:
-    name = f"study-{_slug(study.name)}-history"
+    name = f"study-{slug(study.name)}-history"
     plot = Plot(name, "Optimization history",
                 "Every complete trial's objective value in the order the trials ran, and the best "
-                "feasible value so far (line). Hollow grey: infeasible (over the memory budget); "
-                "small: a trial that reused another trial's measurement.")
+                "feasible value so far (line). Grey diamonds: the baseline trials; hollow grey: "
+                "infeasible (over the memory budget); small: a trial that reused another "
+                "trial's measurement.")
     t = _trials(study)
     done = t[(t["state"] == "COMPLETE") & t["values_0"].notna()]
     if done.empty:
@@ -113,8 +115,10 @@ def optimization_history(study: StudyInput) -> Plot:
         reused = g["duplicate_of"].notna() if "duplicate_of" in g else pd.Series(False, index=g.index)
         desc = [describe_trial(r) for r in g.itertuples()]
         kw = dict(row=i + 1, col=1)
+        base = g["params_method"].eq("none") if "params_method" in g else pd.Series(False, index=g.index)
         for mask, label, marker in (
-                (feas & ~reused, "trial", dict(color=_PALETTE[0], size=9)),
+                (feas & ~reused & ~base, "trial", dict(color=_PALETTE[0], size=9)),
+                (feas & ~reused & base, "baseline trial", dict(color=BASELINE_COLOR, size=9, symbol="diamond")),
                 (feas & reused, "reused trial", dict(color=_PALETTE[0], size=5)),
                 (~feas, "infeasible trial", dict(color=BASELINE_COLOR, size=9, symbol="circle-open"))):
             if not mask.any():
@@ -172,7 +176,7 @@ def importances(study: StudyInput) -> dict[str, float] | str:
 
 
 def param_importance(study: StudyInput) -> Plot:
-    name = f"study-{_slug(study.name)}-importance"
+    name = f"study-{slug(study.name)}-importance"
     obj = (study.objectives or ["the objective"])[0]
     plot = Plot(name, "Parameter importances",
                 f"How much each parameter decides the primary objective ({obj}) among the "
@@ -204,7 +208,7 @@ def recommended_trials(study: StudyInput) -> set[int]:
 
 
 def pareto_front(study: StudyInput) -> Plot:
-    name = f"study-{_slug(study.name)}-pareto"
+    name = f"study-{slug(study.name)}-pareto"
     plot = Plot(name, "Pareto front",
                 "Every feasible measured trial on the first two objectives; the front (no other "
                 "trial is better on both, Optuna's study.best_trials) is joined by a line and "
@@ -289,7 +293,7 @@ def heatmap_cells(study: StudyInput, inputs: ReportInputs, verdict: pd.DataFrame
 
 
 def trial_heatmap(study: StudyInput, inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
-    name = f"study-{_slug(study.name)}-heatmap"
+    name = f"study-{slug(study.name)}-heatmap"
     plot = Plot(name, "Speedup heatmap from the trials: k × concurrency",
                 "TPOT p50 speedup of each trial over the baseline trial at the same concurrency "
                 "(summaries of the trials' own Parquet files), its "
@@ -367,7 +371,8 @@ def trial_rows(study: StudyInput, inputs: ReportInputs) -> list[dict[str, Any]]:
             f"no: {t.constraint:+.2f} GiB over budget" if not fmt.missing(t.constraint) else "no")
         run = t.run_id if isinstance(t.run_id, str) else None
         rows.append({
-            "number": int(t.number), "state": t.state, "config": describe_trial(t), "values": values or "–",
+            "number": int(t.number), "state": t.state, "config": describe_trial(t),
+            "objective": values or "–",
             "feasible": feasible if t.state == "COMPLETE" else "–",
             "reused": f"= trial {int(t.duplicate_of)}" if not fmt.missing(t.duplicate_of) else "",
             "reason": t.fail_reason or "", "run": run,
@@ -377,11 +382,11 @@ def trial_rows(study: StudyInput, inputs: ReportInputs) -> list[dict[str, Any]]:
     return rows
 
 
-def _ev_link(ev: dict[str, Any] | None, present: set[str]) -> dict[str, Any] | None:
+def _ev_link(ev: dict[str, Any] | None, present: set[str], role: str) -> dict[str, Any] | None:
     if not ev:
         return None
     run = ev.get("run_id")
-    return {"trial": ev.get("trial"), "run": run,
+    return {"role": role, "trial": ev.get("trial"), "run": run,
             "anchor": run_anchor(run) if run in present else None}
 
 
@@ -394,9 +399,9 @@ def profile_rows(study: StudyInput, inputs: ReportInputs) -> list[dict[str, Any]
     rows: list[dict[str, Any]] = []
     bands = prof.get("bands") or []
     first = bands[0] if bands else {}
-    first_ev = _ev_link(first.get("speculative"), present)
+    first_ev = _ev_link(first.get("speculative"), present, "best speculative")
     rows.append({"field": "recommendation", "value": prof.get("recommendation"),
-                 "why": (prof.get("disable_by_batch_size") or {}).get("why", ""), "ev": []})
+                 "why": "from the bands below", "ev": []})
     cfg = prof.get("speculative_config") or {}
     for key in ("method", "model", "num_speculative_tokens"):
         if key in cfg:
@@ -405,15 +410,16 @@ def profile_rows(study: StudyInput, inputs: ReportInputs) -> list[dict[str, Any]
                                 f"{first.get('measured_at_concurrency')}",
                          "ev": [first_ev] if first_ev else []})
     dbbs = prof.get("disable_by_batch_size") or {}
-    ev = [e for e in (_ev_link(dbbs.get("last_paying"), present),
-                      _ev_link(dbbs.get("first_not_paying"), present)) if e]
+    ev = [e for e in (_ev_link(dbbs.get("last_paying"), present, "last paying"),
+                      _ev_link(dbbs.get("first_not_paying"), present, "first not paying")) if e]
     rows.append({"field": "disable_by_batch_size", "value": dbbs.get("value"),
-                 "why": "last paying / first not paying" if ev else "", "ev": ev})
+                 "why": dbbs.get("why", ""), "ev": ev})
     for b in bands:
         bs = b["batch_size"]
         what = (f"{b['profile']}" + (f" {b.get('method')} k={b.get('num_speculative_tokens')}"
                                      if b["profile"] == "speculative" else ""))
-        ev = [e for e in (_ev_link(b.get("speculative"), present), _ev_link(b.get("baseline"), present)) if e]
+        ev = [e for e in (_ev_link(b.get("speculative"), present, "speculative"),
+                          _ev_link(b.get("baseline"), present, "baseline")) if e]
         rows.append({"field": f"batch size {bs['min']}–{bs['max'] if bs['max'] is not None else '∞'}",
                      "value": what, "why": b.get("why", ""), "ev": ev})
     return rows

@@ -97,6 +97,18 @@ def test_importance_figure_equals_optunas_get_param_importances(inputs):
     assert sum(got.values()) == pytest.approx(1.0)
 
 
+def test_trial_table_rows_say_what_each_trial_measured(inputs):
+    st = inputs.studies[0]
+    rows = {r["number"]: r for r in study_view.trial_rows(st, inputs)}
+    for t in st.study.trials:
+        r = rows[t.number]
+        assert r["state"] == "COMPLETE" and r["objective"] == f"speedup {t.values[0]:.4g}"
+        p = t.params
+        want = (f"baseline c={p['concurrency']}" if p["method"] == "none" else
+                f"draft_model (draft) k={p['num_speculative_tokens']} c={p['concurrency']}")
+        assert r["config"] == want and r["anchor"] == study_view.run_anchor(t.user_attrs["run_id"])
+
+
 def test_every_trial_links_to_its_runs_section(page, inputs):
     st = inputs.studies[0]
     links = re.findall(r'<a class="trial-run" href="#(run-[^"]+)">([^<]+)</a>', page)
