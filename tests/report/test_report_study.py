@@ -198,3 +198,23 @@ def test_study_model_section_reports_its_error(page):
     assert "Fitted speedup model" in page
     m = re.search(r"mean absolute error ([0-9.]+)% on the (\d+) measured", page)
     assert m and int(m.group(2)) == 4 and np.isfinite(float(m.group(1)))
+
+
+def test_a_study_report_never_imports_torch(tiny_study, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"""
+import sys
+sys.modules["torch"] = None          # `import torch` now raises ImportError
+sys.modules["transformers"] = None
+from specbench.report import build_report, load_inputs
+html = build_report(load_inputs([{str(tiny_study / 'studies' / 'tiny')!r}]), n_boot=200)
+assert "Speedup heatmap from the trials" in html
+"""
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(repo)}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
