@@ -12,19 +12,26 @@ from specbench.errors import ConfigError
 
 
 def report(
-    paths: Annotated[Optional[list[Path]], typer.Argument(metavar="RUN_OR_STUDY", help="Run directories or samples.parquet files (studies once a study loader exists).", show_default=False)] = None,
+    paths: Annotated[Optional[list[Path]], typer.Argument(metavar="RUN_OR_STUDY", help="Run directories, samples.parquet files, study directories (sweeps/studies/NAME) or a study's SQLite file (sweeps/NAME.db).", show_default=False)] = None,
     baseline: Annotated[Optional[Path], typer.Option(help="Run whose baseline is the reference for every configuration (default: each run's own baseline).")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="HTML file to write (default reports/<first run id>.html); a directory gets <run id>.html inside.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="HTML file to write (default reports/<first run id>.html, reports/study-<name>.html for a study); a directory gets that name inside.")] = None,
     allow_mixed: Annotated[bool, typer.Option("--allow-mixed", help="Report runs of different workloads or target models together.")] = False,
     title: Annotated[Optional[str], typer.Option(help="Page title (default: workload and target model).")] = None,
     n_boot: Annotated[int, typer.Option(help="Bootstrap resamples for the speedup confidence intervals.")] = 2000,
+    storage: Annotated[Optional[str], typer.Option(help="Optuna RDB URL of a study to report (with --study-name), e.g. postgresql://user@host/db.")] = None,
+    study_name: Annotated[Optional[str], typer.Option(help="The study to report when the storage holds several.")] = None,
+    study_dir: Annotated[Optional[Path], typer.Option(help="The study directory holding the trials' runs/ (default: studies/NAME beside the .db file).")] = None,
 ) -> None:
-    """Write a self-contained HTML report: verdict per concurrency, plots, per-sample table."""
+    """Write a self-contained HTML report: verdict per concurrency, plots, the fitted speedup
+    model, per-sample table; for a study also the search, the trials and the profile."""
     from specbench.report import build_report, default_out, load_inputs, write_report
 
     if n_boot < 100:
         raise ConfigError(f"--n-boot must be >= 100, got {n_boot}")
-    inputs = load_inputs(paths or [], baseline=baseline, allow_mixed=allow_mixed)
+    if study_name is not None and storage is None and not paths:
+        raise ConfigError("--study-name needs --storage URL or a study's .db file")
+    inputs = load_inputs(paths or [], baseline=baseline, allow_mixed=allow_mixed, storage=storage,
+                         study_name=study_name, study_dir=study_dir)
     target = out if out is not None else default_out(inputs)
     if target.is_dir():
         target = target / default_out(inputs).name

@@ -1,17 +1,20 @@
 """`specbench report`: one self-contained HTML file that answers "should we turn speculative
 decoding on, and how?" from one or more runs.
 
-- `inputs`: load runs (and, later, studies), refuse mixed workloads, pair each speculative
-  configuration with its baseline;
+- `inputs`: load runs and studies (`study`: Optuna studies written by `specbench sweep`),
+  refuse mixed workloads, pair each speculative configuration with its baseline;
 - `verdict`: the numbers and sentences the page states (speedup with a bootstrap CI per
   configuration and concurrency, where each method stops paying, outliers);
 - `plots`: Plotly figures, each with a note instead of an empty plot when there is no data;
+  `cliff` (per-step: batch size, context, output position), `model_view` (the fitted speedup
+  model, `specbench.speedup_model`), `study_view` (the search, trials, profile, serving);
 - `html`: Jinja2 templates (`templates/`), plotly.js inlined once, atomic write.
 
 Boundary: reads records (`specbench.records`) and summaries (`specbench.analysis`); never
 imports torch, a model or the engine, so a report can be built on any machine.
 """
 
+from specbench.report import study as _study  # noqa: F401  (registers the study loader)
 from specbench.report.html import build_report, default_out, write_report
 from specbench.report.inputs import ReportInputs, RunInput, StudyInput, load_inputs
 

@@ -26,7 +26,7 @@ from markupsafe import Markup
 
 from specbench import analysis
 from specbench.records import atomic_write, package_version
-from specbench.report import fmt, plots, verdict
+from specbench.report import fmt, model_view, plots, study_view, verdict
 from specbench.report.inputs import ReportInputs, RunInput
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -86,6 +86,54 @@ def _methods(df: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def _command(meta: dict[str, Any]) -> list[str]:
+    argv = [str(a) for a in meta.get("command", [])]
+    if argv and Path(argv[0]).name in ("specbench", "__main__.py", "specbench.exe"):
+        argv = ["specbench", *argv[1:]]
+    return argv
+
+
+def _with_option(argv: list[str], flag: str, value: str) -> list[str]:
+    """argv with `flag value` set (replacing `flag X` or `flag=X`, else appended)."""
+    out, i, done = [], 0, False
+    while i < len(argv):
+        a = argv[i]
+        if a == flag and i + 1 < len(argv):
+            out += [flag, value]
+            i, done = i + 2, True
+            continue
+        if a.startswith(flag + "="):
+            out.append(f"{flag}={value}")
+            i, done = i + 1, True
+            continue
+        out.append(a)
+        i += 1
+    return out if done else out + [flag, value]
+
+
+def cliff_note(inputs: ReportInputs) -> dict[str, str] | None:
+    """A run report whose speculative configurations ran at one concurrency only did not
+    measure the concurrency cliff: say so, with the command that would."""
+    spec = inputs.frame[~inputs.frame["is_baseline"]]
+    if inputs.studies or spec.empty or spec["concurrency"].nunique() > 1:
+        return None
+    c = int(spec["concurrency"].iloc[0])
+    levels = sorted({1, 4, 16, c})
+    run = inputs.runs[0]
+    argv = _command(run.meta)
+    if len(argv) < 2 or argv[1] != "run":
+        argv = ["specbench", "run"]
+    argv = _with_option(argv, "--concurrency", ",".join(map(str, levels)))
+    n_prompts = int(inputs.frame["prompt_id"].nunique())
+    kinds = set(inputs.frame["workload_kind"].astype(str))
+    if n_prompts < 2 * levels[-1] and "custom" not in kinds:
+        argv = _with_option(argv, "--num-prompts", str(2 * levels[-1]))
+    text = (f"The concurrency cliff was not measured: every speculative configuration ran at "
+            f"concurrency {c} only, so this report cannot say at which batch size speculation "
+            "stops paying. Measure it with:")
+    return {"text": text, "command": shlex.join(argv)}
+
+
 def run_header(run: RunInput, run_id: str) -> list[tuple[str, str]]:
     """(field, value) pairs describing one run, from its run.json metadata and its rows."""
     meta, df = run.meta, run.frame
@@ -119,7 +167,7 @@ def run_header(run: RunInput, run_id: str) -> list[tuple[str, str]]:
         ("samples", f"{len(df)} ({int((~analysis.ok_mask(df)).sum())} failed)"),
         ("when", f"{meta.get('created_at', '?')} → {meta.get('finished_at') or '?'} (UTC)"),
         ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)),
-        ("command", shlex.join(str(a) for a in meta.get("command", [])) or "–"),
+        ("command", shlex.join(_command(meta)) or "–"),
     ]
     return rows
 
@@ -189,7 +237,39 @@ def default_title(inputs: ReportInputs) -> str:
     workloads = ", ".join(dict.fromkeys(str(w) for w in inputs.frame["workload"]))
     targets = ", ".join(dict.fromkeys(str((r.meta.get("config") or {}).get("target", "?"))
                                       for r in inputs.runs))
-    return f"Speculative decoding on {workloads} · {targets}"
+    study = (" · study " + ", ".join(st.name for st in inputs.studies)) if inputs.studies else ""
+    return f"Speculative decoding on {workloads} · {targets}{study}"
+
+
+def _item(p: plots.Plot) -> dict[str, Any]:
+    return {"plot": p, "html": _figure_html(p) if p.figure is not None else None}
+
+
+def _run_block(run: RunInput, rid: str, inputs: ReportInputs) -> dict[str, Any]:
+    cfg = run.meta.get("config") or {}
+    sweep = cfg.get("sweep") or {}
+    configs = ", ".join(dict.fromkeys(str(c) for c in run.frame["config_id"]))
+    summary = f"{rid} · {configs}" + (f" · study {sweep.get('study')}, trial {sweep.get('trial')}"
+                                      if sweep else "")
+    return {"id": study_view.run_anchor(rid), "summary": summary,
+            "status": str(run.meta.get("status", "unknown")), "rows": run_header(run, rid)}
+
+
+def _study_block(study: Any, inputs: ReportInputs, table: pd.DataFrame) -> dict[str, Any]:
+    items = [_item(build(study)) for build in study_view.STUDY_PLOTS]
+    items.insert(2, _item(study_view.trial_heatmap(study, inputs, table)))
+    t = study.trials
+    counts = t["state"].value_counts().to_dict() if len(t) and "state" in t else {}
+    return {
+        "name": study.name, "id": "study-" + study_view.slug(study.name),
+        "storage": study.storage, "directory": str(study.study_dir) if study.study_dir else None,
+        "objectives": ", ".join(f"{o} ({d})" for o, d in zip(study.objectives, study.directions)),
+        "counts": ", ".join(f"{n} {s.lower()}" for s, n in counts.items()) or "no trials",
+        "notes": study.notes, "items": items,
+        "trial_headers": study_view.TRIAL_HEADERS, "trials": study_view.trial_rows(study, inputs),
+        "profile": study_view.profile_rows(study, inputs),
+        "serving": study_view.serving_snippets(study),
+    }
 
 
 def build_report(inputs: ReportInputs, *, title: str | None = None, n_boot: int = verdict.N_BOOT,
@@ -197,17 +277,10 @@ def build_report(inputs: ReportInputs, *, title: str | None = None, n_boot: int 
     """The whole report page as one HTML string."""
     table = verdict.verdict_table(inputs, n_boot=n_boot, seed=seed)
     sections = []
-    for name, builders in plots.SECTIONS:
-        items = []
-        for build in builders:
-            p = build(inputs, table)
-            items.append({"plot": p, "html": _figure_html(p) if p.figure is not None else None})
+    for name, builders in plots.sections():
+        items = [_item(build(inputs, table)) for build in builders]
         sections.append({"title": name, "id": name.split()[0].lower(), "items": items})
-    studies = []
-    for study in inputs.studies:
-        items = [{"plot": p, "html": _figure_html(p) if p.figure is not None else None}
-                 for p in plots.study_plots(study)]
-        studies.append({"name": study.name, "items": items})
+    studies = [_study_block(st, inputs, table) for st in inputs.studies]
     notes = list(inputs.notes)
     for run, rid in zip(inputs.runs, inputs.run_ids):
         if run.meta.get("status") != "complete":
@@ -224,7 +297,10 @@ def build_report(inputs: ReportInputs, *, title: str | None = None, n_boot: int 
         confidence=int(verdict.CONFIDENCE * 100),
         n_boot=n_boot,
         notes=notes,
-        runs=[run_header(r, rid) for r, rid in zip(inputs.runs, inputs.run_ids)],
+        runs=[_run_block(r, rid, inputs) for r, rid in zip(inputs.runs, inputs.run_ids)],
+        runs_open=len(inputs.runs) <= 3,
+        cliff=cliff_note(inputs),
+        model=model_view.summary(inputs, table),
         sections=sections,
         studies=studies,
         outliers=verdict.outliers(inputs.frame),
@@ -236,6 +312,8 @@ def build_report(inputs: ReportInputs, *, title: str | None = None, n_boot: int 
 
 
 def default_out(inputs: ReportInputs) -> Path:
+    if inputs.studies:
+        return DEFAULT_REPORTS_DIR / f"study-{study_view.slug(inputs.studies[0].name)}.html"
     return DEFAULT_REPORTS_DIR / f"{inputs.run_ids[0]}.html"
 
 

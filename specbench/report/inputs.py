@@ -16,11 +16,13 @@ frame, with every speculative configuration paired with the baseline it is measu
   baseline of the only other run that has one. With `--baseline RUN`, RUN's baseline is the
   reference for everything and other runs' baseline rows are left out.
 
-Studies (extension point): `LOADERS` is the list of functions tried in order on each path;
-each returns a `RunInput`, a `StudyInput` or None ("not mine"). The run loader is last and
-raises the records error for a path nobody claims. A study loader (Optuna; `specbench.sweep`)
-adds itself in front and returns a `StudyInput` whose `runs` are its trials' runs: those join
-the frame like any run, and the study itself reaches `specbench.report.plots.STUDY_PLOTS`.
+Studies: `LOADERS` is the list of functions tried in order on each path, each called as
+`loader(path, options)` and returning a `RunInput`, a `StudyInput` or None ("not mine"). The
+run loader is last and raises the records error for a path nobody claims; the study loader
+(`specbench.report.study`: a study directory, an Optuna SQLite file) adds itself in front and
+returns a `StudyInput` whose `runs` are its trials' runs: those join the frame like any run,
+each trial's speculative run paired with the same study's baseline run at its concurrency
+(the runs of one study share a `group`), and the study itself reaches the study section.
 Loaders must not import torch.
 
 Boundary: reads records through `specbench.records.read_run`; computes no statistics.
@@ -55,23 +57,39 @@ class RunInput:
 
 @dataclass
 class StudyInput:
-    """A parameter search over runs (Optuna). No loader builds one yet; see the module
-    docstring. `trials` has one row per trial with at least `number`, `state`, `run_id`,
-    one `values_<objective>` column per objective and one `params_<name>` column per
-    parameter (Optuna's `study.trials_dataframe()` shape); `directions` is minimize/maximize
-    per objective, in the order of the `values_` columns."""
+    """A parameter search over runs (an Optuna study written by `specbench sweep`).
+    `trials` has one row per trial with at least `number`, `state`, `run_id`, one
+    `values_<objective>` column per objective and one `params_<name>` column per parameter
+    (Optuna's `study.trials_dataframe()` shape); `directions` is minimize/maximize per
+    objective, in the order of `objectives`. `study` is the Optuna study itself (None when
+    built by hand), `profile` the study's profile.yaml read back (None when absent)."""
 
     path: Path
     name: str
     trials: pd.DataFrame
     directions: list[str]
     runs: list[RunInput] = field(default_factory=list)
+    objectives: list[str] = field(default_factory=list)
+    study: Any = None
+    study_dir: Path | None = None
+    storage: str | None = None  # display URL (no password)
+    profile: dict[str, Any] | None = None
+    setup: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
-Loader = Callable[[Path], "RunInput | StudyInput | None"]
+@dataclass(frozen=True)
+class LoadOptions:
+    """What a loader may need beyond the path (from the command line)."""
+
+    study_name: str | None = None
+    study_dir: Path | None = None
 
 
-def load_run(path: Path) -> RunInput:
+Loader = Callable[[Path, LoadOptions], "RunInput | StudyInput | None"]
+
+
+def load_run(path: Path, options: LoadOptions | None = None) -> RunInput:
     """A run directory or samples.parquet; raises `RecordsError` for anything else."""
     df, meta = read_run(path)
     if df.empty:
@@ -82,9 +100,9 @@ def load_run(path: Path) -> RunInput:
 LOADERS: list[Loader] = [load_run]
 
 
-def load_path(path: Path) -> RunInput | StudyInput:
+def load_path(path: Path, options: LoadOptions | None = None) -> RunInput | StudyInput:
     for loader in LOADERS:
-        got = loader(Path(path))
+        got = loader(Path(path), options or LoadOptions())
         if got is not None:
             return got
     raise RecordsError(f"{path} is neither a specbench run nor a study")  # pragma: no cover
@@ -99,6 +117,8 @@ class ReportInputs:
     pairs: dict[str, str | None]
     baseline_run: str | None  # run id given with --baseline
     notes: list[str] = field(default_factory=list)
+    groups: dict[str, str] = field(default_factory=dict)  # run id -> study name (study runs)
+    cache: dict[str, Any] = field(default_factory=dict)  # derived tables computed once per report
 
     @property
     def labels(self) -> list[str]:
@@ -149,17 +169,23 @@ def _same_rate(a: Any, b: Any) -> bool:
     return float(a) == float(b)
 
 
-def _pair(frame: pd.DataFrame, baseline_run: str | None) -> dict[str, str | None]:
+def _pair(frame: pd.DataFrame, baseline_run: str | None,
+          groups: dict[str, str] | None = None) -> dict[str, str | None]:
+    groups = groups or {}
     configs = frame.drop_duplicates("label")[
         ["label", "source", "is_baseline", "concurrency", "request_rate"]]
     bases = configs[configs["is_baseline"]]
     sources_with_base = list(dict.fromkeys(bases["source"]))
     pairs: dict[str, str | None] = {}
     for c in configs[~configs["is_baseline"]].itertuples():
+        group = groups.get(c.source)
+        in_group = [s for s in sources_with_base if group is not None and groups.get(s) == group]
         if baseline_run is not None:
             pool = bases
         elif c.source in sources_with_base:
             pool = bases[bases["source"] == c.source]
+        elif in_group:  # a study's trial: the study's baseline trials are its reference
+            pool = bases[bases["source"].isin(in_group)]
         elif len(sources_with_base) == 1:
             pool = bases
         elif not sources_with_base:
@@ -175,11 +201,13 @@ def _pair(frame: pd.DataFrame, baseline_run: str | None) -> dict[str, str | None
 
 
 def combine(runs: Sequence[RunInput], *, baseline: RunInput | None = None,
-            allow_mixed: bool = False) -> ReportInputs:
+            allow_mixed: bool = False, groups: Sequence[str | None] | None = None) -> ReportInputs:
     """Join runs into one frame (see the module docstring); `baseline`, when given, must be
-    one of `runs` and is the only source of baseline rows."""
+    one of `runs` and is the only source of baseline rows. `groups` names, per run, the study
+    it belongs to (None for a plain run)."""
     runs = list(runs)
     ids = _unique_run_ids(runs)
+    group_of = {rid: g for rid, g in zip(ids, groups or []) if g is not None}
     if not allow_mixed:
         _check_mixed(runs, ids)
     notes: list[str] = []
@@ -207,47 +235,63 @@ def combine(runs: Sequence[RunInput], *, baseline: RunInput | None = None,
     frame["series"] = [f"{s} · {_series(c)}" if c in shared else _series(c)
                        for s, c in zip(frame["source"], frame["config_id"])]
     frame["config_id"] = frame["label"]
-    pairs = _pair(frame, baseline_id)
+    pairs = _pair(frame, baseline_id, group_of)
     missing = sorted(lbl for lbl, b in pairs.items() if b is None)
     if missing:
         notes.append("no baseline at the same concurrency for: " + ", ".join(missing))
     return ReportInputs(runs=runs, run_ids=ids, studies=[], frame=frame, pairs=pairs,
-                        baseline_run=baseline_id, notes=notes)
+                        baseline_run=baseline_id, notes=notes, groups=group_of)
 
 
 def load_inputs(paths: Sequence[Path | str], *, baseline: Path | str | None = None,
-                allow_mixed: bool = False) -> ReportInputs:
-    """Load every path (runs, or studies once a study loader exists) and `combine` them.
-    The same run given twice (or again as --baseline) is read once."""
-    if not paths:
-        raise ConfigError("give at least one run directory or samples.parquet file")
+                allow_mixed: bool = False, storage: str | None = None,
+                study_name: str | None = None, study_dir: Path | str | None = None) -> ReportInputs:
+    """Load every path (runs and studies) and `combine` them; `storage` (an Optuna RDB URL)
+    with `study_name` adds that study. The same run given twice (or again as --baseline, or
+    as a study's trial) is read once."""
+    options = LoadOptions(study_name, Path(study_dir) if study_dir is not None else None)
+    if not paths and storage is None:
+        raise ConfigError("give at least one run directory, samples.parquet file or study "
+                          "(a study directory, its .db file, or --storage URL --study-name NAME)")
     runs: list[RunInput] = []
+    groups: list[str | None] = []
     studies: list[StudyInput] = []
     seen: dict[Path, RunInput] = {}
 
-    def add_run(r: RunInput) -> RunInput:
+    def add_run(r: RunInput, group: str | None = None) -> RunInput:
         key = r.path.resolve()
         if key.name == SAMPLES_FILE:
             key = key.parent
         if key not in seen:
             seen[key] = r
             runs.append(r)
+            groups.append(group)
         return seen[key]
 
+    def add_study(st: StudyInput) -> None:
+        studies.append(st)
+        for r in st.runs:
+            add_run(r, st.name)
+
     for p in paths:
-        got = load_path(Path(p))
+        got = load_path(Path(p), options)
         if isinstance(got, StudyInput):
-            studies.append(got)
-            for r in got.runs:
-                add_run(r)
+            add_study(got)
         else:
             add_run(got)
+    if storage is not None:
+        from specbench.report.study import load_study_from_storage
+
+        add_study(load_study_from_storage(storage, options))
+    if not runs:
+        raise RecordsError("the study has no trial run here to report on: "
+                           + "; ".join(n for st in studies for n in st.notes))
     base_run = None
     if baseline is not None:
-        got = load_path(Path(baseline))
+        got = load_path(Path(baseline), options)
         if isinstance(got, StudyInput):
             raise ConfigError(f"--baseline {baseline}: give a run, not a study")
         base_run = add_run(got)
-    inputs = combine(runs, baseline=base_run, allow_mixed=allow_mixed)
+    inputs = combine(runs, baseline=base_run, allow_mixed=allow_mixed, groups=groups)
     inputs.studies = studies
     return inputs

@@ -6,10 +6,9 @@ Acceptance plots pool a configuration over concurrency (its `series`): what the 
 accepts depends on the drafter, the target and the prompts, not on how many requests share a
 batch. Latency and memory plots keep concurrency apart.
 
-Studies: `STUDY_PLOTS` maps a plot name to a builder `(StudyInput) -> Plot`. It is empty until a
-study loader exists; the intended entries are `optimization_history` (objective per trial and
-best so far), `param_importance` (fANOVA importances, `optuna.importance`) and `pareto_front`
-(multi-objective trials, e.g. TPOT speedup vs peak memory, linking each trial to its run).
+`sections()` lists the page's sections and their builders; the per-step plots live in
+`specbench.report.cliff`, the fitted model's in `specbench.report.model_view`, a study's in
+`specbench.report.study_view`.
 
 Boundary: reads `ReportInputs.frame`, the verdict table and run metadata; no HTML, no torch.
 """
@@ -27,8 +26,9 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from specbench import analysis
+from specbench import steps as steps_mod
 from specbench.report import fmt
-from specbench.report.inputs import ReportInputs, StudyInput
+from specbench.report.inputs import ReportInputs
 from specbench.report.verdict import CONFIDENCE
 
 
@@ -39,6 +39,7 @@ class Plot:
     caption: str
     figure: go.Figure | None = None
     note: str | None = None  # why nothing is drawn (figure is None)
+    tables: list[list[list[str]]] | None = None  # tables under the figure (first row: headers)
 
 
 BASELINE_COLOR = "#555555"
@@ -59,12 +60,15 @@ def series_colors(verdict: pd.DataFrame) -> dict[str, str]:
     return colors
 
 
-def _style(fig: go.Figure, height: int = 420, top: int = 40) -> go.Figure:
-    """Shared look; `top` leaves room for the legend (above subplot titles when there are)."""
+def _style(fig: go.Figure, height: int = 420, top: int = 40, legend_right: bool = False) -> go.Figure:
+    """Shared look: the legend in a row above the plot, or (`legend_right`, for figures with
+    subplot titles, which a legend above would cover) in a column right of it; `top` leaves
+    room above."""
+    legend = (dict(orientation="v", yanchor="top", y=1.0, xanchor="left", x=1.02) if legend_right
+              else dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0))
     fig.update_layout(
         template="plotly_white", height=height, font=dict(family=_FONT, size=12),
-        margin=dict(l=60, r=20, t=top, b=50), hovermode="closest",
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+        margin=dict(l=60, r=20, t=top, b=50), hovermode="closest", legend=legend,
     )
     return fig
 
@@ -128,11 +132,17 @@ def tpot_vs_k(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
 def speedup_heatmap(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
     plot = Plot("speedup-heatmap", "Speedup heatmap: k × concurrency",
                 "TPOT speedup over the baseline at the same concurrency (baseline / speculative "
-                "median TPOT, prompts paired). Blue is faster than the baseline, red slower.")
+                f"median TPOT, prompts paired), its {int(CONFIDENCE * 100)}% bootstrap "
+                "confidence interval and n, the number of prompts paired. Blue is faster than "
+                "the baseline, red slower.")
     spec = verdict[~verdict["is_baseline"] & verdict["tpot_speedup"].notna()]
     if spec.empty:
         plot.note = _NO_SPEC if (~verdict["is_baseline"]).sum() == 0 else \
             "No speculative configuration has a baseline at the same concurrency."
+        return plot
+    if inputs.studies and all(rid in inputs.groups for rid in inputs.run_ids):
+        plot.note = ("Every run here is a study's trial: the heatmap is drawn from the trials in "
+                     "the study section below, with infeasible and failed trials marked.")
         return plot
     spec = spec.assign(family=spec["series"].map(_family))
     families = list(dict.fromkeys(spec["family"]))
@@ -149,10 +159,13 @@ def speedup_heatmap(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
         for r in rows.itertuples():
             a, b = concs.index(r.concurrency), ks.index(r.num_speculative_tokens)
             z[a][b] = float(np.log(r.tpot_speedup))
-            text[a][b] = fmt.times(r.tpot_speedup)
+            ci = ("" if fmt.missing(r.tpot_speedup_lo)
+                  else f"<br>[{fmt.ci(r.tpot_speedup_lo, r.tpot_speedup_hi)}]")
+            text[a][b] = f"{fmt.times(r.tpot_speedup)}{ci}<br>n={r.paired_prompts}"
             hover[a][b] = (f"{r.label}<br>speedup {fmt.times(r.tpot_speedup)}"
                            f"<br>{int(CONFIDENCE * 100)}% CI "
-                           f"{fmt.ci(r.tpot_speedup_lo, r.tpot_speedup_hi)}")
+                           f"{fmt.ci(r.tpot_speedup_lo, r.tpot_speedup_hi)}"
+                           f"<br>{r.paired_prompts} prompts paired with the baseline")
         fig.add_trace(go.Heatmap(
             x=[f"k={k}" for k in ks], y=[f"c={c}" for c in concs], z=z, text=text,
             texttemplate="%{text}", customdata=hover, hovertemplate="%{customdata}<extra></extra>",
@@ -187,7 +200,7 @@ def tail_latency(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
                     row=qi, col=mi)
     fig.update_yaxes(title_text="ms", col=1)
     fig.update_layout(barmode="group")
-    plot.figure = _style(fig, height=600, top=80)
+    plot.figure = _style(fig, height=600, top=50, legend_right=True)
     return plot
 
 
@@ -310,8 +323,8 @@ def _category_keys(frame: pd.DataFrame) -> pd.Series:
 
 def by_category(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
     plot = Plot("by-category", "Acceptance and speedup by category and prompt set",
-                "Top: token-weighted acceptance rate per prompt category, pooled over "
-                "concurrency. Bottom: TPOT speedup per category at the lowest concurrency "
+                "Top: acceptance rate per prompt category (token-weighted: accepted / drafted "
+                "tokens), pooled over concurrency. Bottom: TPOT speedup per category at the lowest concurrency "
                 "measured (median baseline TPOT / median speculative TPOT over the category's "
                 "paired prompts).")
     frame = inputs.frame.assign(_cat=_category_keys(inputs.frame))
@@ -327,15 +340,30 @@ def by_category(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
         return plot
     colors = series_colors(verdict)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
-                        subplot_titles=["acceptance rate (token-weighted)",
-                                        f"TPOT speedup at concurrency {c0}"])
+                        subplot_titles=["acceptance rate", f"TPOT speedup at concurrency {c0}"])
+    rates = {}
     for series, rows in spec.groupby("series", sort=False):
         g = rows.groupby("_cat")[["accepted_tokens", "drafted_tokens"]].sum().reindex(cats)
-        rate = g["accepted_tokens"] / g["drafted_tokens"].where(g["drafted_tokens"] > 0)
-        fig.add_trace(go.Bar(x=cats, y=rate, name=series, legendgroup=series,
+        tok = g["accepted_tokens"] / g["drafted_tokens"].where(g["drafted_tokens"] > 0)
+        req = rows.groupby("_cat")["acceptance_rate"].mean().reindex(cats)
+        rates[series] = (tok, req)
+    both = pd.concat([pd.DataFrame({"tok": t, "req": r}) for t, r in rates.values()])
+    differ = steps_mod.weightings_differ(both, "req", "tok")
+    for series, (tok, req) in rates.items():
+        fig.add_trace(go.Bar(x=cats, y=tok, name=series, legendgroup=series,
                              marker_color=colors.get(series),
-                             hovertemplate="%{x}: %{y:.1%}" f"<extra>{series}</extra>"),
+                             hovertemplate="%{x}: %{y:.1%} token-weighted" f"<extra>{series}</extra>"),
                       row=1, col=1)
+        if differ:
+            fig.add_trace(go.Bar(x=cats, y=req, name=f"{series} (request-weighted)",
+                                 legendgroup=series, showlegend=False,
+                                 marker=dict(color=colors.get(series), pattern_shape="/",
+                                             opacity=0.6),
+                                 hovertemplate="%{x}: %{y:.1%} request-weighted"
+                                               f"<extra>{series}</extra>"), row=1, col=1)
+    if differ:
+        plot.caption += (" Hatched bars: request-weighted acceptance rate (mean of each "
+                         "request's own rate), where it differs from the token-weighted one.")
     ok = frame[analysis.ok_mask(frame) & frame["tpot_s"].notna()]
     pairs = verdict[(~verdict["is_baseline"]) & (verdict["concurrency"] == c0)
                     & verdict["baseline_label"].notna()]
@@ -363,7 +391,7 @@ def by_category(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
     fig.update_yaxes(tickformat=".0%", row=1, col=1)
     fig.update_yaxes(title_text="×", range=[0, top * 1.15], row=2, col=1)
     fig.update_layout(barmode="group")
-    plot.figure = _style(fig, height=600, top=80)
+    plot.figure = _style(fig, height=600, top=50, legend_right=True)
     return plot
 
 
@@ -467,20 +495,15 @@ def batch_sizes(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
 
 Builder = Callable[[ReportInputs, pd.DataFrame], Plot]
 
-# (section, builders), in page order.
-SECTIONS: list[tuple[str, list[Builder]]] = [
-    ("Speed", [tpot_vs_k, speedup_heatmap, tail_latency, memory]),
-    ("Acceptance", [acceptance_length_histogram, survival, rejection_positions, by_category]),
-    ("Correctness and scheduling", [regression, batch_sizes]),
-]
 
-STUDY_PLOTS: dict[str, Callable[[StudyInput], Plot]] = {}
+def sections() -> list[tuple[str, list[Builder]]]:
+    """(section, builders), in page order."""
+    from specbench.report import cliff, model_view
 
-
-def study_plots(study: StudyInput) -> list[Plot]:
-    """The plots of one study; a note while no study plot exists yet."""
-    if not STUDY_PLOTS:
-        return [Plot("study-" + re.sub(r"[^A-Za-z0-9_-]+", "_", study.name), study.name,
-                     "Optimization history, parameter importance and Pareto front.",
-                     note="Study plots are not built yet; the trials' runs are included above.")]
-    return [build(study) for build in STUDY_PLOTS.values()]
+    return [
+        ("Speed", [tpot_vs_k, speedup_heatmap, cliff.by_batch_size, tail_latency, memory]),
+        ("Acceptance", [acceptance_length_histogram, survival, rejection_positions, by_category,
+                        cliff.by_context, cliff.by_output_position]),
+        ("Speedup model", [model_view.parity, model_view.prediction]),
+        ("Correctness and scheduling", [regression, batch_sizes]),
+    ]

@@ -9,6 +9,7 @@ the study ends in a recommended serving profile.
 - `measure`: one trial's run (RunWriter into `<study dir>/runs/<run_id>`).
 - `server`: sweeps across servers (`[server]`): one launched server per trial, openai backend.
 - `profile`: best configuration per concurrency, Pareto front, the serving profile (YAML).
+- `serving`: vLLM / SGLang configurations, rollout and monitoring, ready to paste.
 
 Boundary: a sweep reads records through `specbench.analysis`; it never touches the engine
 directly, only `specbench.runner` and a `specbench.session.Session`. Nothing here prints.

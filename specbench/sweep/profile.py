@@ -12,6 +12,9 @@ speculation pays at c when gain > `min_speedup`. `disable_by_batch_size` is the 
 concurrency at which speculation pays before the first one at which it does not (vLLM: no
 drafting while more requests than that are in flight); the crossover lies between that level
 and the next one measured.
+
+`write_profile` also writes the paste-ready serving configurations next to the YAML
+(`specbench.sweep.serving`).
 """
 
 from __future__ import annotations
@@ -265,8 +268,10 @@ def _fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f}x"
 
 
-def write_profile(path: Path, profile: dict[str, Any]) -> None:
-    """YAML, keys in the order built, with a header saying what it is."""
+def write_profile(path: Path, profile: dict[str, Any]) -> dict[str, Path]:
+    """YAML, keys in the order built, with a header saying what it is; then the paste-ready
+    serving files next to it (`specbench.sweep.serving.write_serving`), whose paths it
+    returns."""
     import os
     import tempfile
 
@@ -285,3 +290,6 @@ def write_profile(path: Path, profile: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    from specbench.sweep.serving import write_serving
+
+    return write_serving(path, profile)

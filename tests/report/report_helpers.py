@@ -44,12 +44,19 @@ def sample_row(run_id: str, spec: SpeculativeConfig, concurrency: int, prompt_id
                category: str = "code", workload: str = "real", kind: str = "real",
                temperature: float = 0.0, error: str | None = None) -> dict[str, Any]:
     """A records row whose tokens come at arrival + ttft + i * tpot (so TPOT is exactly
-    `tpot`), with one verification step per entry of `accepted` (k = spec's k)."""
+    `tpot`), with one verification step per entry of `accepted` (k = spec's k), or one plain
+    decode step per token after the first for the baseline; steps run at batch size
+    `concurrency`."""
     req = Request(id=prompt_id, prompt_ids=(1, 2, 3),
                   sampling=SamplingParams(temperature=temperature, max_new_tokens=n_out),
                   category=category, workload=workload, kind=kind)
     k = spec.num_speculative_tokens
-    steps = [StepEvent(k, a, -1 if a == k else a, a + 1, 1e-3, 2e-3) for a in accepted]
+    steps, ctx = [], 4
+    for a in (accepted if spec.speculative else [0] * (n_out - 1)):
+        d = k if spec.speculative else 0
+        steps.append(StepEvent(d, a, -1 if a == d else a, a + 1, 1e-3 if d else 0.0, 2e-3,
+                               batch_size=concurrency, context_tokens=ctx))
+        ctx += a + 1
     if error:
         res = Result(prompt_id, [], arrival, arrival, [], "error", error=error)
     else:
@@ -261,10 +268,15 @@ _INSPECT = """
 (async () => {
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
   const out = [];
+  const overlap = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
   for (const el of document.querySelectorAll('.plot')) {
     const gd = el.querySelector('.js-plotly-plot');
     const box = (gd || el).getBoundingClientRect();
+    const legend = el.querySelector('g.legend');
+    const titles = Array.from(el.querySelectorAll('g.annotation')).map(a => a.getBoundingClientRect());
+    const lb = legend ? legend.getBoundingClientRect() : null;
     out.push({
+      legend_overlaps_titles: lb ? titles.filter(t => overlap(lb, t)).length : 0,
       id: gd ? gd.id : null,
       width: box.width, height: box.height,
       svgs: el.querySelectorAll('svg.main-svg').length,

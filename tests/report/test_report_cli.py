@@ -62,9 +62,10 @@ def test_report_of_a_real_tiny_run(tiny_run, tmp_path):
     assert meta["config"]["target"] in html and meta["device"] in html
     drawn = re.findall(r'<div id="(plot-[a-z-]+)" class="plotly-graph-div"', html)
     omitted = html.count('<p class="omitted">')
-    assert len(drawn) + omitted == 10
+    assert len(drawn) + omitted == 15
     for name in ("tpot-vs-k", "speedup-heatmap", "tail-latency", "memory", "survival",
-                 "rejection-positions", "batch-sizes"):
+                 "rejection-positions", "batch-sizes", "by-batch-size", "by-context",
+                 "by-output-position", "model-parity", "model-prediction"):
         assert f"plot-{name}" in drawn, name
     # greedy float32: every speculative output equals the baseline's
     assert "every compared output is identical to the baseline" in html

@@ -43,12 +43,13 @@ def test_page_is_self_contained_with_plotly_inlined_once(page):
 
 
 def test_every_plot_of_a_full_run_is_drawn(page):
-    names = [p.__name__ for _, builders in plots.SECTIONS for p in builders]
-    assert len(names) == 10
+    names = [p.__name__ for _, builders in plots.sections() for p in builders]
+    assert len(names) == 15
     assert plot_ids(page) == [
-        "plot-tpot-vs-k", "plot-speedup-heatmap", "plot-tail-latency", "plot-memory",
-        "plot-acceptance-length", "plot-survival", "plot-rejection-positions", "plot-by-category",
-        "plot-regression", "plot-batch-sizes"]
+        "plot-tpot-vs-k", "plot-speedup-heatmap", "plot-by-batch-size", "plot-tail-latency",
+        "plot-memory", "plot-acceptance-length", "plot-survival", "plot-rejection-positions",
+        "plot-by-category", "plot-by-context", "plot-by-output-position", "plot-model-parity",
+        "plot-model-prediction", "plot-regression", "plot-batch-sizes"]
     assert "Not drawn:" not in page
 
 
@@ -99,6 +100,14 @@ def test_concurrency_one_run_notes_the_trivial_batch_sizes(tmp_path):
     assert "Not drawn: Every engine step ran a single request (concurrency 1)." in html
     assert "plot-batch-sizes" not in plot_ids(html)
     assert "run more --concurrency values" in html
+    # the cliff was not measured: the page says so and gives the command that would measure it
+    assert "The concurrency cliff was not measured" in html
+    cmd = re.search(r'<div class="cliff">.*?<code>(.*?)</code>', html, re.S).group(1)
+    assert cmd.startswith("specbench run --out ") and cmd.endswith("--concurrency 1,4,16 --num-prompts 32")
+
+
+def test_several_concurrencies_need_no_cliff_note(page):
+    assert "The concurrency cliff was not measured" not in page
 
 
 def test_run_without_memory_or_divergence_omits_those_plots(tmp_path):
@@ -122,14 +131,16 @@ def test_untrusted_text_is_escaped(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
-def test_study_inputs_get_a_section_with_the_extension_note(synthetic):
+def test_a_hand_built_study_gets_a_section_with_notes_instead_of_plots(synthetic):
     inputs = load_inputs([synthetic])
     inputs.studies.append(StudyInput(path=synthetic, name="k-and-concurrency",
-                                     trials=pd.DataFrame({"number": [0], "state": ["COMPLETE"]}),
+                                     trials=pd.DataFrame({"number": [0], "state": ["RUNNING"]}),
                                      directions=["maximize"], runs=[]))
     html = build_report(inputs, n_boot=200)
     assert 'id="studies"' in html and "k-and-concurrency" in html
-    assert "Study plots are not built yet" in html
+    assert "Not drawn: No trial has completed yet." in html
+    assert "Not drawn: The study itself is not loaded" in html
+    assert "No profile.yaml in the study directory" in html
 
 
 def test_report_never_imports_torch(synthetic, tmp_path):

@@ -1,6 +1,6 @@
 // Sortable tables: click a header to sort by that column (numbers by their data-v value,
 // text otherwise); click again to reverse. Links to a sample scroll to it and flash its row,
-// even after the table was sorted.
+// even after the table was sorted; links to a run (from the trial table) open its section.
 (function () {
   "use strict";
   document.querySelectorAll("table.sortable").forEach(function (table) {
@@ -32,6 +32,13 @@
   function flash() {
     var id = decodeURIComponent(location.hash.slice(1));
     var row = id && document.getElementById(id);
+    if (row && row.tagName === "DETAILS") {  // a run's section: open it and show it
+      row.open = true;
+      row.scrollIntoView({block: "start"});
+      row.classList.add("flash");
+      setTimeout(function () { row.classList.remove("flash"); }, 2500);
+      return;
+    }
     if (!row || row.tagName !== "TR") return;
     row.scrollIntoView({block: "center"});
     row.classList.add("flash");

@@ -1,0 +1,243 @@
+"""Serving configurations ready to paste, derived from a profile (`build_profile`'s dict, or a
+profile.yaml read back): what to pass to vLLM and SGLang, a rollout plan and what to watch.
+
+- vLLM, current: `--speculative-config` JSON with `num_speculative_tokens_per_batch_size`, a
+  list of `[start_bs, end_bs, K]` bands, one per measured concurrency band of the profile:
+  K is the best measured k of the band when speculation pays there (gain above
+  `min_speedup`) and 0 where it does not. The bands cover 1..(highest concurrency measured)
+  without gaps or overlaps (`check_bands`); vLLM carries the last band's K past its end.
+  vLLM's schedule changes only K, so every band uses the drafter of the first paying band (a
+  band whose best configuration used another drafter gets K = 0 and says why).
+  `num_speculative_tokens` is the largest K (vLLM clips the table to it).
+- vLLM, versions without the table: the profile's `speculative_config` with
+  `disable_by_batch_size` (no drafting above that many requests in flight).
+- SGLang: chain drafting flags for the first paying band (SGLang has no per-batch-size
+  schedule): `--speculative-algorithm STANDALONE --speculative-draft-model-path D
+  --speculative-num-steps k --speculative-eagle-topk 1 --speculative-num-draft-tokens k+1`.
+- Rollout: `profiles:` (`baseline`, `spec_decode_<method>_k<K>`) and `rollout:` (canary
+  stages, promote/rollback rules), and `monitor:`: the MAL (mean acceptance length, vLLM's
+  1 + accepted / drafts) measured per batch-size band, and the break-even MAL below which the
+  band's speedup is gone: measured MAL / measured TPOT speedup (speedup scales with MAL when
+  the step costs stay as measured). The alert threshold is the highest break-even MAL of the
+  bands that speculate.
+
+Every number comes from the profile's evidence (trial, run id) and is repeated next to it.
+
+Boundary: a pure function of the profile dict; nothing here runs a model or reads records.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+SERVING_FILES = {"vllm": ".vllm.json", "vllm_legacy": ".vllm-legacy.json",
+                 "sglang": ".sglang.txt", "rollout": ".rollout.yaml"}
+PROMQL_MAL = ("1 + rate(vllm:spec_decode_num_accepted_tokens_total[5m]) / "
+              "rate(vllm:spec_decode_num_drafts_total[5m])")
+CANARY_STAGES = (5, 25, 50, 100)  # percent of traffic, each held HOLD_MINUTES
+HOLD_MINUTES = 30
+
+
+def _cfg(ev: dict[str, Any] | None) -> dict[str, Any]:
+    return (ev or {}).get("config") or {}
+
+
+def _family(cfg: dict[str, Any]) -> tuple[Any, Any]:
+    return cfg.get("method"), cfg.get("draft")
+
+
+def _pays(band: dict[str, Any], min_speedup: float) -> bool:
+    return band.get("gain") is not None and band["gain"] > min_speedup and bool(band.get("speculative"))
+
+
+def _end(band: dict[str, Any]) -> int:
+    return int(band["batch_size"]["max"] if band["batch_size"]["max"] is not None
+               else band["measured_at_concurrency"])
+
+
+def bands_table(profile: dict[str, Any]) -> tuple[list[list[int]], list[dict[str, Any]], tuple | None]:
+    """([[start, end, K], ...], one explanation per band, the drafter family used)."""
+    min_speedup = float((profile.get("objective") or {}).get("min_speedup", 1.0))
+    bands = profile.get("bands") or []
+    first = next((b for b in bands if _pays(b, min_speedup)), None)
+    fam = _family(_cfg(first["speculative"])) if first else None
+    table, why = [], []
+    for b in bands:
+        cfg = _cfg(b.get("speculative"))
+        k = 0
+        if fam is None:
+            reason = "speculation pays at no measured concurrency"
+        elif not _pays(b, min_speedup):
+            reason = (f"does not pay (gain {b['gain']:.3f}x <= {min_speedup:g}x)" if b.get("gain") is not None
+                      else b.get("why", "not measured"))
+        elif _family(cfg) != fam:
+            reason = (f"best here is {cfg.get('method')} ({cfg.get('draft')}), another drafter than the "
+                      "schedule's; vLLM's table changes only K")
+        else:
+            k = int(cfg["num_speculative_tokens"])
+            reason = f"pays: gain {b['gain']:.3f}x with k={k}"
+        ev = b.get("speculative") or b.get("baseline") or {}
+        table.append([int(b["batch_size"]["min"]), _end(b), k])
+        why.append({"batch_size": f"{b['batch_size']['min']}–{_end(b)}", "k": k, "why": reason,
+                    "measured_at_concurrency": b["measured_at_concurrency"],
+                    "trial": ev.get("trial"), "run_id": ev.get("run_id")})
+    return table, why, fam
+
+
+def check_bands(table: list[list[int]], max_concurrency: int) -> None:
+    """Raise ValueError unless the bands start at 1, end at `max_concurrency` and neither
+    overlap nor leave gaps, with K >= 0."""
+    if not table:
+        raise ValueError("no bands")
+    expect = 1
+    for start, end, k in table:
+        if start != expect:
+            raise ValueError(f"band [{start}, {end}, {k}] starts at {start}, expected {expect}")
+        if end < start or k < 0:
+            raise ValueError(f"band [{start}, {end}, {k}] is empty or has K < 0")
+        expect = end + 1
+    if expect - 1 != max_concurrency:
+        raise ValueError(f"bands end at {expect - 1}, not at the highest concurrency {max_concurrency}")
+
+
+def _vllm_base(method: str, draft: str | None, k: int) -> dict[str, Any]:
+    cfg: dict[str, Any] = {"method": method}
+    if draft:
+        cfg["model"] = draft
+    cfg["num_speculative_tokens"] = k
+    if method == "ngram":  # what specbench's n-gram drafter measured (vLLM's default is 5..5)
+        cfg.update(prompt_lookup_min=1, prompt_lookup_max=4)
+    return cfg
+
+
+def sglang_args(method: str, draft: str | None, k: int) -> list[str]:
+    if method == "draft_model":
+        return ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", str(draft),
+                "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
+                "--speculative-num-draft-tokens", str(k + 1)]
+    if method == "ngram":
+        return ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(k + 1)]
+    raise ValueError(f"no SGLang mapping for method {method!r}")
+
+
+def _mal_rows(profile: dict[str, Any], table: list[list[int]]) -> list[dict[str, Any]]:
+    rows = []
+    for b, (start, end, k) in zip(profile.get("bands") or [], table):
+        s = b.get("speculative") or {}
+        mal, sp = s.get("mean_acceptance_length_tok"), s.get("speedup_tpot_p50")
+        rows.append({
+            "batch_size": f"{start}–{end}" if end > start else str(start), "k": k,
+            "measured_mal": mal, "measured_speedup": sp,
+            "break_even_mal": round(mal / sp, 3) if mal and sp else None,
+            "trial": s.get("trial"), "run_id": s.get("run_id")})
+    return rows
+
+
+def serving_profiles(profile: dict[str, Any]) -> dict[str, Any]:
+    """Everything `write_serving` writes, as data (see the module docstring)."""
+    table, why, fam = bands_table(profile)
+    bands = profile.get("bands") or []
+    max_c = max((b["measured_at_concurrency"] for b in bands), default=0)
+    notes: list[str] = []
+    out: dict[str, Any] = {"bands": why, "notes": notes, "vllm": None, "vllm_legacy": None,
+                           "sglang": None}
+    spec_name = None
+    if fam is not None and table:
+        check_bands(table, max_c)
+        method, draft = fam
+        kmax = max(k for _, _, k in table)
+        vllm = _vllm_base(method, draft, kmax)
+        vllm["num_speculative_tokens_per_batch_size"] = table
+        out["vllm"] = vllm
+        legacy = profile.get("speculative_config")
+        if legacy:
+            out["vllm_legacy"] = _vllm_base(legacy["method"], legacy.get("model"),
+                                            int(legacy["num_speculative_tokens"]))
+            if legacy.get("disable_by_batch_size") is not None:
+                out["vllm_legacy"]["disable_by_batch_size"] = int(legacy["disable_by_batch_size"])
+        first_k = next(k for _, _, k in table if k > 0)
+        out["sglang"] = sglang_args(method, draft, first_k)
+        spec_name = f"spec_decode_{method}_k{kmax}"
+        if table[-1][2] > 0:
+            notes.append(f"speculation still pays at the highest concurrency measured ({max_c}); vLLM "
+                         f"keeps K={table[-1][2]} above it: measure higher concurrency before relying on that")
+        if draft and "/" not in str(draft) and not Path(str(draft)).exists():
+            notes.append(f"model {draft!r} is a specbench catalog name: point vLLM/SGLang at a path "
+                         "or Hugging Face id of the same weights")
+        if method == "ngram":
+            notes.append("SGLang's NGRAM mapping (k -> --speculative-num-draft-tokens k+1) is not "
+                         "confirmed against an SGLang server")
+        notes.append("SGLang has no per-batch-size schedule: its flags speculate at every batch size "
+                     f"(k={first_k}, the first paying band's)")
+    else:
+        notes.append("speculation does not pay at any measured concurrency: serve without "
+                     "--speculative-config")
+    mal = _mal_rows(profile, table)
+    on = [r for r in mal if r["k"] > 0 and r["break_even_mal"] is not None]
+    monitor: dict[str, Any] = {
+        "mal_promql": PROMQL_MAL,
+        "mal_alert_below": max((r["break_even_mal"] for r in on), default=None),
+        "mal_warn_below": round(0.9 * min(r["measured_mal"] for r in on), 3) if on else None,
+        "per_batch_size": mal,
+        "also_watch": ["vllm:num_requests_running (the batch size the table is keyed on)",
+                       "TPOT p50/p95 of the canary against the baseline at the same load"],
+        "why": ("alert: below the highest break-even MAL (measured MAL / measured TPOT speedup) of "
+                "the bands that speculate, speculation no longer pays there; warn: 10% under the "
+                "lowest measured MAL"),
+    }
+    profiles: dict[str, Any] = {"baseline": {"vllm": {"speculative_config": None}, "sglang": {"args": []}}}
+    rollout: dict[str, Any] = {"default": "baseline"}
+    if spec_name:
+        profiles[spec_name] = {"vllm": {"speculative_config": out["vllm"]},
+                               "vllm_legacy": {"speculative_config": out["vllm_legacy"]},
+                               "sglang": {"args": out["sglang"]},
+                               "bands": why}
+        rollout.update({
+            "canary": spec_name,
+            "stages_percent": list(CANARY_STAGES), "hold_minutes": HOLD_MINUTES,
+            "promote_if": [f"MAL >= {monitor['mal_warn_below']} over the hold",
+                           "canary TPOT p50 below the baseline's at the same load"],
+            "rollback_if": [f"MAL < {monitor['mal_alert_below']} for 10 minutes",
+                            "canary TPOT p50 above the baseline's for 10 minutes"],
+        })
+    out["rollout"] = {"profiles": profiles, "rollout": rollout, "monitor": monitor,
+                      "source": {"study": (profile.get("study") or {}).get("name"),
+                                 "generated_at": profile.get("generated_at")}}
+    return out
+
+
+def vllm_flag(cfg: dict[str, Any]) -> str:
+    """`--speculative-config '<json>'`, quoted for a POSIX shell."""
+    return "--speculative-config " + shlex.quote(json.dumps(cfg, separators=(", ", ": ")))
+
+
+def write_serving(profile_path: Path, profile: dict[str, Any]) -> dict[str, Path]:
+    """Write the paste-ready files next to `profile_path` (`<stem>.vllm.json`,
+    `<stem>.vllm-legacy.json`, `<stem>.sglang.txt`, `<stem>.rollout.yaml`); files with
+    nothing to say (speculation never pays) are removed so an old one cannot mislead."""
+    import yaml
+
+    from specbench.records import atomic_write
+
+    serving = serving_profiles(profile)
+    written: dict[str, Path] = {}
+    texts: dict[str, str | None] = {
+        "vllm": json.dumps(serving["vllm"], indent=2) + "\n" if serving["vllm"] else None,
+        "vllm_legacy": json.dumps(serving["vllm_legacy"], indent=2) + "\n" if serving["vllm_legacy"] else None,
+        "sglang": (shlex.join(serving["sglang"]) + "\n") if serving["sglang"] else None,
+        "rollout": ("# Rollout plan and monitoring written by `specbench sweep` from "
+                    f"{profile_path.name}.\n# Notes:\n"
+                    + "".join(f"#  - {n}\n" for n in serving["notes"])
+                    + yaml.safe_dump(serving["rollout"], sort_keys=False, allow_unicode=True, width=100)),
+    }
+    for key, text in texts.items():
+        path = profile_path.with_name(profile_path.stem + SERVING_FILES[key])
+        if text is None:
+            path.unlink(missing_ok=True)
+            continue
+        atomic_write(path, lambda fh, t=text: fh.write(t.encode("utf-8")), mode=0o644)
+        written[key] = path
+    return written
