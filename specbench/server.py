@@ -17,7 +17,8 @@ usage chunk (streams with `stream_options.include_usage`) and every non-streamed
 carry `metrics.speculative_decoding` as vLLM's `--per-request-spec-decode-metrics detailed`
 does; /metrics names counters in `# HELP` / `# TYPE` with their `_total` suffix as
 prometheus_client writes vLLM's; `max_completion_tokens` stands in for a missing or null
-`max_tokens`; sampling fields the engine does not implement (penalties, min_p, min_tokens,
+`max_tokens`; `stream_options.continuous_usage_stats` puts cumulative usage on every chunk;
+sampling fields the engine does not implement (penalties, min_p, min_tokens,
 logit_bias, ...) are refused with HTTP 400 naming the field unless they hold their neutral
 value; HEAD and OPTIONS are answered like any HTTP server (405 + Allow for a wrong method).
 
@@ -412,7 +413,9 @@ class SpecbenchServer(ThreadingHTTPServer):
         return ids
 
     def parse(self, body: Any, chat: bool) -> tuple[Job, bool, bool]:
-        """(job, stream, include_usage) for a request body; ApiError for anything invalid."""
+        """(job, stream, usage) for a request body; ApiError for anything invalid. `usage`:
+        "none", "final" (stream_options.include_usage: a usage chunk at the end) or
+        "continuous" (also continuous_usage_stats: cumulative usage on every chunk, as vLLM)."""
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
         model = body.get("model")
@@ -476,7 +479,10 @@ class SpecbenchServer(ThreadingHTTPServer):
                 msg = msg.replace(flag, name)
             raise ApiError(400, msg) from None
         opts = body.get("stream_options") or {}
-        return Job(ids, sampling), bool(body.get("stream")), bool(isinstance(opts, dict) and opts.get("include_usage"))
+        usage = "none"
+        if isinstance(opts, dict) and opts.get("include_usage"):
+            usage = "continuous" if opts.get("continuous_usage_stats") else "final"
+        return Job(ids, sampling), bool(body.get("stream")), usage
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -585,7 +591,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = json.loads(self.rfile.read(length) or b"null")
             except ValueError as exc:
                 raise ApiError(400, f"the body is not valid JSON ({exc})") from None
-            job, stream, include_usage = self.server.parse(body, chat)
+            job, stream, usage = self.server.parse(body, chat)
         except ApiError as e:
             self._error(e.status, e.message, e.type, e.param)
             return
@@ -597,7 +603,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "model": self.server.model_name}
         try:
             if stream:
-                self._stream(job, chat, include_usage, meta)
+                self._stream(job, chat, usage, meta)
             else:
                 self._complete(job, chat, meta)
         except OSError:  # the client went away: stop decoding for it
@@ -614,7 +620,7 @@ class _Handler(BaseHTTPRequestHandler):
         c.update(token_ids=ids, logprobs=None, finish_reason=finish)
         return c
 
-    def _stream(self, job: Job, chat: bool, include_usage: bool, meta: dict[str, Any]) -> None:
+    def _stream(self, job: Job, chat: bool, usage_mode: str, meta: dict[str, Any]) -> None:
         ev = job.events.get()
         if ev[0] == "error":
             self._error(ev[1], ev[2])
@@ -629,15 +635,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._event({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                                "logprobs": None, "finish_reason": None}]})
         detok = Detokenizer(self.server.tokenizer, self.server.tok_lock)
+        n_in, n_out = len(job.prompt_ids), 0
         while True:
             if ev[0] == "tokens":
-                self._event({**head, "choices": [self._choice(chat, detok.add(ev[1]), ev[1], None)]})
+                n_out += len(ev[1])
+                chunk = {**head, "choices": [self._choice(chat, detok.add(ev[1]), ev[1], None)]}
+                if usage_mode == "continuous":  # cumulative, as vLLM's continuous_usage_stats
+                    chunk["usage"] = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+                self._event(chunk)
             elif ev[0] == "done":
                 g = ev[1]
                 final = self._choice(chat, detok.flush(), [], g.finish_reason)
                 final["spec_decode"] = spec_payload(g)
                 self._event({**head, "choices": [final]})
-                if include_usage:  # vLLM's per-request metrics ride on this chunk too
+                if usage_mode != "none":  # vLLM's per-request metrics ride on this chunk too
                     usage = {"prompt_tokens": len(job.prompt_ids), "completion_tokens": len(g.output_ids),
                              "total_tokens": len(job.prompt_ids) + len(g.output_ids)}
                     self._event({**head, "choices": [], "usage": usage, **self._vllm_metrics(g)})

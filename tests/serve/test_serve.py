@@ -236,6 +236,19 @@ def test_per_request_metrics_in_vllms_shape_agree_with_spec_decode(server):
     assert all("metrics" not in e for e in events if not e.get("usage"))
 
 
+def test_continuous_usage_stats_give_cumulative_usage_on_every_chunk(server):
+    body = {"prompt": [5, 6, 7], "max_tokens": 7, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    with httpx.stream("POST", server.base_url + "/v1/completions", json=body) as s:
+        events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    seen = 0
+    token_events = [e for e in events if e["choices"] and e["choices"][0]["token_ids"]]
+    for e in token_events:
+        seen += len(e["choices"][0]["token_ids"])
+        assert e["usage"] == {"prompt_tokens": 3, "completion_tokens": seen, "total_tokens": 3 + seen}
+    assert seen == 7 and events[-1]["usage"]["completion_tokens"] == 7
+
+
 def test_head_and_options_are_answered_as_http_servers_do(server):
     base = server.base_url
     head = httpx.head(base + "/metrics")
