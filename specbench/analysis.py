@@ -10,8 +10,14 @@ no torch, no models. Definitions:
 - Per-user output speed (`output_tps_per_user`) is the mean over requests of
   (output_tokens - 1) / (e2e_s - ttft_s) = 1 / TPOT: the decode speed one user sees once
   streaming starts (GenAI-Perf's "output token throughput per user"). Requests with fewer
-  than two output tokens, or whose tokens all came in one burst (zero decode time), have no
-  value and are left out.
+  than two output tokens have no value. Requests whose decode time is under
+  `MIN_DECODE_S` (1 ms: the answer arrived in one burst, so the gap measures the client's
+  read loop, not decoding; a server that buffers its stream does this) are left out too and
+  counted in `output_tps_per_user_excluded`, so one burst cannot turn the mean into
+  thousands of tokens/s.
+- Chunk ITL (`chunk_itl_p50_s`, `chunk_itl_p99_s`): percentiles of the gaps between
+  token-carrying arrivals (`chunk_itl_s`), beside the per-token ITL (`itl_p50_s`, zero gaps
+  inside a chunk kept).
 - Total output throughput (`output_tps`) is the sum of output tokens of successful
   samples over the configuration's wall span, max(finish_s) - min(arrival_s).
 - Acceptance rate and mean acceptance length are given request-weighted (mean of the
@@ -48,6 +54,7 @@ GROUP_KEYS = ["config_id", "method", "num_speculative_tokens", "concurrency"]
 PERCENTILES = (50, 95, 99)
 _LATENCIES = ("ttft", "tpot", "e2e")
 _FAILED_REASONS = ("error", "cancelled")
+MIN_DECODE_S = 1e-3  # below this a request's decode time is a burst, not a measurable rate
 
 
 def ok_mask(df: pd.DataFrame) -> pd.Series:
@@ -80,11 +87,17 @@ def _summarize_group(g: pd.DataFrame) -> dict[str, Any]:
     itl = np.concatenate([np.asarray(x, dtype=float) for x in ok["itl_s"]]) if len(ok) else np.array([])
     for q in (50, 99):
         row[f"itl_p{q}_s"] = _pct(itl, q)
+    chunks = [np.asarray(x, dtype=float) for x in ok["chunk_itl_s"] if x is not None and len(x)]
+    chunk_itl = np.concatenate(chunks) if chunks else np.array([])
+    for q in (50, 99):
+        row[f"chunk_itl_p{q}_s"] = _pct(chunk_itl, q)
 
-    decode_s = ok["e2e_s"] - ok["ttft_s"]
-    per_user = (ok["output_tokens"] - 1) / decode_s.where(decode_s > 0)
-    per_user = per_user[ok["output_tokens"] >= 2]
-    row["output_tps_per_user"] = float(per_user.mean()) if per_user.notna().any() else float("nan")
+    multi = ok[ok["output_tokens"] >= 2]
+    decode_s = multi["e2e_s"] - multi["ttft_s"]
+    measurable = decode_s >= MIN_DECODE_S
+    per_user = (multi["output_tokens"] - 1)[measurable] / decode_s[measurable]
+    row["output_tps_per_user"] = float(per_user.mean()) if len(per_user) else float("nan")
+    row["output_tps_per_user_excluded"] = int((~measurable & decode_s.notna()).sum())
 
     wall = float(ok["finish_s"].max() - ok["arrival_s"].min()) if len(ok) else float("nan")
     row["wall_s"] = wall
@@ -115,7 +128,8 @@ def _summarize_group(g: pd.DataFrame) -> dict[str, Any]:
 SUMMARY_COLUMNS = [
     *GROUP_KEYS, "is_baseline", "request_rate", "n", "errors",
     *(f"{name}_p{q}_s" for name in _LATENCIES for q in PERCENTILES),
-    "itl_p50_s", "itl_p99_s", "output_tps_per_user", "wall_s", "output_tokens", "output_tps",
+    "itl_p50_s", "itl_p99_s", "chunk_itl_p50_s", "chunk_itl_p99_s", "output_tps_per_user",
+    "output_tps_per_user_excluded", "wall_s", "output_tokens", "output_tps",
     "requests_per_s", "drafted_tokens", "accepted_tokens", "acceptance_rate_tok",
     "acceptance_rate_req", "mean_acceptance_length_tok", "mean_acceptance_length_req",
     "token_match_rate_mean", "peak_memory_bytes",
@@ -301,9 +315,33 @@ def _num(v: Any, fmt: str) -> str:
     return "–" if v is None or pd.isna(v) else format(v, fmt)
 
 
-def rich_summary_table(summary: pd.DataFrame, speedups: pd.DataFrame) -> Table:
+def acceptance_cells(row: pd.Series, stats: dict[str, Any] | None) -> tuple[str, str, str]:
+    """(accept rate, accept length, scope) as the console shows them for one summary row.
+
+    Per-request figures (records' acceptance columns: the embedded engine, `specbench serve`,
+    vLLM with --per-request-spec-decode-metrics) read "tok / req" with scope `request`;
+    without them, the server's /metrics deltas for the configuration (`stats`, the run's
+    configuration_stats entry) with scope `server`. Nothing measured reads "–", never a
+    baseline-looking 1.00; baselines draft nothing and read "–" too."""
+    if row["is_baseline"]:
+        return "–", "–", "–"
+    if row["drafted_tokens"] and row["drafted_tokens"] > 0:
+        return (f"{_num(row['acceptance_rate_tok'], '.2f')} / {_num(row['acceptance_rate_req'], '.2f')}",
+                f"{_num(row['mean_acceptance_length_tok'], '.2f')} / "
+                f"{_num(row['mean_acceptance_length_req'], '.2f')}", "request")
+    srv = (stats or {}).get("server_spec_decode") or {}
+    if srv.get("num_drafts"):
+        return (_num(srv.get("acceptance_rate"), ".3f"), _num(srv.get("mean_acceptance_length"), ".2f"),
+                "server")
+    return "–", "–", "none"
+
+
+def rich_summary_table(summary: pd.DataFrame, speedups: pd.DataFrame,
+                       configuration_stats: dict[str, dict] | None = None) -> Table:
     """Console view of `summary` and `speedups`: a latency table above a throughput and
-    speculation table, wrapped in one borderless grid so each stays under 120 columns."""
+    speculation table, wrapped in one borderless grid so each stays under 120 columns.
+    `configuration_stats` (run.json's, by config_id) supplies server-wide acceptance where
+    the records hold none (see `acceptance_cells`)."""
     latency = Table(title="Latency (ms: p50 / p95 / p99)", title_justify="left")
     latency.add_column("config", overflow="fold")
     latency.add_column("conc", justify="right")
@@ -320,6 +358,7 @@ def rich_summary_table(summary: pd.DataFrame, speedups: pd.DataFrame) -> Table:
     spec.add_column("tok/s\ntotal", justify="right")
     spec.add_column("accept rate\ntok / req", justify="right")
     spec.add_column("accept len\ntok / req", justify="right")
+    spec.add_column("accept\nscope")
     spec.add_column("speedup\nTPOT", justify="right")
     spec.add_column("speedup\ntok/s", justify="right")
     spec.add_column("peak\nMiB", justify="right")
@@ -338,14 +377,19 @@ def rich_summary_table(summary: pd.DataFrame, speedups: pd.DataFrame) -> Table:
         else:
             tpot_x = tps_x = "–"
         peak = r["peak_memory_bytes"]
+        per_user = _num(r["output_tps_per_user"], ".1f")
+        excluded = r.get("output_tps_per_user_excluded")
+        if excluded is not None and not pd.isna(excluded) and int(excluded):
+            per_user += f" ({int(excluded)} burst)"
+        rate, length, scope = acceptance_cells(r, (configuration_stats or {}).get(str(r["config_id"])))
         spec.add_row(
             str(r["config_id"]),
             str(r["concurrency"]),
-            _num(r["output_tps_per_user"], ".1f"),
+            per_user,
             _num(r["output_tps"], ".1f"),
-            f"{_num(r['acceptance_rate_tok'], '.2f')} / {_num(r['acceptance_rate_req'], '.2f')}",
-            f"{_num(r['mean_acceptance_length_tok'], '.2f')} / "
-            f"{_num(r['mean_acceptance_length_req'], '.2f')}",
+            rate,
+            length,
+            scope,
             tpot_x,
             tps_x,
             _num(peak / 2**20 if not pd.isna(peak) else peak, ".0f"),
@@ -356,6 +400,18 @@ def rich_summary_table(summary: pd.DataFrame, speedups: pd.DataFrame) -> Table:
     grid.add_row(latency)
     grid.add_row(spec)
     return grid
+
+
+def burst_lines(summary: pd.DataFrame) -> list[str]:
+    """One line per configuration with requests left out of tok/s per user (decode < 1 ms)."""
+    lines = []
+    for _, r in summary.iterrows():
+        k = r.get("output_tps_per_user_excluded")
+        if k is not None and not pd.isna(k) and int(k):
+            lines.append(f"{r['config_id']}: {int(k)} of {int(r['n'] - r['errors'])} request(s) left out of "
+                         f"tok/s per user: their answer arrived in one burst (decode time under "
+                         f"{MIN_DECODE_S * 1e3:g} ms), so no per-user rate can be measured")
+    return lines
 
 
 def where_speculation_pays(verdicts: pd.DataFrame) -> list[str]:

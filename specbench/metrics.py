@@ -10,11 +10,20 @@ Definitions follow vLLM's so numbers line up with production dashboards (see doc
 - ITL   = gaps between consecutive token emission times; a verification step that emits
   several tokens at once produces zero gaps, and those are kept (they are what makes
   speculative decoding fast)
+- chunk ITL = gaps between consecutive distinct emission times: between streamed chunks that
+  carried tokens (an HTTP backend; what `vllm bench serve` reports as ITL), between engine
+  steps that emitted tokens (the embedded engine). Tokens of one chunk share a timestamp,
+  so the chunks are the runs of equal timestamps
 - acceptance rate = accepted draft tokens / drafted tokens (None when nothing was drafted)
 - mean acceptance length = 1 + accepted / verification steps that had drafts
   (vLLM's definition: tokens per drafting step; 1.0 for the baseline)
 - tokens per target pass = output tokens / target forward passes (prefill included), so
   steps that drafted nothing (no n-gram match, speculation disabled by batch size) count
+- acceptance a server reported per request without step events (`Result.reported_acceptance`:
+  vLLM's `metrics.speculative_decoding`, SGLang's `meta_info`) fills the same totals; the
+  per-step accepted / rejection lists only when the server gave per-step arrays (vLLM's
+  `detailed` level), and the `step_*` lists stay empty (the server does not say which target
+  steps drafted nothing)
 - per-step lists (`step_*`): one entry per target step after the prefill, drafting or not:
   the batch size of that pass, the tokens already in context, drafted / accepted / emitted
   tokens, and the step's draft and verify time (shared by every row of the batch)
@@ -42,6 +51,7 @@ METRIC_COLUMNS = (
     "e2e_s",
     "queue_s",
     "itl_s",
+    "chunk_itl_s",
     "target_forward_passes",
     "num_steps",
     "drafted_tokens",
@@ -119,6 +129,8 @@ def sample_metrics(
     e2e = times[-1] - arrival if times else None
     tpot = (e2e - ttft) / (n_out - 1) if (times and n_out >= 2) else None
     itl = [b - a for a, b in zip(times, times[1:])]
+    chunk_times = [t for i, t in enumerate(times) if i == 0 or t != times[i - 1]]
+    chunk_itl = [b - a for a, b in zip(chunk_times, chunk_times[1:])]
 
     # Only steps that proposed drafts are verification steps in vLLM's sense; plain decode
     # steps (baseline, or an n-gram lookup that found nothing) do not enter acceptance stats.
@@ -126,6 +138,15 @@ def sample_metrics(
     drafted = sum(s.drafted for s in draft_steps)
     accepted = sum(s.accepted for s in draft_steps)
     num_steps = len(draft_steps)
+    accepted_per_step = [s.accepted for s in draft_steps]
+    rejection_positions = [s.first_rejection for s in draft_steps]
+    reported = result.reported_acceptance
+    if not draft_steps and reported is not None:
+        drafted, accepted, num_steps = reported.drafted, reported.accepted, reported.num_steps
+        per_acc, per_draft = reported.accepted_per_step, reported.drafted_per_step
+        if per_acc is not None and per_draft is not None and len(per_acc) == len(per_draft):
+            accepted_per_step = list(per_acc)
+            rejection_positions = [-1 if a >= d else a for a, d in zip(per_acc, per_draft)]
 
     if reference_ids is None and request.expected_ids is not None:
         reference_ids = request.expected_ids
@@ -150,6 +171,7 @@ def sample_metrics(
         "e2e_s": e2e,
         "queue_s": result.start_time - arrival,
         "itl_s": itl,
+        "chunk_itl_s": chunk_itl,
         "target_forward_passes": result.target_forward_passes,
         "num_steps": num_steps,
         "drafted_tokens": drafted,
@@ -157,8 +179,8 @@ def sample_metrics(
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": 1.0 + accepted / num_steps if num_steps else 1.0,
         "tokens_per_target_pass": n_out / result.target_forward_passes if result.target_forward_passes else None,
-        "accepted_per_step": [s.accepted for s in draft_steps],
-        "rejection_positions": [s.first_rejection for s in draft_steps],
+        "accepted_per_step": accepted_per_step,
+        "rejection_positions": rejection_positions,
         "prefill_time_s": result.prefill_time_s,
         "draft_time_s": sum(s.draft_time_s for s in result.steps),
         "verify_time_s": sum(s.verify_time_s for s in result.steps),

@@ -48,7 +48,7 @@ SAMPLES_FILE = "samples.parquet"
 RUN_FILE = "run.json"
 JOURNAL_FILE = ".samples.journal.arrows"  # every sample as it completes; gone once the run closes
 METADATA_KEY = b"specbench"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_RUNS_DIR = Path("runs")
 
 
@@ -102,6 +102,9 @@ SCHEMA = pa.schema(
         _f("queue_s", _F64, "Queue wait in s: arrival to start of prefill."),
         _f("itl_s", pa.list_(_F64),
            "Inter-token latencies in s (zero gaps inside one accepted burst kept)."),
+        _f("chunk_itl_s", pa.list_(_F64),
+           "Gaps in s between successive token-carrying arrivals: streamed chunks (openai, as "
+           "vllm bench serve's ITL) or emitting engine steps (embedded)."),
         # --- speculative decoding -------------------------------------------------------
         _f("target_forward_passes", _I32, "Target model forward passes, prefill included."),
         _f("num_steps", _I32, "Verification steps that proposed at least one draft token."),
@@ -147,9 +150,18 @@ SCHEMA = pa.schema(
 )
 
 COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
-# Columns schema version 2 added; version-1 runs read them back as nulls.
-_ADDED_IN_V2 = frozenset({"repeat", "tokens_per_target_pass", "step_batch_size", "step_context_tokens", "step_drafted",
-                          "step_accepted", "step_emitted", "step_draft_time_s", "step_verify_time_s"})
+# Columns each schema version added; runs written by an older version read them back as nulls.
+ADDED_IN: dict[int, frozenset[str]] = {
+    2: frozenset({"repeat", "tokens_per_target_pass", "step_batch_size", "step_context_tokens", "step_drafted",
+                  "step_accepted", "step_emitted", "step_draft_time_s", "step_verify_time_s"}),
+    3: frozenset({"chunk_itl_s"}),
+}
+
+
+def added_since(version: int) -> frozenset[str]:
+    """Columns a run written with schema `version` lacks (filled with nulls when read)."""
+    return frozenset().union(*(cols for v, cols in ADDED_IN.items() if v > version))
+
 _REQUIRED_NON_NULL = frozenset(f.name for f in SCHEMA if not f.nullable)
 
 assert set(METRIC_COLUMNS) <= set(COLUMNS), set(METRIC_COLUMNS) - set(COLUMNS)
@@ -581,14 +593,15 @@ def read_run(path: Path | str) -> tuple["pd.DataFrame", dict[str, Any]]:
     except json.JSONDecodeError:
         raise RecordsError(f"{file}: the 'specbench' metadata is not valid JSON") from None
     missing = [c for c in COLUMNS if c not in table.column_names]
-    if int(meta.get("schema_version", 1)) < SCHEMA_VERSION:
+    added = added_since(int(meta.get("schema_version", 1)))
+    if added:
         # Columns added since: filled with nulls, so older runs stay readable.
-        for name in [c for c in missing if c in _ADDED_IN_V2]:
+        for name in [c for c in missing if c in added]:
             field_ = SCHEMA.field(name)
             fill = (pa.array([0] * table.num_rows, field_.type) if name == "repeat"  # one pass = repeat 0
                     else pa.nulls(table.num_rows, field_.type))
             table = table.append_column(field_, fill)
-        missing = [c for c in missing if c not in _ADDED_IN_V2]
+        missing = [c for c in missing if c not in added]
     if missing:
         raise RecordsError(f"{file} is missing column(s): {', '.join(missing)}")
     return table.to_pandas(), meta

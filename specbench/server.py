@@ -11,6 +11,17 @@ the embedded backend records:
   and per-step lists, forward passes and prefill time of that request;
 - the model card carries `speculative_config` (vLLM's JSON shape) and `max_model_len`.
 
+Where vLLM has a shape for the same thing, it speaks vLLM's dialect so peers' clients (the
+`openai` package, AIPerf, GuideLLM, `vllm bench serve`) read it: when speculating, the final
+usage chunk (streams with `stream_options.include_usage`) and every non-streamed response
+carry `metrics.speculative_decoding` as vLLM's `--per-request-spec-decode-metrics detailed`
+does; /metrics names counters in `# HELP` / `# TYPE` with their `_total` suffix as
+prometheus_client writes vLLM's; `max_completion_tokens` stands in for a missing or null
+`max_tokens`; `stream_options.continuous_usage_stats` puts cumulative usage on every chunk;
+sampling fields the engine does not implement (penalties, min_p, min_tokens,
+logit_bias, ...) are refused with HTTP 400 naming the field unless they hold their neutral
+value; HEAD and OPTIONS are answered like any HTTP server (405 + Allow for a wrong method).
+
 Design: the stdlib's ThreadingHTTPServer (one thread per connection, no dependency) in front
 of one engine worker thread that owns the models and runs the embedded engine's continuous
 batch: requests join in arrival order after their own prefill (at most `max_num_seqs`
@@ -44,6 +55,13 @@ from specbench.errors import ConfigError
 
 MAX_BODY_BYTES = 32 << 20
 _UNSUPPORTED = ("echo", "best_of", "suffix", "tools", "logit_bias", "response_format", "top_logprobs")
+# Sampling fields of vLLM's API the engine's one sampling function does not implement; their
+# neutral value changes nothing and is accepted (clients send defaults), any other is refused:
+# silently ignoring a penalty would measure a different distribution than the one asked for.
+_NEUTRAL_SAMPLING = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                     "min_p": 0.0, "min_tokens": 0}
+ROUTES = {"/health": ("GET",), "/v1/models": ("GET",), "/models": ("GET",), "/metrics": ("GET",),
+          "/v1/completions": ("POST",), "/v1/chat/completions": ("POST",)}
 
 
 class ApiError(Exception):
@@ -74,6 +92,25 @@ def spec_payload(g: Any) -> dict[str, Any]:
         "verify_time_s_per_step": [round(x.verify_time_s, 7) for x in s],
         "target_forward_passes": g.target_forward_passes, "prefill_time_s": g.prefill_time_s,
     }
+
+
+def vllm_spec_metrics(g: Any, num_spec_tokens: int) -> dict[str, Any]:
+    """The request's acceptance in vLLM's per-request shape (`metrics.speculative_decoding`
+    of `--per-request-spec-decode-metrics detailed`): over the steps that drafted, the
+    histogram of accepted drafts (index j = steps that accepted exactly j), the totals and the
+    ordered per-step arrays. Mean acceptance length includes the bonus token."""
+    steps = [x for x in g.steps if x.drafted > 0]
+    width = max([num_spec_tokens, *(x.drafted for x in steps)])
+    hist = [0] * (width + 1)
+    for x in steps:
+        hist[x.accepted] += 1
+    accepted, drafted = sum(x.accepted for x in steps), sum(x.drafted for x in steps)
+    return {"mean_acceptance_length": 1.0 + accepted / len(steps) if steps else 1.0,
+            "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
+            "acceptance_histogram": hist, "num_spec_steps": len(steps),
+            "num_accepted_draft_tokens": accepted, "num_draft_tokens": drafted,
+            "num_spec_tokens": num_spec_tokens,
+            "per_step_accepted": [x.accepted for x in steps], "per_step_drafted": [x.drafted for x in steps]}
 
 
 def _internal_error(exc: BaseException) -> tuple:
@@ -208,10 +245,13 @@ class EngineWorker:
         out: list[str] = []
 
         def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
-            out.append(f"# HELP {name} {help_}")
-            out.append(f"# TYPE {name} {kind}")
-            suffix = "_total" if kind == "counter" else ""
-            out.extend(f"{name}{suffix}{{{labels}}} {float(v)}" for labels, v in samples)
+            # As vLLM's prometheus_client writes format 0.0.4: a counter's HELP and TYPE lines
+            # name it with its `_total` suffix, like its samples (parsers such as AIPerf's
+            # type each sample by the TYPE line of the same name).
+            full = name + ("_total" if kind == "counter" else "")
+            out.append(f"# HELP {full} {help_}")
+            out.append(f"# TYPE {full} {kind}")
+            out.extend(f"{full}{{{labels}}} {float(v)}" for labels, v in samples)
 
         metric("vllm:num_requests_running", "gauge", "Requests being decoded.", [(lab, running)])
         metric("vllm:num_requests_waiting", "gauge", "Requests waiting to be decoded.", [(lab, waiting)])
@@ -373,7 +413,9 @@ class SpecbenchServer(ThreadingHTTPServer):
         return ids
 
     def parse(self, body: Any, chat: bool) -> tuple[Job, bool, bool]:
-        """(job, stream, include_usage) for a request body; ApiError for anything invalid."""
+        """(job, stream, usage) for a request body; ApiError for anything invalid. `usage`:
+        "none", "final" (stream_options.include_usage: a usage chunk at the end) or
+        "continuous" (also continuous_usage_stats: cumulative usage on every chunk, as vLLM)."""
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
         model = body.get("model")
@@ -390,16 +432,29 @@ class SpecbenchServer(ThreadingHTTPServer):
                            "every chunk's token_ids)", param="logprobs")
         if body.get("stop"):
             raise ApiError(400, "stop strings are not supported; use stop_token_ids", param="stop")
+        for name, neutral in _NEUTRAL_SAMPLING.items():
+            value = body.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ApiError(400, f"{name} must be a number, got {value!r}", param=name)
+            if value != neutral:
+                raise ApiError(400, f"{name} is not supported by specbench serve (its engine samples with "
+                               f"temperature, top_p and top_k only); omit it or send {neutral!r}", param=name)
         ids = self.prompt_ids(body, chat)
         room = self.max_context - len(ids)
         if room < 1:
             raise ApiError(400, f"prompt of {len(ids)} tokens leaves no room in a context of {self.max_context}",
                            param="prompt")
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        limit_name = "max_tokens"
+        max_tokens = body.get("max_tokens")
+        if max_tokens is None and body.get("max_completion_tokens") is not None:
+            # the newer OpenAI name; clients send both, with max_tokens null
+            limit_name, max_tokens = "max_completion_tokens", body["max_completion_tokens"]
         if max_tokens is None:
             max_tokens = room if chat else 16  # the OpenAI defaults
         num = (int, float)
-        checks = [("max_tokens", max_tokens, int), ("temperature", body.get("temperature", 1.0), num),
+        checks = [(limit_name, max_tokens, int), ("temperature", body.get("temperature", 1.0), num),
                   ("top_p", body.get("top_p", 1.0), num), ("top_k", body.get("top_k", 0), int),
                   ("seed", body.get("seed"), int)]
         for name, value, typ in checks:
@@ -420,11 +475,14 @@ class SpecbenchServer(ThreadingHTTPServer):
         except ConfigError as exc:
             msg = str(exc)
             for flag, name in (("--temperature", "temperature"), ("--top-p", "top_p"), ("--top-k", "top_k"),
-                               ("--max-new-tokens", "max_tokens")):
+                               ("--max-new-tokens", limit_name)):
                 msg = msg.replace(flag, name)
             raise ApiError(400, msg) from None
         opts = body.get("stream_options") or {}
-        return Job(ids, sampling), bool(body.get("stream")), bool(isinstance(opts, dict) and opts.get("include_usage"))
+        usage = "none"
+        if isinstance(opts, dict) and opts.get("include_usage"):
+            usage = "continuous" if opts.get("continuous_usage_stats") else "final"
+        return Job(ids, sampling), bool(body.get("stream")), usage
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -439,16 +497,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---- plumbing -------------------------------------------------------------------------
 
-    def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
+    head_only = False  # answering HEAD: headers as for GET, no body
+
+    def _send(self, status: int, body: bytes, ctype: str | None, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
+        if ctype is not None:
+            self.send_header("Content-Type", ctype)
+        if status != 204:
+            self.send_header("Content-Length", str(len(body)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(body)
+        if not self.head_only and status != 204:
+            self.wfile.write(body)
 
     def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj).encode(), "application/json", headers)
@@ -466,8 +529,39 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---- routes ---------------------------------------------------------------------------
 
+    def _allowed(self, path: str) -> str:
+        methods = ROUTES[path]
+        return ", ".join([*methods, *(["HEAD"] if "GET" in methods else []), "OPTIONS"])
+
+    def _wrong_method(self, path: str) -> bool:
+        """405 with an Allow header when `path` exists but not for this method."""
+        if path in ROUTES and self.command not in ROUTES[path] and not (
+                self.command == "HEAD" and "GET" in ROUTES[path]):
+            self._error(405, f"method {self.command} not allowed for {path}; allowed: {self._allowed(path)}",
+                        "MethodNotAllowed", headers={"Allow": self._allowed(path)})
+            return True
+        return False
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.head_only = True
+        try:
+            self.do_GET()
+        finally:
+            self.head_only = False
+
+    def do_OPTIONS(self) -> None:  # noqa: N802
+        path = urlsplit(self.path).path.rstrip("/")
+        if self.path == "*":  # the server as a whole
+            self._send(204, b"", None, {"Allow": "GET, HEAD, POST, OPTIONS"})
+        elif path in ROUTES:
+            self._send(204, b"", None, {"Allow": self._allowed(path)})
+        else:
+            self._error(404, f"no route {path}", "NotFoundError")
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = urlsplit(self.path).path.rstrip("/")
+        if self._wrong_method(path):
+            return
         if path == "/health":
             self._send(200, b"", "text/plain")
         elif path in ("/v1/models", "/models"):
@@ -481,6 +575,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path.rstrip("/")
         routes = {"/v1/completions": False, "/v1/chat/completions": True}
+        if self._wrong_method(path):
+            return
         if path not in routes:
             self._error(404, f"no route POST {path}", "NotFoundError")
             return
@@ -495,7 +591,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = json.loads(self.rfile.read(length) or b"null")
             except ValueError as exc:
                 raise ApiError(400, f"the body is not valid JSON ({exc})") from None
-            job, stream, include_usage = self.server.parse(body, chat)
+            job, stream, usage = self.server.parse(body, chat)
         except ApiError as e:
             self._error(e.status, e.message, e.type, e.param)
             return
@@ -507,7 +603,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "model": self.server.model_name}
         try:
             if stream:
-                self._stream(job, chat, include_usage, meta)
+                self._stream(job, chat, usage, meta)
             else:
                 self._complete(job, chat, meta)
         except OSError:  # the client went away: stop decoding for it
@@ -524,7 +620,7 @@ class _Handler(BaseHTTPRequestHandler):
         c.update(token_ids=ids, logprobs=None, finish_reason=finish)
         return c
 
-    def _stream(self, job: Job, chat: bool, include_usage: bool, meta: dict[str, Any]) -> None:
+    def _stream(self, job: Job, chat: bool, usage_mode: str, meta: dict[str, Any]) -> None:
         ev = job.events.get()
         if ev[0] == "error":
             self._error(ev[1], ev[2])
@@ -539,18 +635,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._event({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                                "logprobs": None, "finish_reason": None}]})
         detok = Detokenizer(self.server.tokenizer, self.server.tok_lock)
+        n_in, n_out = len(job.prompt_ids), 0
         while True:
             if ev[0] == "tokens":
-                self._event({**head, "choices": [self._choice(chat, detok.add(ev[1]), ev[1], None)]})
+                n_out += len(ev[1])
+                chunk = {**head, "choices": [self._choice(chat, detok.add(ev[1]), ev[1], None)]}
+                if usage_mode == "continuous":  # cumulative, as vLLM's continuous_usage_stats
+                    chunk["usage"] = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+                self._event(chunk)
             elif ev[0] == "done":
                 g = ev[1]
                 final = self._choice(chat, detok.flush(), [], g.finish_reason)
                 final["spec_decode"] = spec_payload(g)
                 self._event({**head, "choices": [final]})
-                if include_usage:
-                    self._event({**head, "choices": [], "usage": {
-                        "prompt_tokens": len(job.prompt_ids), "completion_tokens": len(g.output_ids),
-                        "total_tokens": len(job.prompt_ids) + len(g.output_ids)}})
+                if usage_mode != "none":  # vLLM's per-request metrics ride on this chunk too
+                    usage = {"prompt_tokens": len(job.prompt_ids), "completion_tokens": len(g.output_ids),
+                             "total_tokens": len(job.prompt_ids) + len(g.output_ids)}
+                    self._event({**head, "choices": [], "usage": usage, **self._vllm_metrics(g)})
                 break
             else:  # an error after the stream started (vLLM sends an error event too)
                 self._event({"error": {"message": ev[2], "type": "InternalServerError", "code": ev[1]}})
@@ -578,7 +679,15 @@ class _Handler(BaseHTTPRequestHandler):
         n_in, n_out = len(job.prompt_ids), len(g.output_ids)
         self._json(200, {**meta, "object": "chat.completion" if chat else "text_completion",
                          "choices": [choice],
-                         "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}})
+                         "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
+                         **self._vllm_metrics(g)})
+
+    def _vllm_metrics(self, g: Any) -> dict[str, Any]:
+        """`{"metrics": {"speculative_decoding": ...}}` as vLLM adds it, when speculating."""
+        spec = self.server.spec
+        if not spec.speculative:
+            return {}
+        return {"metrics": {"speculative_decoding": vllm_spec_metrics(g, spec.num_speculative_tokens)}}
 
 
 def is_loopback(host: str) -> bool:

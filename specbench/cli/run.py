@@ -292,7 +292,10 @@ def run(
     # Piped output (CI logs, files) would wrap the tables at 80 columns.
     out_console = Console() if sys.stdout.isatty() else Console(width=150)
     speedups = analysis.speedups(summary)
-    out_console.print(analysis.rich_summary_table(summary, speedups))
+    stats = metadata.config.get("configuration_stats", {})
+    out_console.print(analysis.rich_summary_table(summary, speedups, stats))
+    for line in analysis.burst_lines(summary):
+        out_console.print(line)
     greedy_diff = df[(~df["is_baseline"]) & (df["temperature"] == 0) & df["token_match_rate"].notna()
                      & (df["token_match_rate"] < 1.0)]
     if len(greedy_diff):
@@ -305,7 +308,7 @@ def run(
         out_console.print(line)
     if oa is not None:
         from specbench.backends.openai import acceptance_lines
-        for line in acceptance_lines(metadata.config.get("configuration_stats", {})):
+        for line in acceptance_lines(stats):
             out_console.print(line)
     stopped = {cid: st["stopped_by_budget"] for cid, st in metadata.config.get("configuration_stats", {}).items()
                if isinstance(st, dict) and "stopped_by_budget" in st}

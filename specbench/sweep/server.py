@@ -6,7 +6,11 @@ backend; and stops it, also when the trial fails.
 Only the tokenizer is loaded here (`[server] tokenizer`, default the target): the servers
 hold the weights. Placeholders of the template (see `spec.SERVER_PLACEHOLDERS`):
 
-    {target} {draft} {method} {k} (= {num_speculative_tokens}) {k_plus_1} {port} {python}
+    {target} {draft}: the models as the spec names them; a catalog name or a .gguf file
+        becomes its converted Hugging Face directory (what vLLM and SGLang can load)
+    {method} {k} (= {num_speculative_tokens}) {k_plus_1} {port} {python}
+    {dtype}: [models] dtype (auto | bfloat16 | float16 | float32, the same words vLLM,
+        SGLang and `specbench serve` take for --dtype)
     {speculative_config_json}: vLLM's --speculative-config JSON for the trial
         ({} for the baseline, {"method": "draft_model", "model": DRAFT, "num_speculative_tokens": K}
          for draft_model,
@@ -43,13 +47,27 @@ def speculative_config_json(point: Point) -> str:
     return json.dumps(cfg)
 
 
+def server_model_path(model: str) -> str:
+    """`model` as a server loads it: catalog names and .gguf files become their converted
+    Hugging Face directory (pulled or converted on first use, as `specbench run` does);
+    anything else (a directory, a hub id the server resolves itself) stays as given."""
+    from specbench.models import catalog
+    from specbench.models.loading import resolve_model_path
+
+    if catalog.is_catalog_name(model) or (model.lower().endswith(".gguf") and Path(model).expanduser().is_file()):
+        return str(resolve_model_path(model))
+    return model
+
+
 def trial_params(spec: SweepSpec, point: Point, port: int) -> dict[str, Any]:
     """Values of the template's placeholders for `point`."""
-    return {"target": spec.target, "draft": point.draft or "", "method": point.method,
+    draft = server_model_path(point.draft) if point.draft else ""
+    point = Point(point.method, point.num_speculative_tokens, draft or None, point.concurrency)
+    return {"target": server_model_path(spec.target), "draft": draft, "method": point.method,
             "k": point.num_speculative_tokens, "num_speculative_tokens": point.num_speculative_tokens,
             "k_plus_1": point.num_speculative_tokens + 1,  # SGLang chain: num_draft_tokens = steps + 1
             "port": port, "speculative_config_json": speculative_config_json(point),
-            "python": sys.executable}
+            "python": sys.executable, "dtype": spec.dtype}
 
 
 @dataclass

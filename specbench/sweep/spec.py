@@ -208,7 +208,7 @@ class Space:
 
 # placeholders a [server] command may use (filled per trial, see specbench.sweep.server)
 SERVER_PLACEHOLDERS = ("target", "draft", "method", "k", "num_speculative_tokens", "k_plus_1",
-                       "port", "speculative_config_json", "python")
+                       "port", "speculative_config_json", "python", "dtype")
 DEFAULT_SERVER_BASE_URL = "http://127.0.0.1:{port}"
 
 

