@@ -7,7 +7,8 @@ median TPOT of the baseline / median TPOT of the configuration, with prompts pai
 percentile bootstrap confidence interval (`specbench.analysis.paired_bootstrap_speedup`).
 A configuration *wins* when the whole interval is above 1, *loses* when it is below 1, and
 is *even* otherwise; without an interval (fewer than two prompts shared with the baseline)
-the outcome is *unclear*.
+the outcome is *unclear* (`analysis.outcome`, the one rule the console and the sweep profile
+use too).
 
 Boundary: statistics come from `specbench.analysis`; this module chooses, pairs and words
 them. No plotting, no HTML.
@@ -41,18 +42,6 @@ VERDICT_COLUMNS = [
 
 def _ratio(a: float, b: float) -> float:
     return float(a) / float(b) if not (fmt.missing(a) or fmt.missing(b)) and b else float("nan")
-
-
-def _outcome(point: float, lo: float, hi: float) -> str:
-    if fmt.missing(point):
-        return "unclear"
-    if fmt.missing(lo) or fmt.missing(hi):
-        return "unclear"
-    if lo > 1.0:
-        return "win"
-    if hi < 1.0:
-        return "loss"
-    return "even"
 
 
 def _tpot_prompts(df: pd.DataFrame) -> set[str]:
@@ -113,7 +102,7 @@ def verdict_table(inputs: ReportInputs, *, n_boot: int = N_BOOT, seed: int = 0,
             row.update(tpot_speedup=point, tpot_speedup_lo=lo, tpot_speedup_hi=hi,
                        e2e_p50_speedup=_ratio(b["e2e_p50_s"], s["e2e_p50_s"]),
                        output_tps_speedup=_ratio(s["output_tps"], b["output_tps"]),
-                       outcome=_outcome(point, lo, hi))
+                       outcome=analysis.outcome(point, lo, hi))
             if not (fmt.missing(s["peak_memory_bytes"]) or fmt.missing(b["peak_memory_bytes"])):
                 delta = float(s["peak_memory_bytes"]) - float(b["peak_memory_bytes"])
                 row["memory_delta_bytes"] = delta

@@ -6,9 +6,13 @@ trial's own Parquet; every value in the profile carries the trial number and run
 justify it. Speedups are recomputed here with `analysis.speedups` against the baseline at the
 same concurrency.
 
-Decision rule, per measured concurrency c (the primary objective, feasible trials only):
-gain = best speculative / baseline (maximize) or baseline / best speculative (minimize);
-speculation pays at c when gain > `min_speedup`. `disable_by_batch_size` is the largest
+Decision rule, per measured concurrency c (feasible trials only): the primary objective picks
+the best speculative configuration, gain = best speculative / baseline (maximize) or
+baseline / best speculative (minimize); whether speculation pays there is the one rule the
+console, the report and this profile share (`analysis.outcome`): the paired bootstrap interval
+of its TPOT speedup over the baseline (both trials' Parquet files, prompts paired) lies wholly
+above `min_speedup`. Where the run files are not on this host, the interval cannot be
+computed and the point gain decides (`gain > min_speedup`); the band says which. `disable_by_batch_size` is the largest
 concurrency at which speculation pays before the first one at which it does not (vLLM: no
 drafting while more requests than that are in flight); the crossover lies between that level
 and the next one measured.
@@ -79,9 +83,40 @@ class Level:
     best: FrozenTrial | None  # best feasible speculative trial on the primary objective
     gain: float | None  # of `best` over `baseline` (> 1 = speculation better)
     pays: bool
+    # paired TPOT speedup of `best` over `baseline`: (point, lo, hi), None without run files
+    interval: tuple[float, float, float] | None = None
+
+
+def _samples(spec: SweepSpec, t: FrozenTrial) -> Any:
+    from specbench.errors import RecordsError
+    from specbench.records import read_run
+
+    run_dir = t.user_attrs.get("run_dir")
+    if not run_dir:
+        return None
+    try:
+        return read_run(Path(spec.out) / run_dir)[0]
+    except RecordsError:
+        return None
+
+
+def tpot_interval(spec: SweepSpec, best: FrozenTrial, base: FrozenTrial) -> tuple[float, float, float] | None:
+    """The paired bootstrap TPOT speedup of `best` over `base` from their run files."""
+    from specbench import analysis
+    from specbench.errors import RecordsError
+
+    b, s = _samples(spec, base), _samples(spec, best)
+    if b is None or s is None:
+        return None
+    try:
+        return analysis.paired_bootstrap_speedup(b, s, metric="tpot_s", stat="median")
+    except RecordsError:
+        return None
 
 
 def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
+    from specbench import analysis
+
     out = []
     for c in spec.space.concurrency:
         here = [t for t in trials if point_of(t).concurrency == c and _feasible(t)]
@@ -91,7 +126,12 @@ def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
             if not point_of(t).is_baseline and (best is None or _better(spec, t.values[0], best.values[0])):
                 best = t
         gain = _gain(spec, best.values[0], base.values[0]) if best and base else None
-        out.append(Level(c, base, best, gain, gain is not None and gain > spec.min_speedup))
+        interval = tpot_interval(spec, best, base) if best and base else None
+        if interval is not None:
+            pays = analysis.outcome(*interval, min_speedup=spec.min_speedup) == "win"
+        else:
+            pays = gain is not None and gain > spec.min_speedup
+        out.append(Level(c, base, best, gain, pays, interval))
     return [lv for lv in out if lv.baseline or lv.best]
 
 
@@ -189,9 +229,15 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
                            else "no feasible speculative configuration measured at this concurrency")
         else:
             verdict = "pays" if x.pays else "does not pay"
+            if x.interval is not None:
+                point, lo, hi = x.interval
+                rule = (f"paired TPOT speedup {point:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}], "
+                        f"{'wholly above' if x.pays else 'not wholly above'} {spec.min_speedup:g}x")
+                band["tpot_speedup_ci"] = [_r(point), _r(lo), _r(hi)]
+            else:
+                rule = f"no run files here for an interval: point gain vs threshold {spec.min_speedup:g}x"
             band["why"] = (f"best speculative {_describe(point_of(x.best))}: {primary} gain "
-                           f"{x.gain:.3f}x over the baseline; speculation {verdict} "
-                           f"(threshold {spec.min_speedup:g}x)")
+                           f"{x.gain:.3f}x over the baseline; speculation {verdict} ({rule})")
             if not speculative and x.pays:
                 band["why"] += "; kept baseline: speculation already stopped paying at a lower concurrency"
         band["speculative"] = ev(x.best, x.baseline)

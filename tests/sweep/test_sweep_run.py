@@ -138,9 +138,16 @@ def test_profile_is_yaml_whose_numbers_match_the_trials_parquet(grid_sweep):
         _check_evidence(study_dir, band["baseline"], None)
         _check_evidence(study_dir, band["speculative"], band["baseline"])
         assert band["gain"] == pytest.approx(band["speculative"]["speedup_tpot_p50"], rel=1e-5)
+    # Whether a band pays is the one rule (analysis.outcome): the paired TPOT interval from the
+    # two trials' Parquet files lies wholly above min_speedup.
     leading = 0  # bands paying from batch size 1 up: those speculate, the rest do not
     for band in prof["bands"]:
-        if band["gain"] <= 1.0:
+        base, spec = (read_run(study_dir / band[w]["run_dir"])[0] for w in ("baseline", "speculative"))
+        interval = analysis.paired_bootstrap_speedup(base, spec, metric="tpot_s", stat="median")
+        assert band["tpot_speedup_ci"] == pytest.approx(list(interval), rel=1e-5)
+        assert ("does not pay" not in band["why"]) == (analysis.outcome(*interval) == "win")
+    for band in prof["bands"]:
+        if analysis.outcome(*band["tpot_speedup_ci"]) != "win":
             break
         leading += 1
     for i, band in enumerate(prof["bands"]):
