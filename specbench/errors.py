@@ -41,3 +41,7 @@ class BackendError(SpecbenchError):
 
 class StorageError(SpecbenchError):
     """A sweep's study storage (database, journal file) cannot be reached or written."""
+
+
+class ReportError(SpecbenchError):
+    """A report that cannot be written where it was asked to go."""

@@ -325,16 +325,18 @@ def default_run_dir(run_id: str, root: Path = DEFAULT_RUNS_DIR) -> Path:
 
 def atomic_write(path: Path, write: Any, mode: int | None = None) -> None:
     """Call `write(fileobj)` on a binary temp file beside `path`, fsync it, then rename over
-    `path` (with permission bits `mode` if given; mkstemp's default is 0600). A reader (or a
-    crash) sees the old file or the new one, never a partial one."""
+    `path`, with permission bits `mode` (default: what the process umask gives a new file,
+    not mkstemp's 0600). A reader (or a crash) sees the old file or the new one, never a
+    partial one."""
+    if mode is None:
+        mode = umask_mode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -463,9 +465,9 @@ class RunWriter:
             self._tables = [table.replace_schema_metadata(None)]
         else:
             table = schema.empty_table()
-        atomic_write(self.samples_path, lambda fh: pq.write_table(table, fh), mode=_umask_mode())
+        atomic_write(self.samples_path, lambda fh: pq.write_table(table, fh))
         text = json.dumps(self.metadata.to_dict(), indent=2, sort_keys=True) + "\n"
-        atomic_write(self.run_dir / RUN_FILE, lambda fh: fh.write(text.encode()), mode=_umask_mode())
+        atomic_write(self.run_dir / RUN_FILE, lambda fh: fh.write(text.encode()))
 
     def close(self, complete: bool) -> None:
         """Record whether the run completed or was interrupted, write everything, drop the
@@ -505,7 +507,7 @@ class RunWriter:
             self.close(complete=exc_type is None)
 
 
-def _umask_mode() -> int:
+def umask_mode() -> int:
     """0666 minus the process umask: what open() would give a new file."""
     mask = os.umask(0)
     os.umask(mask)
@@ -514,7 +516,7 @@ def _umask_mode() -> int:
 
 def _chmod_umask(path: Path) -> None:
     try:
-        os.chmod(path, _umask_mode())
+        os.chmod(path, umask_mode())
     except OSError:
         pass
 

@@ -57,12 +57,13 @@ def sweep(
     timeout: Annotated[Optional[float], _opt("Stop starting trials after this many seconds.")] = None,
     min_speedup: Annotated[Optional[float], _opt("Speculation pays when its gain over the baseline exceeds this (default: 1.0).")] = None,
     profile: Annotated[Optional[Path], _opt("Where to write the serving profile (default: STUDY_DIR/profile.yaml).")] = None,
-    server_command: Annotated[Optional[str], _opt("Server launch template, one server per trial, e.g. \"vllm serve {target} --port {port} --speculative-config '{speculative_config_json}'\"; placeholders: target, draft, method, k, num_speculative_tokens, k_plus_1, port, speculative_config_json, python.")] = None,
+    server_command: Annotated[Optional[str], _opt("Server launch template, one server per trial, e.g. \"vllm serve {target} --port {port} --speculative-config '{speculative_config_json}'\"; placeholders: target, draft, method, k, num_speculative_tokens, k_plus_1, port, speculative_config_json, python, dtype.")] = None,
     server_baseline_command: Annotated[Optional[str], _opt("Launch template for the baseline (no speculation) trials (default: --server-command).")] = None,
     server_base_url: Annotated[Optional[str], _opt("The launched server's URL (default: http://127.0.0.1:{port}).")] = None,
     server_ready_timeout: Annotated[Optional[float], _opt("Seconds to wait for a launched server's /health and /v1/models (default: 600).")] = None,
     endpoint: Annotated[Optional[str], _opt("With --server-command: completions | chat (default: completions).")] = None,
     tokenizer: Annotated[Optional[str], _opt("With --server-command: the tokenizer to build requests with (default: --target); no weights load locally.")] = None,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Measure again the configurations whose trials failed (they are otherwise settled: a rerun skips them).")] = False,
 ) -> None:
     """Tune speculative decoding with Optuna: each trial is a real run; resumable, shareable
     between workers; ends in a recommended serving profile."""
@@ -95,6 +96,10 @@ def sweep(
                                   grace_period=spec.grace_period_s, retry_s=spec.storage_retry_s,
                                   on_event=lambda m: console.print(f"[yellow]{escape(m)}[/]"))
     study = sw.open_study(spec, storage_obj)
+    if retry_failed:
+        n = sw.study.retry_failed(study)
+        console.print(f"--retry-failed: {n} failed configuration(s) will be measured again" if n
+                      else "--retry-failed: no failed configuration to measure again")
     url = sw.study.display_url(spec.storage_url)
     done, total = sw.progress_counts(study, spec)
     console.print(f"study [bold]{spec.study_name}[/] in {url}: {done}/{total} configurations "
@@ -137,12 +142,19 @@ def sweep(
         console.print("every configuration is measured: writing the profile only")
         write, why, worker = True, "", None
 
+    if not sw.profile.candidates(study):
+        failed = [t for t in study.get_trials(deepcopy=False) if "fail_reason" in t.user_attrs]
+        first = f" (first: trial {failed[0].number}: {failed[0].user_attrs['fail_reason']})" if failed else ""
+        console.print(f"[bold red]error:[/] no configuration was measured: {len(failed)} trial(s) failed{escape(first)}; "
+                      f"no profile written. Fix the cause, then rerun with --retry-failed")
+        raise typer.Exit(1)
     prof = sw.build_profile(spec, study)
+    serving: dict = {}
     if write:
-        sw.write_profile(spec.profile, prof)
+        serving = sw.write_profile(spec.profile, prof)
         if worker is not None:
             worker.profile_written(str(spec.profile), len(study.trials))
-    _print_results(sw, spec, study, prof, written=write, why=why)
+    _print_results(sw, spec, study, prof, written=write, why=why, serving=serving)
 
 
 class _RichEvents:
@@ -208,7 +220,7 @@ def _num(v: Any, fmt: str = ".2f") -> str:
     return "–" if v is None else format(v, fmt)
 
 
-def _print_results(sw: Any, spec: Any, study: Any, prof: dict, written: bool = True,
+def _print_results(sw: Any, spec: Any, study: Any, prof: dict, written: bool = True, serving: dict | None = None,
                    why: str = "") -> None:
     out = Console()
     table = Table(title=f"Best configuration per concurrency ({spec.objectives[0]})", title_justify="left")
@@ -242,6 +254,8 @@ def _print_results(sw: Any, spec: Any, study: Any, prof: dict, written: bool = T
     out.print(f"recommendation: [bold]{prof['recommendation']}[/]"
               + (f" {cfg}" if cfg else "") + f" — {prof['disable_by_batch_size']['why']}")
     out.print(f"profile: {spec.profile}" if written else f"profile: not written by this worker ({why})")
+    for name, path in (serving or {}).items():
+        out.print(f"  {name}: {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ Boundary: presentation only; numbers come from `specbench.report.verdict` and fi
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ import plotly.offline
 from markupsafe import Markup
 
 from specbench import analysis
+from specbench.errors import ReportError
 from specbench.records import atomic_write, package_version
 from specbench.report import fmt, model_view, plots, study_view, verdict
 from specbench.report.inputs import ReportInputs, RunInput
@@ -311,16 +313,27 @@ def build_report(inputs: ReportInputs, *, title: str | None = None, n_boot: int 
     return page
 
 
+def safe_file_name(text: str) -> str:
+    """A file name made from text read out of records (a run id, a study name): runs come from
+    other jobs' artifacts, so '/', '..' and anything but letters, digits, '.', '_' and '-'
+    never reach the path; the result stays inside the reports directory."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("._")
+    return name[:120] or "report"
+
+
 def default_out(inputs: ReportInputs) -> Path:
     if inputs.studies:
-        return DEFAULT_REPORTS_DIR / f"study-{study_view.slug(inputs.studies[0].name)}.html"
-    return DEFAULT_REPORTS_DIR / f"{inputs.run_ids[0]}.html"
+        return DEFAULT_REPORTS_DIR / f"study-{safe_file_name(study_view.slug(inputs.studies[0].name))}.html"
+    return DEFAULT_REPORTS_DIR / f"{safe_file_name(inputs.run_ids[0])}.html"
 
 
 def write_report(page: str, out: Path) -> Path:
-    """Write `page` to `out` atomically (temp file beside it, then rename); returns `out`."""
+    """Write `page` to `out` atomically (temp file beside it, then rename); returns `out`.
+    A place that cannot be written is a one-line ReportError naming it."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # 0644: mkstemp's 0600 would hide the report from a web server.
-    atomic_write(out, lambda fh: fh.write(page.encode("utf-8")), mode=0o644)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out, lambda fh: fh.write(page.encode("utf-8")))
+    except OSError as exc:
+        raise ReportError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
     return out

@@ -318,24 +318,16 @@ def write_profile(path: Path, profile: dict[str, Any]) -> dict[str, Path]:
     """YAML, keys in the order built, with a header saying what it is; then the paste-ready
     serving files next to it (`specbench.sweep.serving.write_serving`), whose paths it
     returns."""
-    import os
-    import tempfile
-
     import yaml
+
+    from specbench.records import atomic_write
 
     header = ("# Recommended serving profile written by `specbench sweep`.\n"
               "# Every number is measured: trial = Optuna trial number, run_id/run_dir = the run\n"
               "# (samples.parquet) under the study directory it was computed from. Times in s.\n")
     text = header + yaml.safe_dump(profile, sort_keys=False, allow_unicode=True, width=100)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)  # readers see the old profile or the new one, never half
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))  # old profile or new, never half
     from specbench.sweep.serving import write_serving
 
     return write_serving(path, profile)

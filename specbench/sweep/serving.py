@@ -238,6 +238,6 @@ def write_serving(profile_path: Path, profile: dict[str, Any]) -> dict[str, Path
         if text is None:
             path.unlink(missing_ok=True)
             continue
-        atomic_write(path, lambda fh, t=text: fh.write(t.encode("utf-8")), mode=0o644)
+        atomic_write(path, lambda fh, t=text: fh.write(t.encode("utf-8")))
         written[key] = path
     return written

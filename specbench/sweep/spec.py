@@ -471,6 +471,8 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
     for key, value in (flags or {}).items():
         assert key in FLAGS, key
         if value is not None and value != [] and value != ():
+            if isinstance(value, float) and not math.isfinite(value):  # NaN slips past range checks
+                raise ConfigError(f"{_label(key)} must be a finite number, got {value!r}")
             values[key] = value if not isinstance(value, tuple) else list(value)
     get = values.get
 

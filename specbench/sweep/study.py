@@ -171,10 +171,30 @@ def make_sampler(spec: SweepSpec, n_existing: int = 0) -> optuna.samplers.BaseSa
 # Reading trials back
 
 
-def settled(t: FrozenTrial) -> bool:
-    """Finished with an outcome that stands: complete, or failed for a recorded reason."""
+RETRY_ATTR = "specbench_retry_failed_before"  # failures of trials numbered below this are retried
+
+
+def retry_mark(study: optuna.Study) -> int:
+    """Trials numbered below this whose failure `--retry-failed` set aside (-1: none)."""
+    return int(study.user_attrs.get(RETRY_ATTR, -1))
+
+
+def retry_failed(study: optuna.Study) -> int:
+    """Set every recorded failure so far aside: those configurations are measured again.
+    Returns how many configurations that concerns."""
+    trials = study.get_trials(deepcopy=False)
+    keys = {trial_key(t) for t in trials if t.state == TrialState.FAIL and "fail_reason" in t.user_attrs}
+    keys -= {trial_key(t) for t in trials if t.state == TrialState.COMPLETE}
+    study.set_user_attr(RETRY_ATTR, len(trials))
+    return len(keys - {None})
+
+
+def settled(t: FrozenTrial, retry_before: int = -1) -> bool:
+    """Finished with an outcome that stands: complete, or failed for a recorded reason (and
+    not set aside for a retry by --retry-failed)."""
     return t.state == TrialState.COMPLETE or (
-        t.state == TrialState.FAIL and "fail_reason" in t.user_attrs and not t.user_attrs.get("retry"))
+        t.state == TrialState.FAIL and "fail_reason" in t.user_attrs and not t.user_attrs.get("retry")
+        and t.number >= retry_before)
 
 
 def trial_key(t: FrozenTrial) -> str | None:
@@ -189,12 +209,12 @@ def is_measured(t: FrozenTrial) -> bool:
     return "run_id" in t.user_attrs and "duplicate_of" not in t.user_attrs
 
 
-def settled_keys(trials: list[FrozenTrial]) -> set[str]:
-    return {k for t in trials if settled(t) and (k := trial_key(t))}
+def settled_keys(trials: list[FrozenTrial], retry_before: int = -1) -> set[str]:
+    return {k for t in trials if settled(t, retry_before) and (k := trial_key(t))}
 
 
 def all_measured(study: optuna.Study, spec: SweepSpec) -> bool:
-    done = settled_keys(study.get_trials(deepcopy=False))
+    done = settled_keys(study.get_trials(deepcopy=False), retry_mark(study))
     return all(p.key in done for p in spec.space.points())
 
 
@@ -203,12 +223,13 @@ def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Point]:
     every configuration whose trial was interrupted, unless present already."""
     fail_stale(study)
     trials = study.get_trials(deepcopy=False)
+    mark = retry_mark(study)
     taken = {trial_key(t) for t in trials
-             if t.state in (TrialState.WAITING, TrialState.RUNNING) or settled(t)}
+             if t.state in (TrialState.WAITING, TrialState.RUNNING) or settled(t, mark)}
     by_key = {p.key: p for p in spec.space.points()}
     pending: list[Point] = [p for p in by_key.values() if p.is_baseline]
     # config_key is written once every parameter is suggested, so it names the whole point
-    pending += [by_key[k] for t in trials if t.state == TrialState.FAIL and not settled(t)
+    pending += [by_key[k] for t in trials if t.state == TrialState.FAIL and not settled(t, mark)
                 and (k := t.user_attrs.get("config_key")) in by_key]
     out: list[Point] = []
     for p in pending:
@@ -236,9 +257,10 @@ def claim(study: optuna.Study, trial: Trial, key: str) -> FrozenTrial | None:
     ticket = 1 + max((int(t.user_attrs.get("ticket", 0)) for t in peers), default=0)
     trial.set_user_attr("ticket", ticket)
     mine = (ticket, trial.number)
+    mark = retry_mark(study)
     while True:
         peers = _peers(study, trial, key)
-        done = sorted((t for t in peers if settled(t)),
+        done = sorted((t for t in peers if settled(t, mark)),
                       key=lambda t: (t.state != TrialState.COMPLETE, t.number))
         if done:
             return done[0]
@@ -289,12 +311,13 @@ def baseline_of(study: optuna.Study, concurrency: int) -> FrozenTrial:
     trial gives way with `_Retry` so its worker runs the queued baseline next)."""
     key = Point.of("none", concurrency=concurrency).key
     queued_since: float | None = None
+    mark = retry_mark(study)
     while True:
         trials = [t for t in study.get_trials(deepcopy=False) if trial_key(t) == key]
         done = [t for t in trials if t.state == TrialState.COMPLETE]
         if done:
             return done[0]
-        failed = [t for t in trials if settled(t)]
+        failed = [t for t in trials if settled(t, mark)]
         if failed:
             raise TrialFailed(f"the baseline at concurrency {concurrency} failed (trial "
                               f"{failed[0].number}: {failed[0].user_attrs.get('fail_reason')})")
@@ -483,7 +506,7 @@ def hostname() -> str:
 def progress_counts(study: optuna.Study, spec: SweepSpec) -> tuple[int, int]:
     """(configurations settled, configurations in the space)."""
     points = spec.space.points()
-    done = settled_keys(study.get_trials(deepcopy=False))
+    done = settled_keys(study.get_trials(deepcopy=False), retry_mark(study))
     return sum(1 for p in points if p.key in done), len(points)
 
 
@@ -505,7 +528,7 @@ def wait_for_others(study: optuna.Study, spec: SweepSpec, worker: Worker, events
             return True
         if all_measured(study, spec):
             return False
-        done = settled_keys(trials)
+        done = settled_keys(trials, retry_mark(study))
         running = [t for t in trials if t.state == TrialState.RUNNING
                    and t.user_attrs.get("config_key") not in (None, *done)]
         if not running:

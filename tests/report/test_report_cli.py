@@ -132,3 +132,39 @@ def test_out_must_be_html(synthetic, tmp_path):
 
 def test_no_paths_is_refused(tmp_path):
     refused(specbench("report", "--out", tmp_path / "r.html"), "at least one run")
+
+
+def _with_run_id(run_dir, where, run_id):
+    """A copy of `run_dir` in `where` whose records claim `run_id` (as a run from another job might)."""
+    import json
+
+    import pyarrow as pa
+
+    from specbench.records import METADATA_KEY
+
+    table = pq.read_table(run_dir / SAMPLES_FILE)
+    meta = json.loads(table.schema.metadata[METADATA_KEY])
+    meta["run_id"] = run_id
+    table = table.set_column(table.schema.get_field_index("run_id"), "run_id",
+                             pa.array([run_id] * table.num_rows))
+    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
+    where.mkdir(parents=True)
+    pq.write_table(table, where / SAMPLES_FILE)
+    return where
+
+
+def test_a_run_id_from_the_records_never_leaves_the_reports_directory(synthetic, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for i, hostile in enumerate(["../../escaped", str(tmp_path / "absolute")]):
+        res = specbench("report", _with_run_id(synthetic, tmp_path / f"run{i}", hostile), "--n-boot", "200")
+        assert res.code == 0, res.output
+    written = sorted(p.name for p in (work / "reports").iterdir())
+    assert len(written) == 2 and all(n.endswith(".html") and "/" not in n for n in written), written
+    assert [p for p in tmp_path.rglob("*.html") if p.parent != work / "reports"] == []
+
+
+def test_an_out_that_cannot_be_written_is_refused_in_one_line(synthetic):
+    refused(specbench("report", synthetic, "--out", "/proc/specbench-report.html", "--n-boot", "200"),
+            "/proc/specbench-report.html", "cannot write there")

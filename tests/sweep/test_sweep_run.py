@@ -259,3 +259,41 @@ def test_memory_budget_marks_trials_infeasible(tiny_pair, prompts_file, tmp_path
     assert prof["study"]["infeasible"] == len(measured(trials))
     assert prof["recommendation"] == "baseline" and prof["pareto_front"] == []
     assert "infeasible" in res.err
+
+
+def test_a_sweep_where_every_trial_failed_exits_1_without_a_profile_and_retry_failed_measures_again(
+        tiny_pair, prompts_file, tmp_path, monkeypatch):
+    from specbench.sweep import measure as measure_mod  # the objective imports it when it runs
+
+    real = measure_mod.measure
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the machine ran out of disk")
+
+    args = sweep_args(tiny_pair, prompts_file, tmp_path, "--sampler", "grid", "--method", "ngram",
+                      "-k", "2", "--concurrency", "1")
+    monkeypatch.setattr(measure_mod, "measure", broken)
+    res = specbench(*args)
+    assert res.code == 1 and "Traceback" not in res.output
+    text = " ".join(res.err.split())
+    assert "no configuration was measured: 2 trial(s) failed" in text and "ran out of disk" in text
+    assert "--retry-failed" in text and not (tmp_path / "study" / "profile.yaml").exists()
+    # A rerun skips what failed (its outcome stands) ...
+    res = specbench(*args)
+    assert res.code == 1 and len(load(tmp_path)) == 2
+    # ... unless asked to measure it again; once the cause is gone, the profile is written.
+    monkeypatch.setattr(measure_mod, "measure", real)
+    res = specbench(*args, "--retry-failed")
+    assert res.code == 0, res.output
+    assert "2 failed configuration(s) will be measured again" in " ".join(res.err.split())
+    assert len(measured(load(tmp_path))) == 2
+    assert (tmp_path / "study" / "profile.yaml").is_file()
+
+
+@pytest.mark.parametrize("flag,value", [("--min-speedup", "nan"), ("--timeout", "inf"),
+                                        ("--max-peak-memory-gb", "nan")])
+def test_non_finite_numbers_are_refused_before_anything_loads(tiny_pair, prompts_file, tmp_path, flag, value):
+    res = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path, flag, value))
+    assert res.code == 2 and "Traceback" not in res.output
+    assert len(res.error_lines) == 1 and flag in res.error_lines[0] and "finite" in res.error_lines[0]
+    assert "loading target" not in res.err
