@@ -28,8 +28,17 @@ batch: requests join in arrival order after their own prefill (at most `max_num_
 decoding at once), every step verifies all of them in one target pass, and each step's
 tokens stream to their clients as they are emitted. At most `max_concurrency` requests are
 admitted (running + waiting); the rest get HTTP 429. A client that goes away is cancelled at
-the next step. Greedy outputs equal the embedded backend's; a sampled request's tokens depend
-only on its seed.
+the next step (counted in `specbench:request_cancelled`, with the tokens it was sent counted in
+`vllm:generation_tokens`), whether it streams or waits for one answer. Greedy outputs equal
+the embedded backend's; a sampled request's tokens depend only on its seed.
+
+Hostile or broken clients get an HTTP error in the same JSON shape rather than a dropped
+connection or a stuck handler: the listen backlog holds `LISTEN_BACKLOG` connections made at
+once; a request must arrive within `--read-timeout` of its first byte (408 otherwise: a
+Content-Length larger than the body, headers sent a byte at a time) and an idle connection is
+closed after as long; malformed headers and bodies (invalid JSON, NaN, a lone surrogate, a
+wrong type or range for any field, a wrong Content-Type) and values past the model's context
+(`max_tokens`, refused as vLLM refuses it) get a 4xx naming the header or field.
 
 Boundary: JSON/HTTP and the tokenizer here; token ids in and out of the engine. It never
 prints; `specbench.cli.serve` runs it. `python -m specbench.server` is `specbench serve`.
@@ -37,15 +46,20 @@ prints; `specbench.cli.serve` runs it. `python -m specbench.server` is `specbenc
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import queue
+import re
 import secrets
+import select
 import socket
 import socketserver
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,6 +68,19 @@ from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.errors import ConfigError
 
 MAX_BODY_BYTES = 32 << 20
+# Connections the kernel completes and queues while the accept loop is busy (the engine thread
+# holds the GIL most of the time). Python's default of 5 made clients that connect at once
+# (the `openai` package with 40-64 of them) see connection errors; the kernel caps the value
+# at net.core.somaxconn (4096 by default since Linux 5.4).
+LISTEN_BACKLOG = 1024
+# A request's line, headers and body must arrive within this many seconds of its first byte
+# (--read-timeout); an idle keep-alive connection closes after as long without a new request.
+READ_TIMEOUT_S = 30.0
+# How often a handler waiting for its request's next event checks that its client is still
+# there (a client that disconnects from a non-streamed request is cancelled within this).
+_DISCONNECT_POLL_S = 0.05
+_INT64 = (-(2**63), 2**63 - 1)  # seeds: torch.Generator's range, as vLLM validates `seed`
+_SAMPLING_EPS = 1e-5  # as vLLM: a smaller temperature is greedy (logits / 1e-320 overflow to inf)
 _UNSUPPORTED = ("echo", "best_of", "suffix", "tools", "logit_bias", "response_format", "top_logprobs")
 # Sampling fields of vLLM's API the engine's one sampling function does not implement; their
 # neutral value changes nothing and is accepted (clients send defaults), any other is refused:
@@ -68,6 +95,96 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, type_: str = "BadRequestError", param: str | None = None):
         super().__init__(message)
         self.status, self.message, self.type, self.param = status, message, type_, param
+
+
+class RequestTimeout(Exception):
+    """A request whose line, headers or body did not arrive within the read timeout."""
+
+
+class _TimedSocketIO(socket.SocketIO):
+    """A connection's reads under one deadline per request: waiting for a request's first
+    byte is an idle keep-alive wait (`limit_s`, then http.server closes the connection
+    quietly); from that byte on, the rest of the request must arrive within `limit_s`, however
+    slowly it trickles in (a Content-Length larger than the body, headers sent a byte at a
+    time): RequestTimeout, answered 408, instead of a handler blocked forever."""
+
+    def __init__(self, sock: socket.socket, limit_s: float):
+        super().__init__(sock, "rb")
+        self.limit_s = limit_s
+        self.deadline: float | None = None  # None: between requests
+
+    def readinto(self, b: Any) -> int | None:
+        if self.deadline is None:
+            self._sock.settimeout(self.limit_s)
+            n = super().readinto(b)  # TimeoutError: an idle connection, closed quietly
+            if n:
+                self.deadline = time.monotonic() + self.limit_s
+            return n
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise RequestTimeout
+        self._sock.settimeout(left)
+        try:
+            return super().readinto(b)
+        except TimeoutError:
+            raise RequestTimeout from None
+
+
+def _lone_surrogate(body: Any) -> str | None:
+    """Where (`messages[0].content`) the parsed body holds a string that is not valid Unicode:
+    a lone surrogate from an escape such as \\ud800, which JSON allows and no tokenizer or
+    UTF-8 writer accepts. None when every key and string is valid."""
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        path, obj = stack.pop()
+        if isinstance(obj, str):
+            try:
+                obj.encode("utf-8")
+            except UnicodeEncodeError:
+                return path or "the body"
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                try:
+                    k.encode("utf-8")
+                except UnicodeEncodeError:
+                    return f"a key of {path or 'the body'}"
+                stack.append((f"{path}.{k}" if path else k, v))
+        elif isinstance(obj, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(obj))))
+    return None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON; send a finite number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} does not fit a double; send a finite number")
+    return value
+
+
+def _integer(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{name} must be an integer, got {value!r}", param=name)
+    return value
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ApiError(400, f"{name} must be a number, got {value!r}", param=name)
+    try:
+        return float(value)
+    except OverflowError:  # an integer literal past a double's range
+        raise ApiError(400, f"{name} must be a finite number, got an integer of {len(str(value))} digits",
+                       param=name) from None
+
+
+def _flag(name: str, value: Any) -> bool:
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be true or false, got {value!r}", param=name.split(".")[0])
+    return bool(value)
 
 
 @dataclass
@@ -181,10 +298,16 @@ class EngineWorker:
                 self.running = len(self.batch.rows)
 
     def _admit(self, job: Job) -> None:
-        if job.cancelled.is_set():
+        if job.cancelled.is_set():  # its client went away while it waited: nothing decoded
+            with self._lock:
+                self.counters["cancelled"] += 1
             self._release()
             return
         def on_tokens(ids: list[int], t: float, job: Job = job) -> None:
+            # Counted as emitted, as vLLM counts each step's tokens: /metrics shows a running or
+            # abandoned request's tokens at once, not when it ends.
+            with self._lock:
+                self.counters["generation_tokens"] += len(ids)
             job.events.put(("tokens", list(ids)))
         try:
             g = self.batch.admit(job.prompt_ids, job.sampling, on_tokens=on_tokens, tag=job)
@@ -196,6 +319,8 @@ class EngineWorker:
             job.events.put(_internal_error(exc))
             self._release()
             return
+        with self._lock:
+            self.counters["prompt_tokens"] += len(job.prompt_ids)  # prefilled
         if g is not None:
             self._finished(job, g)
 
@@ -226,8 +351,6 @@ class EngineWorker:
                     c["num_accepted_tokens"] += s.accepted
                     for i in range(min(s.accepted, len(c["per_pos"]))):
                         c["per_pos"][i] += 1
-            c["prompt_tokens"] += len(job.prompt_ids)
-            c["generation_tokens"] += len(g.output_ids)  # cancelled requests' tokens were produced too
             if g.finish_reason == "cancelled":
                 c["cancelled"] += 1
             else:
@@ -310,14 +433,16 @@ class Detokenizer:
 
 class SpecbenchServer(ThreadingHTTPServer):
     daemon_threads = True  # idle keep-alive connections never block shutdown
+    request_queue_size = LISTEN_BACKLOG  # listen() backlog
 
     def __init__(self, host: str, port: int, *, engine: Any, tokenizer: Any, spec: SpeculativeConfig,
                  model_name: str, model_root: str, max_context: int, vocab_size: int,
-                 max_concurrency: int = 64, max_num_seqs: int | None = None, verbose: bool = False):
+                 max_concurrency: int = 64, max_num_seqs: int | None = None, verbose: bool = False,
+                 read_timeout_s: float = READ_TIMEOUT_S):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.tokenizer, self.spec, self.model_name = tokenizer, spec, model_name
         self.model_root, self.max_context, self.vocab_size = model_root, max_context, vocab_size
-        self.verbose = verbose
+        self.verbose, self.read_timeout_s = verbose, read_timeout_s
         self.tok_lock = threading.Lock()  # HF fast tokenizers are not safe to share across threads
         self.created = int(time.time())
         self.worker = EngineWorker(engine, spec, max_concurrency, max_num_seqs)
@@ -378,16 +503,19 @@ class SpecbenchServer(ThreadingHTTPServer):
             if not isinstance(msgs, list) or not msgs:
                 raise ApiError(400, "messages must be a non-empty list", param="messages")
             clean = []
-            for m in msgs:
+            for i, m in enumerate(msgs):
                 if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                    raise ApiError(400, "each message needs a role and content", param="messages")
+                    raise ApiError(400, f"messages[{i}] needs a role (a string) and content", param="messages")
                 content = m.get("content")
                 if isinstance(content, list):  # content parts: only text is supported
-                    if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
-                        raise ApiError(400, "only text content parts are supported", param="messages")
-                    content = "".join(str(p.get("text", "")) for p in content)
+                    if any(not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str)
+                           for p in content):
+                        raise ApiError(400, f"messages[{i}].content: only text content parts "
+                                       '({"type": "text", "text": "..."}) are supported', param="messages")
+                    content = "".join(p["text"] for p in content)
                 if not isinstance(content, str):
-                    raise ApiError(400, "message content must be a string", param="messages")
+                    raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts",
+                                   param="messages")
                 clean.append({"role": m["role"], "content": content})
             if not getattr(self.tokenizer, "chat_template", None):
                 raise ApiError(400, "the model has no chat template; use /v1/completions")
@@ -412,17 +540,25 @@ class SpecbenchServer(ThreadingHTTPServer):
             raise ApiError(400, "empty prompt", param="prompt")
         return ids
 
-    def parse(self, body: Any, chat: bool) -> tuple[Job, bool, bool]:
+    def parse(self, body: Any, chat: bool) -> tuple[Job, bool, str]:
         """(job, stream, usage) for a request body; ApiError for anything invalid. `usage`:
         "none", "final" (stream_options.include_usage: a usage chunk at the end) or
-        "continuous" (also continuous_usage_stats: cumulative usage on every chunk, as vLLM)."""
+        "continuous" (also continuous_usage_stats: cumulative usage on every chunk, as vLLM).
+        Fields it does not know are ignored, as vLLM ignores them."""
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
+        bad = _lone_surrogate(body)
+        if bad is not None:
+            raise ApiError(400, f"{bad} is not valid Unicode (a lone surrogate such as \\ud800); send UTF-8 text",
+                           param=re.split(r"[.\[]", bad)[0] if not bad.startswith(("a key", "the body")) else None)
         model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            raise ApiError(400, f"model must be a string, got {model!r}", param="model")
         if model is not None and model != self.model_name:
             raise ApiError(404, f"The model `{model}` does not exist; served: {self.model_name}",
                            "NotFoundError", "model")
-        if body.get("n", 1) not in (1, None):
+        n = body.get("n")
+        if n is not None and (isinstance(n, bool) or n != 1):
             raise ApiError(400, "n must be 1", param="n")
         for name in _UNSUPPORTED:
             if body.get(name):
@@ -436,11 +572,18 @@ class SpecbenchServer(ThreadingHTTPServer):
             value = body.get(name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ApiError(400, f"{name} must be a number, got {value!r}", param=name)
-            if value != neutral:
+            if _number(name, value) != neutral:
                 raise ApiError(400, f"{name} is not supported by specbench serve (its engine samples with "
                                f"temperature, top_p and top_k only); omit it or send {neutral!r}", param=name)
+        stream, ignore_eos = _flag("stream", body.get("stream")), _flag("ignore_eos", body.get("ignore_eos"))
+        opts = body.get("stream_options")
+        if opts is not None and not isinstance(opts, dict):
+            raise ApiError(400, f"stream_options must be an object, got {opts!r}", param="stream_options")
+        opts = opts or {}
+        usage = "none"
+        if _flag("stream_options.include_usage", opts.get("include_usage")):
+            continuous = _flag("stream_options.continuous_usage_stats", opts.get("continuous_usage_stats"))
+            usage = "continuous" if continuous else "final"
         ids = self.prompt_ids(body, chat)
         room = self.max_context - len(ids)
         if room < 1:
@@ -451,38 +594,41 @@ class SpecbenchServer(ThreadingHTTPServer):
         if max_tokens is None and body.get("max_completion_tokens") is not None:
             # the newer OpenAI name; clients send both, with max_tokens null
             limit_name, max_tokens = "max_completion_tokens", body["max_completion_tokens"]
-        if max_tokens is None:
-            max_tokens = room if chat else 16  # the OpenAI defaults
-        num = (int, float)
-        checks = [(limit_name, max_tokens, int), ("temperature", body.get("temperature", 1.0), num),
-                  ("top_p", body.get("top_p", 1.0), num), ("top_k", body.get("top_k", 0), int),
-                  ("seed", body.get("seed"), int)]
-        for name, value, typ in checks:
-            if value is not None and (isinstance(value, bool) or not isinstance(value, typ)):
-                raise ApiError(400, f"{name} must be a number, got {value!r}", param=name)
-        stop_ids = body.get("stop_token_ids") or []
-        if not isinstance(stop_ids, list) or not all(isinstance(i, int) for i in stop_ids):
-            raise ApiError(400, "stop_token_ids must be a list of token ids", param="stop_token_ids")
+        if max_tokens is None:  # the OpenAI defaults: the rest of the context (chat), 16 (completions)
+            max_tokens = room if chat else min(16, room)
+        else:
+            max_tokens = _integer(limit_name, max_tokens)
+            if max_tokens < 1:
+                raise ApiError(400, f"{limit_name} must be >= 1, got {max_tokens}", param=limit_name)
+            if max_tokens > room:  # refused, as vLLM refuses it, rather than silently shortened
+                raise ApiError(400, f"{limit_name} is too large: {max_tokens}. This model's maximum context length "
+                               f"is {self.max_context} tokens and your request has {len(ids)} input tokens "
+                               f"({max_tokens} > {self.max_context} - {len(ids)})", param=limit_name)
+        temperature = 1.0 if body.get("temperature") is None else _number("temperature", body["temperature"])
+        if temperature < 0:
+            raise ApiError(400, f"temperature must be >= 0 (0 = greedy), got {temperature:g}", param="temperature")
+        if temperature < _SAMPLING_EPS:
+            temperature = 0.0
+        top_p = 1.0 if body.get("top_p") is None else _number("top_p", body["top_p"])
+        if not 0.0 < top_p <= 1.0:
+            raise ApiError(400, f"top_p must be in (0, 1], got {top_p:g}", param="top_p")
+        top_k = 0 if body.get("top_k") is None else _integer("top_k", body["top_k"])
+        if top_k < -1:
+            raise ApiError(400, f"top_k must be -1 or 0 (off) or >= 1, got {top_k}", param="top_k")
         seed = body.get("seed")
+        if seed is not None and not _INT64[0] <= _integer("seed", seed) <= _INT64[1]:
+            raise ApiError(400, f"seed must be an integer in [-2**63, 2**63 - 1] (int64), got {seed}", param="seed")
+        stop_ids = body.get("stop_token_ids") or []
+        if not isinstance(stop_ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in stop_ids):
+            raise ApiError(400, "stop_token_ids must be a list of token ids", param="stop_token_ids")
         try:
             sampling = SamplingParams(
-                temperature=float(1.0 if body.get("temperature") is None else body["temperature"]),
-                top_p=float(1.0 if body.get("top_p") is None else body["top_p"]),
-                top_k=max(int(body.get("top_k") or 0), 0),  # vLLM: -1 = off
+                temperature=temperature, top_p=top_p, top_k=max(top_k, 0),  # vLLM: -1 = off
                 seed=secrets.randbelow(2**31) if seed is None else seed,
-                max_new_tokens=min(max_tokens, room), stop_token_ids=tuple(stop_ids),
-                ignore_eos=bool(body.get("ignore_eos", False)))
-        except ConfigError as exc:
-            msg = str(exc)
-            for flag, name in (("--temperature", "temperature"), ("--top-p", "top_p"), ("--top-k", "top_k"),
-                               ("--max-new-tokens", limit_name)):
-                msg = msg.replace(flag, name)
-            raise ApiError(400, msg) from None
-        opts = body.get("stream_options") or {}
-        usage = "none"
-        if isinstance(opts, dict) and opts.get("include_usage"):
-            usage = "continuous" if opts.get("continuous_usage_stats") else "final"
-        return Job(ids, sampling), bool(body.get("stream")), usage
+                max_new_tokens=max_tokens, stop_token_ids=tuple(stop_ids), ignore_eos=ignore_eos)
+        except ConfigError as exc:  # checked above; a rule SamplingParams adds still answers 400
+            raise ApiError(400, str(exc)) from None
+        return Job(ids, sampling), stream, usage
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -498,6 +644,139 @@ class _Handler(BaseHTTPRequestHandler):
     # ---- plumbing -------------------------------------------------------------------------
 
     head_only = False  # answering HEAD: headers as for GET, no body
+    _checked = 0.0  # when _next_event last looked for a disconnect
+    body_pending = False  # a refused request's body may still be on its way (see _linger)
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # replaced: the same socket, read under the request's deadline
+        self._io = _TimedSocketIO(self.connection, self.server.read_timeout_s)
+        self.rfile = io.BufferedReader(self._io)
+
+    def handle_one_request(self) -> None:
+        self._io.deadline = None
+        self.body_pending = False
+        self.request_version, self.requestline, self.command = self.protocol_version, "", ""
+        try:
+            super().handle_one_request()
+        except RequestTimeout:
+            self.connection.settimeout(self.server.read_timeout_s)
+            try:
+                self._error(408, f"the request's line and headers did not arrive within "
+                            f"{self.server.read_timeout_s:g} s (--read-timeout)", "RequestTimeoutError")
+            except OSError:
+                pass
+        if self.body_pending and self.close_connection:
+            self._linger()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        # Headers read: from here on the socket's timeout bounds writes (a client that reads
+        # nothing for that long is dropped); reading a body re-arms the request's deadline.
+        self.connection.settimeout(self.server.read_timeout_s)
+        return ok
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line, headers too long or too many,
+        an unknown method) in the API's JSON error shape."""
+        status = HTTPStatus(code)
+        text = message or status.phrase
+        if explain and explain not in text:
+            text = f"{text}: {explain}"
+        self.body_pending = True  # whatever followed the headers was not read
+        if not self.request_version.startswith("HTTP/1."):  # answer with a status line, not as HTTP/0.9
+            self.request_version = "HTTP/1.1"
+        self._error(code, text, status.phrase.title().replace(" ", "").replace("-", "") + "Error")
+
+    def _linger(self) -> None:
+        """Drain what is left of a refused request before closing: closing a socket with unread
+        bytes sends a TCP reset, which can destroy the error response before the client reads
+        it (a 413 for a body the client is still sending). Bounded in time and bytes."""
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(0.5)
+            end, left = time.monotonic() + 2.0, 2 * MAX_BODY_BYTES
+            while left > 0 and time.monotonic() < end:
+                chunk = self.connection.recv(1 << 16)
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
+
+    def _read_body(self) -> Any:
+        """The request's JSON body; ApiError names the header or what is wrong with the JSON.
+        Chunked request bodies are refused (411): JSON clients send a Content-Length."""
+        self.body_pending = True
+        if self.headers.get("Transfer-Encoding") is not None:
+            if self.headers.get("Content-Length") is not None:
+                raise ApiError(400, "Transfer-Encoding and Content-Length together are ambiguous; "
+                               "send the body with a Content-Length only")
+            raise ApiError(411, "a Content-Length header is required (request bodies with "
+                           "Transfer-Encoding, such as chunked, are not supported)", "LengthRequiredError")
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            self.body_pending = False
+            raise ApiError(411, "a Content-Length header is required", "LengthRequiredError")
+        if len({v.strip() for v in lengths}) != 1 or not re.fullmatch(r"[0-9]{1,20}", lengths[0].strip()):
+            raise ApiError(400, "the Content-Length header must be one non-negative integer, got "
+                           + ", ".join(repr(v) for v in lengths))
+        length = int(lengths[0])
+        if length > MAX_BODY_BYTES:
+            raise ApiError(413, f"request body of {length} bytes is over the limit of {MAX_BODY_BYTES} "
+                           "(Content-Length)", "RequestTooLargeError")
+        try:
+            raw = self.rfile.read(length)
+        except RequestTimeout:
+            self.body_pending = False
+            raise ApiError(408, f"the body did not arrive within {self.server.read_timeout_s:g} s "
+                           f"(Content-Length: {length}; --read-timeout)", "RequestTimeoutError") from None
+        self.body_pending = False
+        self.connection.settimeout(self.server.read_timeout_s)  # now: the timeout of writes
+        if len(raw) < length:  # the client closed its side early
+            raise ApiError(400, f"the body ended after {len(raw)} of {length} bytes (Content-Length)")
+        ctype = self.headers.get("Content-Type")
+        media = (ctype or "application/json").split(";")[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
+            raise ApiError(415, f"the Content-Type header must be application/json, got {ctype!r}",
+                           "UnsupportedMediaTypeError")
+        try:
+            return json.loads(raw or b"null", parse_constant=_no_constant, parse_float=_finite)
+        except RecursionError:
+            raise ApiError(400, "the body is not valid JSON (nested too deeply)") from None
+        except ValueError as exc:
+            raise ApiError(400, f"the body is not valid JSON ({exc})") from None
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its connection (EOF or a reset), without consuming
+        anything it may have sent."""
+        poller = select.poll()  # not select(): descriptors beyond 1024 are common here
+        poller.register(self.connection, select.POLLIN)
+        if not poller.poll(0):
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+    def _next_event(self, job: Job) -> tuple | None:
+        """The job's next event, or None (and the job cancelled) once its client has gone
+        away: a client that leaves while nothing is written to it (a non-streamed answer, a
+        stream waiting for admission) must not keep its request decoding."""
+        while True:
+            now = time.monotonic()
+            if now - self._checked >= _DISCONNECT_POLL_S:  # events may come at every step: check anyway
+                self._checked = now
+                if self._client_gone():
+                    job.cancelled.set()
+                    self.close_connection = True
+                    return None
+            try:
+                return job.events.get(timeout=_DISCONNECT_POLL_S)
+            except queue.Empty:
+                pass
 
     def _send(self, status: int, body: bytes, ctype: str | None, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -572,9 +851,18 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, f"no route GET {path}", "NotFoundError")
 
+    def do_PUT(self) -> None:  # noqa: N802 - no route takes PUT, DELETE or PATCH
+        path = urlsplit(self.path).path.rstrip("/")
+        self.body_pending = bool(self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding"))
+        if not self._wrong_method(path):
+            self._error(404, f"no route {self.command} {path}", "NotFoundError")
+
+    do_DELETE = do_PATCH = do_PUT
+
     def do_POST(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path.rstrip("/")
         routes = {"/v1/completions": False, "/v1/chat/completions": True}
+        self.body_pending = bool(self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding"))
         if self._wrong_method(path):
             return
         if path not in routes:
@@ -582,16 +870,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         chat = routes[path]
         try:
-            length = int(self.headers.get("Content-Length") or -1)
-            if length < 0:
-                raise ApiError(411, "a Content-Length header is required")
-            if length > MAX_BODY_BYTES:
-                raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
-            try:
-                body = json.loads(self.rfile.read(length) or b"null")
-            except ValueError as exc:
-                raise ApiError(400, f"the body is not valid JSON ({exc})") from None
-            job, stream, usage = self.server.parse(body, chat)
+            job, stream, usage = self.server.parse(self._read_body(), chat)
         except ApiError as e:
             self._error(e.status, e.message, e.type, e.param)
             return
@@ -621,7 +900,9 @@ class _Handler(BaseHTTPRequestHandler):
         return c
 
     def _stream(self, job: Job, chat: bool, usage_mode: str, meta: dict[str, Any]) -> None:
-        ev = job.events.get()
+        ev = self._next_event(job)
+        if ev is None:
+            return
         if ev[0] == "error":
             self._error(ev[1], ev[2])
             return
@@ -656,13 +937,17 @@ class _Handler(BaseHTTPRequestHandler):
             else:  # an error after the stream started (vLLM sends an error event too)
                 self._event({"error": {"message": ev[2], "type": "InternalServerError", "code": ev[1]}})
                 break
-            ev = job.events.get()
+            ev = self._next_event(job)
+            if ev is None:
+                return
         self._event(b"[DONE]")
         self._write_chunk(b"")
 
     def _complete(self, job: Job, chat: bool, meta: dict[str, Any]) -> None:
-        while (ev := job.events.get())[0] == "tokens":
+        while (ev := self._next_event(job)) is not None and ev[0] == "tokens":
             pass
+        if ev is None:  # the client went away: cancelled, nothing to answer
+            return
         if ev[0] == "error":
             self._error(ev[1], ev[2])
             return

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 from typing import Annotated, Optional
@@ -60,6 +61,7 @@ def serve(
     max_num_seqs: Annotated[Optional[int], typer.Option(help="Requests decoded together in one batch (continuous batching); default: --max-concurrency.")] = None,
     served_model_name: Annotated[Optional[str], typer.Option(help="Model name in the API (default: --target as given).")] = None,
     log_requests: Annotated[bool, typer.Option(help="Log every HTTP request to stderr.")] = False,
+    read_timeout: Annotated[float, typer.Option(help="Seconds a request (line, headers, body) may take to arrive from its first byte, and an idle keep-alive connection may wait; then 408 or close.")] = 30.0,
 ) -> None:
     """Serve the embedded engine over an OpenAI-compatible API (/v1/completions,
     /v1/chat/completions, /v1/models, /health, /metrics) with continuous batching."""
@@ -73,6 +75,8 @@ def serve(
         raise ConfigError(f"--max-concurrency must be >= 1, got {max_concurrency}")
     if max_num_seqs is not None and max_num_seqs < 1:
         raise ConfigError(f"--max-num-seqs must be >= 1, got {max_num_seqs}")
+    if not (math.isfinite(read_timeout) and read_timeout > 0):
+        raise ConfigError(f"--read-timeout must be a finite number of seconds > 0, got {read_timeout}")
     if not is_loopback(host):
         console.print(f"[yellow]--host {host} is not a loopback address: anyone who can reach it can use "
                       "the server (there is no authentication)[/]")
@@ -100,7 +104,7 @@ def serve(
                                  model_name=name, model_root=str(tgt.path), max_context=tgt.max_context,
                                  vocab_size=int(tgt.model.get_input_embeddings().num_embeddings),
                                  max_concurrency=max_concurrency, max_num_seqs=max_num_seqs,
-                                 verbose=log_requests)
+                                 verbose=log_requests, read_timeout_s=read_timeout)
     except OSError as exc:
         raise ConfigError(f"--host {host} --port {port}: cannot listen ({exc.strerror or exc})") from None
     shown = f"[{host}]" if ":" in host else host
