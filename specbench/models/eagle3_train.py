@@ -151,20 +151,21 @@ def ttt_loss(head: Eagle3Head, features: torch.Tensor, ids: torch.Tensor, target
             return slot_attention(None, q, kk, vv, mask.expand(B, 1, T, -1), scaling=q.shape[-1] ** -0.5)[0]
 
         hidden = head.decode(tok, hidden, base_pos + j, attend)
-        logits = head.logits(hidden).float()
         n_ok = int(ok.sum())
         if j == 0:
             positions = n_ok
         if n_ok == 0:
             acc.append(float("nan"))
             continue
-        p = torch.softmax(tgt.float(), dim=-1)
-        ce = -(p * F.log_softmax(logits, dim=-1)).sum(-1)  # [B, T]
+        # The lm_head runs only where there is a target (the answer, not the prompt or padding).
+        logits = head.logits(hidden[ok]).float()  # [n_ok, Vd]
+        p = torch.softmax(tgt[ok].float(), dim=-1)
+        ce = -(p * F.log_softmax(logits, dim=-1)).sum(-1)
         w = decay ** j
-        total = total + w * ce[ok].mean()
+        total = total + w * ce.mean()
         weight_sum += w
         with torch.no_grad():
-            acc.append(float((logits.argmax(-1) == tgt.argmax(-1))[ok].float().mean()))
+            acc.append(float((logits.argmax(-1) == p.argmax(-1)).float().mean()))
     loss = total / max(weight_sum, 1e-9)
     return loss, StepStats(float(loss.detach()), acc, positions)
 
