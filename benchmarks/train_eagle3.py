@@ -56,6 +56,7 @@ from specbench.records import atomic_write
 from specbench.workload import build_requests, load_workload
 
 QUIET = Path("/tmp/specbench-quiet")
+QUIET_POLL_S = 20.0  # how often a paused run looks at the lock again
 console = Console(stderr=True)
 
 
@@ -73,7 +74,7 @@ class Clock:
         console.print(f"[yellow]{QUIET} exists: paused (checkpointed), waiting for it to go[/]")
         t0 = time.perf_counter()
         while QUIET.exists():
-            time.sleep(20)
+            time.sleep(QUIET_POLL_S)
         self.paused_s += time.perf_counter() - t0
         console.print(f"resumed after {time.perf_counter() - t0:.0f} s")
         return True
@@ -277,7 +278,7 @@ def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock) -> di
     return {"head": head.eval().requires_grad_(False), "state": state}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     ap.add_argument("--out", type=Path, required=True, help="head directory (keep it outside the repository)")
@@ -294,6 +295,7 @@ def main() -> None:
     ap.add_argument("--shard-size", type=int, default=16)
     ap.add_argument("--draft-vocab", type=int, default=8192)
     ap.add_argument("--intermediate-size", type=int, default=2048, help="the head's MLP width")
+    ap.add_argument("--aux-layers", default=None, help="feature layers, e.g. 2,14,25 (default: 2, L/2, L-3)")
     ap.add_argument("--ttt-steps", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -306,7 +308,7 @@ def main() -> None:
     ap.add_argument("--init-from-target", action=argparse.BooleanOptionalAction, default=True,
                     help="start the head's final norm and lm_head from the target's")
     ap.add_argument("--dtype", default="auto")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     out = args.out.expanduser().resolve()
     repo = Path(__file__).resolve().parents[1]
@@ -323,7 +325,7 @@ def main() -> None:
     # keep the lm_head weight for the training targets and the head's initial lm_head.
     lm_w = tgt.model.get_output_embeddings().weight.detach()
     L = int(tgt.model.config.get_text_config().num_hidden_layers)
-    aux = default_aux_layers(L)
+    aux = tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else default_aux_layers(L)
     held = {p.id for p in load_workload(args.workload, num_prompts=args.holdout, seed=args.seed).prompts}
     wl = load_workload(args.workload, seed=args.seed)
     base = SamplingParams(seed=args.seed, max_new_tokens=args.max_new_tokens)
