@@ -4,7 +4,8 @@ model and the head, one run directory (the records `specbench run` writes, so `s
 report` and `specbench compare` read it as any run).
 
 Prints the run's summary table (acceptance, TPOT, speedups vs the paired baseline) and what
-drafting costs per step for each method.
+drafting costs per step for each method. Waits between configurations while
+/tmp/specbench-quiet exists.
 
     python benchmarks/eagle3_vs_draft.py --head /work/heads/qwen2.5-coder-1.5b-eagle3
     python benchmarks/eagle3_vs_draft.py --head DIR -k 3 --num-prompts 6 --max-new-tokens 64 --out runs/e3-vs-dm
@@ -28,6 +29,8 @@ from specbench.models.loading import check_same_tokenizer, load_model
 from specbench.records import RunMetadata, RunWriter, default_run_dir, make_run_id, read_run
 from specbench.runner import plan, run_configuration
 from specbench.workload import build_requests, load_workload
+
+QUIET = Path("/tmp/specbench-quiet")
 
 
 def main() -> None:
@@ -82,6 +85,10 @@ def main() -> None:
                                  overrides={"max_new_tokens": args.max_new_tokens})
     baseline_outputs: dict[str, list[int]] = {}
     for c in configs:
+        if QUIET.exists():  # someone is timing a benchmark on this machine: wait between configurations
+            console.print(f"[yellow]{QUIET} exists: waiting before {c.config_id}[/]")
+            while QUIET.exists():
+                time.sleep(20)
         t = time.perf_counter()
         _, info = run_configuration(be, requests, c, run_id=metadata.run_id, writer=writer, warmup=args.warmup,
                                     baseline_outputs=baseline_outputs, rate_seed=args.seed)
