@@ -15,7 +15,7 @@ from typing import Any
 
 from specbench.errors import ConfigError
 
-METHODS = ("none", "draft_model", "ngram")
+METHODS = ("none", "draft_model", "ngram", "eagle3")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 COMPILE_MODES = ("off", "auto", "on")
@@ -72,9 +72,10 @@ class SamplingParams:
 class SpeculativeConfig:
     """Which drafter proposes tokens and how many per step."""
 
-    method: str = "none"  # none | draft_model | ngram
+    method: str = "none"  # none | draft_model | ngram | eagle3
     num_speculative_tokens: int = 0  # k: draft tokens proposed per verification step
-    draft: str | None = None  # draft model (catalog name, HF dir or .gguf), draft_model only
+    # draft_model: the draft model (catalog name, HF dir or .gguf); eagle3: the head's directory
+    draft: str | None = None
     ngram_min: int = 1  # prompt lookup: shortest suffix n-gram to match
     ngram_max: int = 4  # prompt lookup: longest suffix n-gram to match (tried first)
     # Stop drafting early when the draft model's top probability falls below this
@@ -98,6 +99,9 @@ class SpeculativeConfig:
             raise ConfigError("--draft cannot be used with method 'ngram' (prompt lookup needs no model)")
         if self.method == "draft_model" and self.num_speculative_tokens > 0 and not self.draft:
             raise ConfigError("method 'draft_model' needs a draft model (--draft)")
+        if self.method == "eagle3" and self.num_speculative_tokens > 0 and not self.draft:
+            raise ConfigError("method 'eagle3' needs an EAGLE-3 head directory (--draft PATH, or \"model\" "
+                              "in --speculative-config)")
         if not (1 <= self.ngram_min <= self.ngram_max):
             raise ConfigError(
                 f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got "
@@ -162,13 +166,15 @@ _VLLM_METHOD_ALIASES = {
     "draft": "draft_model",
     "ngram": "ngram",
     "prompt_lookup": "ngram",
+    "eagle3": "eagle3",
     "none": "none",
 }
 
 
 def parse_speculative_config(text: str) -> SpeculativeConfig:
     """Parse vLLM's `--speculative-config` JSON, e.g.
-    `{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}`."""
+    `{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}` or
+    `{"method": "eagle3", "model": "path/to/head", "num_speculative_tokens": 3}`."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -481,6 +481,8 @@ class SpecbenchServer(ThreadingHTTPServer):
             if spec.method == "draft_model":
                 cfg["model"] = spec.draft
                 cfg["draft_confidence_threshold"] = spec.draft_confidence_threshold
+            elif spec.method == "eagle3":
+                cfg["model"] = spec.draft
             else:
                 cfg.update(prompt_lookup_min=spec.ngram_min, prompt_lookup_max=spec.ngram_max)
             if spec.disable_by_batch_size is not None:

@@ -4,7 +4,8 @@
 configurations chosen one at a time by an optimizer, possibly hundreds, in one process. Both
 need the same assembly (workload -> tokenized requests, target + draft models -> a backend),
 and a sweep must not reload a model per trial. `open_session()` does the assembly once;
-`Session.backend_for(draft)` loads each draft model the first time it is asked for and keeps it.
+`Session.backend_for(draft, method)` loads each draft model (or EAGLE-3 head, method eagle3) the
+first time it is asked for and keeps it.
 
 Boundary: this module knows models, workloads and backends, never Optuna or the CLI. It
 raises `SpecbenchError`s and prints nothing unless given a `log` callable.
@@ -55,7 +56,8 @@ class Session:
     skipped: int = 0  # prompts dropped for exceeding the context
     log: Callable[[str], None] | None = None
     _drafts: dict[str, Any] = field(default_factory=dict)
-    _backends: dict[str | None, Any] = field(default_factory=dict)
+    _heads: dict[str, Any] = field(default_factory=dict)
+    _backends: dict[tuple[str | None, str | None], Any] = field(default_factory=dict)
 
     @property
     def dtype_name(self) -> str:
@@ -73,14 +75,31 @@ class Session:
             self._drafts[draft] = model
         return self._drafts[draft]
 
-    def backend_for(self, draft: str | None) -> Any:
-        """The embedded backend for the target with `draft` (None: baseline and n-gram)."""
-        if draft not in self._backends:
+    def eagle3_head(self, path: str) -> Any:
+        """The EAGLE-3 head in directory `path`, loaded (and checked against the target) once."""
+        if path not in self._heads:
+            from specbench.models.eagle3 import load_head
+
+            if self.log:
+                self.log(f"loading EAGLE-3 head [bold]{path}[/]")
+            self._heads[path] = load_head(path, self.target.model, target_name=self.target.name)
+        return self._heads[path]
+
+    def backend_for(self, draft: str | None, method: str = "draft_model") -> Any:
+        """The embedded backend for the target with `draft` (None: baseline and n-gram): a
+        draft model, or for method eagle3 the directory of an EAGLE-3 head."""
+        key = (method if draft is not None else None, draft)
+        if key not in self._backends:
             from specbench.backends.embedded import EmbeddedBackend
 
-            drf = self.draft_model(draft) if draft is not None else None
-            self._backends[draft] = EmbeddedBackend(self.target, drf, pack=self.engine_cfg.pack)
-        return self._backends[draft]
+            pack = self.engine_cfg.pack
+            if draft is not None and method == "eagle3":
+                backend = EmbeddedBackend(self.target, head=self.eagle3_head(draft), pack=pack)
+            else:
+                backend = EmbeddedBackend(self.target, self.draft_model(draft) if draft is not None else None,
+                                          pack=pack)
+            self._backends[key] = backend
+        return self._backends[key]
 
     @property
     def device_name(self) -> str:

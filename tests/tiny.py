@@ -82,3 +82,28 @@ def save_pair(root: Path, draft_noise: float = 0.05, seed: int = 0, hidden: int 
         tok.save_pretrained(d)
         paths.append(d)
     return paths[0], paths[1]
+
+
+def make_head(target, draft_vocab_size: int | None = None, aux_layers=(0, 1, 2), seed: int = 0,
+              norm_before_residual: bool = True, std: float = 0.2, fit: bool = True):
+    """A random-weight EAGLE-3 head for `target` (its hidden size, rotary settings, shared
+    embedding), over a seeded random draft vocabulary of `draft_vocab_size` target ids (all of
+    them when None). A large init std makes its drafts vary with context. `fit`: checked
+    against the target and on its dtype, ready for the engine."""
+    from specbench.models.eagle3 import fit_to_target
+    from specbench.models.eagle3_train import head_config_for, init_head
+
+    vocab = int(target.get_output_embeddings().weight.shape[0])
+    size = draft_vocab_size or vocab
+    g = torch.Generator().manual_seed(seed + 100)
+    ids = torch.randperm(vocab, generator=g)[:size].sort().values
+    cfg = head_config_for(target, draft_vocab_size=size, aux_layers=aux_layers,
+                          intermediate_size=2 * target.config.hidden_size,
+                          norm_before_residual=norm_before_residual)
+    head = init_head(target, cfg, ids, seed=seed)
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, std, generator=g)
+    head = head.eval().requires_grad_(False)
+    return fit_to_target(head, target, path="<tiny head>", target_name="tiny") if fit else head

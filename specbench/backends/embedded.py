@@ -22,14 +22,18 @@ def describe_device(device: torch.device) -> str:
 class EmbeddedBackend:
     name = "embedded"
 
-    def __init__(self, target, draft=None, *, pack: bool | None = None):
-        """`target`/`draft`: `specbench.models.LoadedModel`s (draft optional). The engine
-        converts the models for its fast path in place (see specbench.engine.model)."""
+    def __init__(self, target, draft=None, *, head=None, pack: bool | None = None):
+        """`target`/`draft`: `specbench.models.LoadedModel`s (draft optional); `head`: an
+        EAGLE-3 head fitted to the target (specbench.models.eagle3.load_head), for method
+        eagle3. The engine converts the models for its fast path in place (see
+        specbench.engine.model)."""
         self.target = target
         self.draft = draft
+        self.head = head
         try:
             self.engine = Engine(target.model, draft.model if draft is not None else None,
-                                 eos_token_ids=target.eos_token_ids, max_context=target.max_context, pack=pack)
+                                 eos_token_ids=target.eos_token_ids, max_context=target.max_context, pack=pack,
+                                 head=head)
         except ValueError as exc:  # --compile on where the fast path does not apply
             raise ConfigError(f"--compile on: {exc}") from None
         self.device = self.engine.device

@@ -411,11 +411,11 @@ class OpenAIBackend:
             if len(ks) != 1:
                 raise ConfigError("--backend openai: a server runs one speculative configuration; pass one "
                                   "-k value (launch one server per k)")
-            if method == "draft_model" and not draft and server is not None:
-                draft = server.draft  # the card names the draft model
+            if method in ("draft_model", "eagle3") and not draft and server is not None:
+                draft = server.draft  # the card names the draft model (or head)
             try:
                 spec = SpeculativeConfig(method=method, num_speculative_tokens=ks[0] if method != "none" else 0,
-                                         draft=draft if method == "draft_model" else None,
+                                         draft=draft if method in ("draft_model", "eagle3") else None,
                                          ngram_min=ngram[0], ngram_max=ngram[1])
             except ConfigError as exc:
                 raise ConfigError(f"{exc} (with --backend openai these flags describe the server's setup)") from None

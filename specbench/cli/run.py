@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig, finite, parse_speculative_config
@@ -47,8 +48,8 @@ def parse_int_list(values: list[str] | None, flag: str) -> list[int] | None:
 def run(
     ctx: typer.Context,
     target: Annotated[str, typer.Option(help="Target model: catalog name, HF model directory or .gguf file.")] = DEFAULT_TARGET,
-    draft: Annotated[Optional[str], typer.Option(help="Draft model for method draft_model (default: the catalog's 0.5B when the target is the default).")] = None,
-    method: Annotated[str, typer.Option(help="Speculative method: none | draft_model | ngram.")] = "draft_model",
+    draft: Annotated[Optional[str], typer.Option(help="Draft model for method draft_model (default: the catalog's 0.5B when the target is the default); for method eagle3, the EAGLE-3 head's directory (speculators or original EAGLE-3 format).")] = None,
+    method: Annotated[str, typer.Option(help="Speculative method: none | draft_model | ngram | eagle3.")] = "draft_model",
     num_speculative_tokens: Annotated[Optional[list[str]], typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step; a list (1,2,4) runs one configuration each.")] = None,
     speculative_config: Annotated[Optional[str], typer.Option(help="vLLM-style JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'. Overrides --method/-k/--draft.")] = None,
     workload: Annotated[str, typer.Option(help="Named prompt set (see `specbench workloads list`), a .jsonl/.json/.parquet/.csv file, or hf:NAME[:split].")] = "real",
@@ -142,7 +143,7 @@ def run(
                  "dynamic_k": parsed.dynamic_k or dynamic_k,
                  "draft_confidence_threshold": parsed.draft_confidence_threshold}
     specs = [SpeculativeConfig(method=method, num_speculative_tokens=k,
-                               draft=draft if method == "draft_model" else None,
+                               draft=draft if method in ("draft_model", "eagle3") else None,
                                ngram_min=ngram[0], ngram_max=ngram[1], **knobs) for k in ks]
     if method == "ngram" and draft is not None:
         raise ConfigError("--draft cannot be used with method 'ngram' (prompt lookup needs no model)")
@@ -154,6 +155,9 @@ def run(
         base = base.with_(max_new_tokens=64)
     concurrencies = parse_int_list(concurrency, "--concurrency") or [1]
     configs = plan(specs, concurrencies, baseline=baseline, request_rate=request_rate)
+    if backend == "hf" and method == "eagle3":
+        raise ConfigError("--backend hf cannot run method eagle3 (transformers' assisted generation has no "
+                          "EAGLE-3 heads); use --backend embedded")
     if backend == "hf" and (any(c != 1 for c in concurrencies) or request_rate):
         raise ConfigError("--backend hf runs one request at a time: use --concurrency 1 without "
                           "--request-rate (the embedded backend batches)")
@@ -196,7 +200,7 @@ def run(
         from specbench.models.loading import check_same_tokenizer, load_model
 
         t0 = time.perf_counter()
-        drf = None
+        drf = head = None
         if oa is not None:  # only the tokenizer: the server holds the weights
             from specbench.backends.openai import load_tokenizer
             tgt = load_tokenizer(tokenizer_source, oa, trust_remote_code=trust_remote_code)
@@ -208,6 +212,11 @@ def run(
                 console.print(f"loading draft [bold]{draft}[/]")
                 drf = load_model(draft, engine_cfg)
                 check_same_tokenizer(tgt, drf)
+            if any(s.method == "eagle3" and s.speculative for s in specs):
+                from specbench.models.eagle3 import describe, load_head
+                console.print(f"loading EAGLE-3 head [bold]{escape(str(draft))}[/]")
+                head = load_head(draft, tgt.model, target_name=tgt.name)
+                metadata.config["eagle3_head"] = describe(head)
             console.print(f"models ready in {time.perf_counter() - t0:.1f} s on {tgt.device} ({str(tgt.dtype).replace('torch.', '')})")
 
         requests, skipped = build_requests(wl, tgt.tokenizer, base, use_chat_template=chat_template,
@@ -218,7 +227,7 @@ def run(
 
         if backend == "embedded":
             from specbench.backends.embedded import EmbeddedBackend
-            be = EmbeddedBackend(tgt, drf, pack=engine_cfg.pack)
+            be = EmbeddedBackend(tgt, drf, head=head, pack=engine_cfg.pack)
             metadata.config["engine"] = be.describe()
         elif oa is not None:
             be = oa

@@ -31,7 +31,7 @@ def resolve_spec(target: str, draft: str | None, method: str | None, k: int,
     if method == "ngram" and draft is not None:
         raise ConfigError("--draft cannot be used with method 'ngram' (prompt lookup needs no model)")
     return SpeculativeConfig(method=method, num_speculative_tokens=k if method != "none" else 0,
-                             draft=draft if method == "draft_model" else None)
+                             draft=draft if method in ("draft_model", "eagle3") else None)
 
 
 def _check_can_listen(host: str, port: int) -> None:
@@ -47,8 +47,8 @@ def _check_can_listen(host: str, port: int) -> None:
 
 def serve(
     target: Annotated[str, typer.Option(help="Target model: catalog name, HF model directory or .gguf file.")] = DEFAULT_TARGET,
-    draft: Annotated[Optional[str], typer.Option(help="Draft model (implies --method draft_model).")] = None,
-    method: Annotated[Optional[str], typer.Option(help="none | draft_model | ngram (default: none, or draft_model with --draft).")] = None,
+    draft: Annotated[Optional[str], typer.Option(help="Draft model (implies --method draft_model), or with --method eagle3 the EAGLE-3 head's directory.")] = None,
+    method: Annotated[Optional[str], typer.Option(help="none | draft_model | ngram | eagle3 (default: none, or draft_model with --draft).")] = None,
     num_speculative_tokens: Annotated[int, typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step.")] = 4,
     speculative_config: Annotated[Optional[str], typer.Option(help="vLLM-style JSON; overrides --method/-k/--draft.")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
@@ -93,9 +93,16 @@ def serve(
         console.print(f"loading draft [bold]{spec.draft}[/]")
         drf = load_model(spec.draft, engine_cfg)
         check_same_tokenizer(tgt, drf)
+    head = None
+    if spec.speculative and spec.method == "eagle3":
+        from specbench.models.eagle3 import load_head
+
+        console.print(f"loading EAGLE-3 head [bold]{spec.draft}[/]")
+        head = load_head(spec.draft, tgt.model, target_name=tgt.name)
     try:
         engine = Engine(tgt.model, drf.model if drf is not None else None,
-                        eos_token_ids=tgt.eos_token_ids, max_context=tgt.max_context, pack=engine_cfg.pack)
+                        eos_token_ids=tgt.eos_token_ids, max_context=tgt.max_context, pack=engine_cfg.pack,
+                        head=head)
     except ValueError as exc:
         raise ConfigError(f"--compile on: {exc}") from None
     name = served_model_name or target

@@ -1,6 +1,7 @@
 """The decode loop: one batch-first speculative step that every caller goes through.
 
-`Engine` holds the models (target, optional draft) and their `ModelRunner`s. `Engine.batch()`
+`Engine` holds the models (target, optional draft model, optional EAGLE-3 head) and their
+`ModelRunner`s. `Engine.batch()`
 opens a `Batch`, the continuous batch of running requests: `admit()` prefills one request
 into the next row, `step()` runs one speculative step for every row:
 
@@ -135,7 +136,7 @@ class _Row:
 
 
 class Engine:
-    """The loaded target (and optional draft) model, ready to decode batches.
+    """The loaded target (and optional draft model or EAGLE-3 head), ready to decode batches.
 
     `pack` (CPU): reorder every linear layer's weights into oneDNN's blocked layout once, in
     place (specbench.engine.model.pack_linears); None = wherever it applies. One batch runs
@@ -143,9 +144,10 @@ class Engine:
 
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None = None, *,
                  eos_token_ids: Sequence[int] = (), max_context: int | None = None,
-                 pack: bool | None = None):
+                 pack: bool | None = None, head: torch.nn.Module | None = None):
         self.target = target
         self.draft = draft
+        self.head = head  # an EAGLE-3 head fitted to `target` (specbench.models.eagle3), method eagle3
         self.device = next(target.parameters()).device
         self.eos_token_ids = frozenset(eos_token_ids)
         self.max_context = max_context or getattr(target.config.get_text_config(), "max_position_embeddings", None)
@@ -157,8 +159,9 @@ class Engine:
         t = time.perf_counter()
         if self.packed:
             pack_linears(target)
-            if draft is not None:
-                pack_linears(draft)
+            for extra in (draft, head):
+                if extra is not None:
+                    pack_linears(extra)
         self.setup_s = time.perf_counter() - t  # one-time conversion for the fast path
         self.target_runner = ModelRunner(target)
         self._draft_runner: ModelRunner | None = None

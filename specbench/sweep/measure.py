@@ -90,7 +90,7 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
 
         launcher, backend = start_server(spec, point, session, study_dir / "server-logs" / f"{run_id}.log")
     else:
-        backend = session.backend_for(point.draft)  # loads the draft on first use
+        backend = session.backend_for(point.draft, point.method)  # loads the draft or head on first use
     try:
         return _measure(session, spec, point, number, study_dir, study_name, storage,
                         baseline_outputs, events, config, run_id, run_dir, backend, launcher, worker)

@@ -248,8 +248,9 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
     if paying:
         p = point_of(paying[0].best)
         spec_cfg = {"method": p.method}
-        if p.draft:
-            spec_cfg["model"] = p.draft
+        model = spec.space.head if p.method == "eagle3" else p.draft
+        if model:
+            spec_cfg["model"] = model
         spec_cfg["num_speculative_tokens"] = p.num_speculative_tokens
         if threshold is not None:
             spec_cfg["disable_by_batch_size"] = threshold

@@ -13,7 +13,7 @@ hold the weights. Placeholders of the template (see `spec.SERVER_PLACEHOLDERS`):
         SGLang and `specbench serve` take for --dtype)
     {speculative_config_json}: vLLM's --speculative-config JSON for the trial
         ({} for the baseline, {"method": "draft_model", "model": DRAFT, "num_speculative_tokens": K}
-         for draft_model,
+         for draft_model, the same with "eagle3" and the head's directory for eagle3,
          {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": 1,
           "prompt_lookup_max": 4} for ngram)
 """
@@ -39,8 +39,8 @@ def speculative_config_json(point: Point) -> str:
     if point.method == "ngram":
         cfg: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": point.num_speculative_tokens,
                                "prompt_lookup_min": 1, "prompt_lookup_max": 4}
-    elif point.method == "draft_model":
-        cfg = {"method": "draft_model", "model": point.draft,
+    elif point.method in ("draft_model", "eagle3"):
+        cfg = {"method": point.method, "model": point.draft,
                "num_speculative_tokens": point.num_speculative_tokens}
     else:
         cfg = {"method": point.method, "num_speculative_tokens": point.num_speculative_tokens}

@@ -62,6 +62,7 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
               "seed": ((int,), "an integer"), "heartbeat_interval_s": ((int,), "an integer"),
               "grace_period_s": ((int,), "an integer"), "storage_retry_s": (_NUM, "a number")},
     "models": {"target": ((str,), "a string"), "draft": ((str, list), "a string or a list"),
+               "head": ((str,), "a path"),
                "device": ((str,), "a string"), "dtype": ((str,), "a string"),
                "trust_remote_code": ((bool,), "true or false")},
     "workload": {"source": ((str,), "a string"), "prompt_field": ((str,), "a string"),
@@ -89,7 +90,8 @@ FLAGS = {
     "study.sampler": "--sampler", "study.seed": "--sampler-seed",
     "study.heartbeat_interval_s": "--heartbeat-interval", "study.grace_period_s": "--grace-period",
     "study.storage_retry_s": "--storage-retry",
-    "models.target": "--target", "models.draft": "--draft", "models.device": "--device",
+    "models.target": "--target", "models.draft": "--draft", "models.head": "--head",
+    "models.device": "--device",
     "models.dtype": "--dtype", "models.trust_remote_code": "--trust-remote-code",
     "workload.source": "--workload", "workload.prompt_field": "--prompt-field",
     "workload.num_prompts": "--num-prompts", "workload.chat_template": "--chat-template",
@@ -119,7 +121,8 @@ def _label(key: str) -> str:
 
 @dataclass(frozen=True)
 class Point:
-    """One configuration to measure. The baseline is method 'none' with k = 0, no draft."""
+    """One configuration to measure. The baseline is method 'none' with k = 0, no draft.
+    `draft` is the draft model (draft_model) or the EAGLE-3 head's directory (eagle3)."""
 
     method: str
     num_speculative_tokens: int
@@ -132,7 +135,7 @@ class Point:
         """Normalized: every spelling of the baseline (and of an n-gram point) is one point."""
         if method == "none" or num_speculative_tokens == 0:
             return cls("none", 0, None, concurrency)
-        return cls(method, num_speculative_tokens, draft if method == "draft_model" else None,
+        return cls(method, num_speculative_tokens, draft if method in ("draft_model", "eagle3") else None,
                    concurrency)
 
     @classmethod
@@ -146,8 +149,10 @@ class Point:
 
     @property
     def key(self) -> str:
-        """Dedupe key: two trials with one key measure the same thing."""
-        return f"{self.method}|k{self.num_speculative_tokens}|{self.draft or '-'}|c{self.concurrency}"
+        """Dedupe key: two trials with one key measure the same thing (a study has one EAGLE-3
+        head, not an Optuna parameter, so it is not part of the key)."""
+        draft = self.draft if self.method == "draft_model" else None
+        return f"{self.method}|k{self.num_speculative_tokens}|{draft or '-'}|c{self.concurrency}"
 
     @property
     def params(self) -> dict[str, Any]:
@@ -155,7 +160,7 @@ class Point:
         out: dict[str, Any] = {"method": self.method, "concurrency": self.concurrency}
         if not self.is_baseline:
             out["num_speculative_tokens"] = self.num_speculative_tokens
-        if self.draft is not None:
+        if self.draft is not None and self.method == "draft_model":
             out["draft"] = self.draft
         return out
 
@@ -173,6 +178,7 @@ class Space:
     k_range: tuple[int, int, int] | None  # (low, high, step) when given as a range
     concurrency: tuple[int, ...]
     draft: tuple[str, ...]  # draft model choices (method draft_model only)
+    head: str | None = None  # the EAGLE-3 head's directory (method eagle3 only)
 
     def points(self) -> list[Point]:
         """Every distinct configuration, the baseline first at each concurrency."""
@@ -181,7 +187,7 @@ class Space:
             out.append(Point.of("none", concurrency=c))
             for m in self.method:
                 for k in self.num_speculative_tokens:
-                    for d in (self.draft if m == "draft_model" else (None,)):
+                    for d in (self.draft if m == "draft_model" else (self.head,) if m == "eagle3" else (None,)):
                         out.append(Point.of(m, k, d, c))
         return out
 
@@ -199,8 +205,11 @@ class Space:
         k: Any = list(self.num_speculative_tokens)
         if self.k_range:
             k = {"low": self.k_range[0], "high": self.k_range[1], "step": self.k_range[2]}
-        return {"method": list(self.method), "num_speculative_tokens": k,
-                "concurrency": list(self.concurrency), "draft": list(self.draft)}
+        out = {"method": list(self.method), "num_speculative_tokens": k,
+               "concurrency": list(self.concurrency), "draft": list(self.draft)}
+        if self.head is not None:
+            out["head"] = self.head
+        return out
 
 
 # --------------------------------------------------------------------------------------
@@ -509,6 +518,11 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
         drafts = (DEFAULT_DRAFT,)
     if "draft_model" not in methods:
         drafts = ()
+    head = get("models.head")
+    if "eagle3" in methods and not head:
+        raise ConfigError(f"{where}method eagle3 needs an EAGLE-3 head directory: set {_label('models.head')}")
+    if "eagle3" not in methods:
+        head = None
     device, dtype = get("models.device", "auto"), get("models.dtype", "auto")
     if device not in DEVICES and not str(device).startswith("cuda:"):
         raise ConfigError(f"{where}{_label('models.device')} must be one of {', '.join(DEVICES)} "
@@ -578,7 +592,7 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
         sampling=sampling, seed=int(get("sampling.seed", 0)),
         ignore_eos=bool(get("sampling.ignore_eos", False)),
         space=Space(method=tuple(methods), num_speculative_tokens=ks, k_range=k_range,
-                    concurrency=concurrency, draft=drafts),
+                    concurrency=concurrency, draft=drafts, head=head),
         objectives=objectives,
         max_peak_memory_bytes=int(mem * 2**30) if mem is not None else None,
         n_trials=n_trials, timeout_s=float(timeout) if timeout is not None else None,

@@ -410,6 +410,8 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Event
                                                                    space.num_speculative_tokens)
         if method == "draft_model":
             draft = trial.suggest_categorical("draft", space.draft)
+        elif method == "eagle3":
+            draft = space.head  # one head: not a search dimension
         point = Point.of(method, num_speculative_tokens, draft, concurrency)
 
         original = claim(trial.study, trial, point.key)

@@ -1,7 +1,8 @@
 """Drafters propose up to k tokens per row per step for the target to verify (batch-first).
 
 One file per method: `ngram` (prompt lookup), `draft_model` (a smaller model of the same
-tokenizer). `make_drafter` builds the one a `SpeculativeConfig` names.
+tokenizer), `eagle3` (a one-layer head over the target's own features). `make_drafter`
+builds the one a `SpeculativeConfig` names.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from typing import TYPE_CHECKING
 
 from specbench.engine.drafters.base import Drafter, Proposal, StatelessDrafter
 from specbench.engine.drafters.draft_model import DraftModelDrafter
+from specbench.engine.drafters.eagle3 import Eagle3Drafter
 from specbench.engine.drafters.ngram import NgramDrafter
 
 if TYPE_CHECKING:
     from specbench.config import SpeculativeConfig
     from specbench.engine.engine import Engine
 
-__all__ = ["Drafter", "Proposal", "StatelessDrafter", "DraftModelDrafter", "NgramDrafter", "make_drafter"]
+__all__ = ["Drafter", "Proposal", "StatelessDrafter", "DraftModelDrafter", "Eagle3Drafter", "NgramDrafter", "make_drafter"]
 
 
 def make_drafter(spec: "SpeculativeConfig", engine: "Engine") -> Drafter:
@@ -24,4 +26,8 @@ def make_drafter(spec: "SpeculativeConfig", engine: "Engine") -> Drafter:
         return NgramDrafter(spec.ngram_min, spec.ngram_max)
     if spec.method == "draft_model":
         return DraftModelDrafter(engine.draft_runner, spec.draft_confidence_threshold)
+    if spec.method == "eagle3":
+        if engine.head is None:
+            raise ValueError("method eagle3 needs an engine built with an EAGLE-3 head (Engine(..., head=))")
+        return Eagle3Drafter(engine.head)
     raise ValueError(f"no drafter for method {spec.method!r}")

@@ -1,0 +1,112 @@
+"""An EAGLE-3 head against a draft model, side by side in one run: the baseline, draft_model-kK
+and eagle3-kK on the same prompts, one process, one backend holding the target, the draft
+model and the head, one run directory (the records `specbench run` writes, so `specbench
+report` and `specbench compare` read it as any run).
+
+Prints the run's summary table (acceptance, TPOT, speedups vs the paired baseline) and what
+drafting costs per step for each method. Waits between configurations while
+/tmp/specbench-quiet exists.
+
+    python benchmarks/eagle3_vs_draft.py --head /work/heads/qwen2.5-coder-1.5b-eagle3
+    python benchmarks/eagle3_vs_draft.py --head DIR -k 3 --num-prompts 6 --max-new-tokens 64 --out runs/e3-vs-dm
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from specbench import analysis
+from specbench.backends.embedded import EmbeddedBackend
+from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
+from specbench.models.eagle3 import describe, load_head
+from specbench.models.loading import check_same_tokenizer, load_model
+from specbench.records import RunMetadata, RunWriter, default_run_dir, make_run_id, read_run
+from specbench.runner import plan, run_configuration
+from specbench.workload import build_requests, load_workload
+
+QUIET = Path("/tmp/specbench-quiet")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    ap.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--head", required=True, help="EAGLE-3 head directory")
+    ap.add_argument("-k", "--num-speculative-tokens", type=int, default=3)
+    ap.add_argument("--workload", default="real")
+    ap.add_argument("--num-prompts", type=int, default=6)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--concurrency", default="1", help="comma list, e.g. 1,4")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+
+    console = Console(stderr=True)
+    cfg = EngineConfig(device=args.device, dtype=args.dtype)
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    k = args.num_speculative_tokens
+    specs = [SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft=args.draft),
+             SpeculativeConfig(method="eagle3", num_speculative_tokens=k, draft=args.head)]
+    configs = plan(specs, concurrencies)
+    wl = load_workload(args.workload, num_prompts=args.num_prompts, seed=args.seed)
+    run_id = make_run_id(f"eagle3-vs-draft_model-k{k}")
+    run_dir = args.out or default_run_dir(run_id)
+    run_cfg = {"target": args.target, "draft": args.draft, "head": args.head, "method": "draft_model,eagle3",
+               "num_speculative_tokens": [k], "workload": wl.name, "workload_kind": wl.kind,
+               "num_prompts": len(wl.prompts), "sampling": {"max_new_tokens": args.max_new_tokens},
+               "seed": args.seed, "concurrency": concurrencies, "warmup": args.warmup, "device": args.device,
+               "dtype": args.dtype, "backend": "embedded", "baseline": True,
+               "configurations": [c.config_id for c in configs]}
+    metadata = RunMetadata.collect(run_dir.name if args.out else run_id, run_cfg)
+    writer = RunWriter(run_dir, metadata)
+
+    t0 = time.perf_counter()
+    tgt = load_model(args.target, cfg)
+    drf = load_model(args.draft, cfg)
+    check_same_tokenizer(tgt, drf)
+    head = load_head(args.head, tgt.model, target_name=tgt.name)
+    metadata.config["eagle3_head"] = describe(head)  # before the engine packs its linears
+    be = EmbeddedBackend(tgt, drf, head=head)
+    metadata.device = be.device_name
+    metadata.config["dtype_resolved"] = str(tgt.dtype).replace("torch.", "")
+    console.print(f"models ready in {time.perf_counter() - t0:.1f} s on {be.device_name} "
+                  f"({metadata.config['dtype_resolved']}); head {metadata.config['eagle3_head']}")
+    base = SamplingParams(seed=args.seed, max_new_tokens=args.max_new_tokens)
+    requests, _ = build_requests(wl, tgt.tokenizer, base, max_context=tgt.max_context,
+                                 overrides={"max_new_tokens": args.max_new_tokens})
+    baseline_outputs: dict[str, list[int]] = {}
+    for c in configs:
+        if QUIET.exists():  # someone is timing a benchmark on this machine: wait between configurations
+            console.print(f"[yellow]{QUIET} exists: waiting before {c.config_id}[/]")
+            while QUIET.exists():
+                time.sleep(20)
+        t = time.perf_counter()
+        _, info = run_configuration(be, requests, c, run_id=metadata.run_id, writer=writer, warmup=args.warmup,
+                                    baseline_outputs=baseline_outputs, rate_seed=args.seed)
+        console.print(f"{c.config_id}: {time.perf_counter() - t:.1f} s (draft {info['draft_s']:.2f} s, "
+                      f"verify {info['verify_s']:.2f} s over {info['steps']} steps)")
+    writer.close(complete=True)
+
+    df, _ = read_run(run_dir)
+    summary = analysis.summarize(df)
+    out = Console() if sys.stdout.isatty() else Console(width=160)
+    out.print(analysis.rich_summary_table(summary, analysis.speedups(summary)))
+    stats = metadata.config.get("configuration_stats", {})
+    for cid, info in stats.items():
+        if info.get("steps"):
+            out.print(f"{cid}: draft {1000 * info['draft_s'] / info['steps']:.1f} ms/step, "
+                      f"verify {1000 * info['verify_s'] / info['steps']:.1f} ms/step")
+    out.print(f"records: {run_dir}  (CPU threads {torch.get_num_threads()})")
+
+
+if __name__ == "__main__":
+    main()

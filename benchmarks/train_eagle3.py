@@ -1,0 +1,401 @@
+"""Train a small EAGLE-3 head for a target from the prompts specbench ships.
+
+Four resumable phases, each leaving its results under OUT/work/ (rerun the same command to
+continue where it stopped):
+
+  responses  the target's own greedy answers to the first --answer-prompts training prompts
+             (the embedded engine, batched), appended to responses.jsonl as they finish;
+             decoding is the expensive part on a CPU, so the other prompts train on their text
+  features   one target prefill per prompt (+ answer), capturing the head's feature layers (the
+             inputs of layers 2, L/2, L-3), the last layer's output and the target's argmax, in
+             shards
+  vocab      the draft vocabulary: the target tokens the target predicts most often where the
+             loss applies (d2t/t2d)
+  train      the training-time test of the public EAGLE-3 recipe (specbench.models.eagle3_train):
+             3 unrolled steps, soft cross-entropy to the target's distribution restricted to the
+             draft vocabulary at positions whose target argmax it covers, step j weighted 0.8^j;
+             checkpoints every --save-every steps
+
+The training targets are the target's own distributions at every position (--loss-on all), or
+only in its answers (--loss-on answers): on prompt text the head still learns what the target
+would predict there, from the target's features, which is what drafting needs.
+
+The head (speculators format: config.json + model.safetensors, with what it cost to train in
+config.json under specbench_training) is written to OUT at the end. The prompts a default
+`specbench run --workload real --num-prompts N --seed S` measures are held out (--holdout N,
+--seed S), so acceptance is measured on prompts the head never saw.
+
+While /tmp/specbench-quiet exists (someone is timing a benchmark on this machine) the script
+checkpoints, waits and resumes; the paused time does not count against --budget-min.
+
+    python benchmarks/train_eagle3.py --out /work/heads/qwen2.5-coder-1.5b-eagle3
+    python benchmarks/train_eagle3.py --out DIR --budget-min 30 --draft-vocab 8192   # resume / longer
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
+from specbench.engine import Engine
+from specbench.engine.model import ModelRunner
+from specbench.models.eagle3 import default_aux_layers, save_head
+from specbench.models.eagle3_train import head_config_for, init_head, select_vocabulary, ttt_loss
+from specbench.models.loading import load_model
+from specbench.records import atomic_write
+from specbench.workload import build_requests, load_workload
+
+QUIET = Path("/tmp/specbench-quiet")
+QUIET_POLL_S = 20.0  # how often a paused run looks at the lock again
+console = Console(stderr=True)
+
+
+class Clock:
+    """Active seconds (quiet-lock pauses excluded) and a pause that waits for the lock."""
+
+    def __init__(self) -> None:
+        self.paused_s = 0.0
+
+    def wait_if_quiet(self, before=None) -> bool:
+        if not QUIET.exists():
+            return False
+        if before is not None:
+            before()
+        console.print(f"[yellow]{QUIET} exists: paused (checkpointed), waiting for it to go[/]")
+        t0 = time.perf_counter()
+        while QUIET.exists():
+            time.sleep(QUIET_POLL_S)
+        self.paused_s += time.perf_counter() - t0
+        console.print(f"resumed after {time.perf_counter() - t0:.0f} s")
+        return True
+
+
+def progress() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+
+
+def write_json(path: Path, obj) -> None:
+    atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2).encode()))
+
+
+# ---- phase 1: the target's answers ------------------------------------------------------------
+
+def responses(args, tgt, requests, work: Path, clock: Clock) -> dict[str, list[int]]:
+    path = work / "responses.jsonl"
+    done: dict[str, list[int]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                done[rec["id"]] = rec["output_ids"]
+    todo = [r for r in requests if r.id not in done]
+    if not todo:
+        return done
+    console.print(f"generating the target's answers to {len(todo)} prompt(s), {args.max_new_tokens} tokens each")
+    engine = Engine(tgt.model, eos_token_ids=tgt.eos_token_ids, max_context=tgt.max_context)
+    sp = SamplingParams(max_new_tokens=args.max_new_tokens)
+    t0 = time.perf_counter()
+    with progress() as bar, path.open("a") as fh:
+        task = bar.add_task("responses (target, greedy)", total=len(requests), completed=len(done), info="")
+        tokens = 0
+        chunk = 2 * args.concurrency
+        for start in range(0, len(todo), chunk):
+            clock.wait_if_quiet()
+            part = todo[start:start + chunk]
+
+            def finished(i, g, part=part):
+                nonlocal tokens
+                done[part[i].id] = g.output_ids
+                fh.write(json.dumps({"id": part[i].id, "output_ids": g.output_ids}) + "\n")
+                fh.flush()
+                tokens += len(g.output_ids)
+                bar.update(task, advance=1, info=f"{tokens / (time.perf_counter() - t0):.1f} tok/s")
+
+            engine.run([(r.prompt_ids, sp) for r in part], SpeculativeConfig(), concurrency=args.concurrency,
+                       on_finish=finished)
+    return done
+
+
+# ---- phase 3: features ------------------------------------------------------------------------
+
+def features(args, tgt, seqs, aux, work: Path, clock: Clock) -> list[Path]:
+    from safetensors.torch import save
+
+    shard_dir = work / "features"
+    shard_dir.mkdir(exist_ok=True)
+    L = int(tgt.model.config.get_text_config().num_hidden_layers)
+    runner = ModelRunner(tgt.model)
+    runner.set_capture((*aux, L))  # the head's layers, then the last layer's output (pre-norm)
+    width = int(tgt.model.config.get_text_config().hidden_size)
+    shards = [seqs[i:i + args.shard_size] for i in range(0, len(seqs), args.shard_size)]
+    paths = []
+    with progress() as bar:
+        task = bar.add_task("features (target prefill)", total=len(seqs), info="")
+        for s, shard in enumerate(shards):
+            path = shard_dir / f"shard-{s:05d}.safetensors"
+            paths.append(path)
+            if path.exists():
+                bar.update(task, advance=len(shard))
+                continue
+            clock.wait_if_quiet()
+            out = {}
+            for i, (ids, start) in enumerate(shard):
+                with torch.inference_mode():
+                    logits, f = runner.forward(torch.tensor([ids]), slice(0, 1), torch.zeros(1, dtype=torch.long),
+                                               positions="all", prefill=True)
+                    top = logits[0].argmax(-1).to(torch.int32)
+                    del logits
+                f = f[0].to(torch.bfloat16)
+                out[f"{i}.top"] = top
+                out[f"{i}.features"] = f[:, : len(aux) * width].contiguous()
+                out[f"{i}.last"] = f[:, len(aux) * width:].contiguous()
+                out[f"{i}.ids"] = torch.tensor(ids, dtype=torch.long)
+                out[f"{i}.start"] = torch.tensor([start], dtype=torch.long)
+                bar.update(task, advance=1, info=f"{len(ids)} tokens")
+            atomic_write(path, lambda fh, out=out: fh.write(save(out)))
+    return paths
+
+
+def load_examples(paths: list[Path]) -> list[dict[str, torch.Tensor]]:
+    from safetensors.torch import load_file
+
+    examples = []
+    for path in paths:
+        state = load_file(path)
+        n = len({k.split(".")[0] for k in state})
+        examples += [{k: state[f"{i}.{k}"] for k in ("features", "last", "ids", "start", "top")} for i in range(n)]
+    return examples
+
+
+# ---- phase 4: training ------------------------------------------------------------------------
+
+def loss_region(e, loss_on: str) -> torch.Tensor:
+    """Target positions [T] whose distribution is a training target (before the vocabulary)."""
+    n, start = int(e["ids"].numel()), int(e["start"])
+    region = torch.ones(n, dtype=torch.bool)
+    if loss_on == "answers":
+        region[: max(start - 1, 0)] = False
+        if start >= n:  # a prompt without an answer
+            region[:] = False
+    return region
+
+
+def make_batch(examples, vocab_mask, norm, w_draft, loss_on):
+    """Padded [B, T] tensors for ttt_loss; the target logits come from its last layer output
+    through its own final norm and the draft vocabulary's rows of its lm_head."""
+    T = max(int(e["ids"].numel()) for e in examples)
+    B = len(examples)
+    F = examples[0]["features"].shape[1]
+    feats = torch.zeros(B, T, F)
+    ids = torch.zeros(B, T, dtype=torch.long)
+    logits = torch.zeros(B, T, w_draft.shape[0])
+    valid = torch.zeros(B, T, dtype=torch.bool)
+    with torch.no_grad():
+        for b, e in enumerate(examples):
+            n, start = int(e["ids"].numel()), int(e["start"])
+            feats[b, :n] = e["features"].float()
+            ids[b, :n] = e["ids"]
+            logits[b, :n] = norm(e["last"].float()) @ w_draft.T
+            # p_t is a training target where the loss applies and the target's own choice there
+            # lies in the draft vocabulary (as in EAGLE-3's training script)
+            valid[b, :n] = loss_region(e, loss_on) & vocab_mask[e["top"].long()]
+    return feats, ids, logits, valid
+
+
+def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock) -> dict:
+    ckpt_path = work / "checkpoint.pt"
+    head = init_head(tgt.model, cfg, vocab, seed=args.seed, from_target=args.init_from_target,
+                     lm_head_weight=lm_w).train()
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    state = {"step": 0, "train_s": 0.0, "history": []}
+    if ckpt_path.exists():
+        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)  # our own checkpoint
+        head.load_state_dict(ck["head"], strict=False)
+        opt.load_state_dict(ck["opt"])
+        state = ck["state"]
+        console.print(f"resumed from step {state['step']} ({state['train_s'] / 60:.1f} min trained)")
+
+    def checkpoint() -> None:
+        atomic_write(ckpt_path, lambda fh: torch.save({"head": head.state_dict(), "opt": opt.state_dict(),
+                                                       "state": state}, fh))
+
+    tcfg = tgt.model.config.get_text_config()
+    norm_w, eps = tgt.model.get_decoder().norm.weight.float(), float(tcfg.rms_norm_eps)
+
+    def norm(h: torch.Tensor) -> torch.Tensor:  # the target's final RMSNorm, in float32
+        return norm_w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
+
+    w_draft = lm_w[vocab].float()
+    vocab_mask = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+    vocab_mask[vocab] = True
+    budget_s = args.budget_min * 60
+    ema = None
+    with progress() as bar:
+        task = bar.add_task("train (TTT)", total=args.max_steps, completed=state["step"], info="")
+        while state["step"] < args.max_steps and state["train_s"] < budget_s:
+            clock.wait_if_quiet(before=checkpoint)
+            t0 = time.perf_counter()
+            rng = random.Random(args.seed * 1_000_003 + state["step"])
+            batch = make_batch(rng.sample(examples, min(args.batch_size, len(examples))), vocab_mask, norm, w_draft,
+                               args.loss_on)
+            warm = min(1.0, (state["step"] + 1) / args.warmup_steps)
+            for g in opt.param_groups:
+                g["lr"] = args.lr * warm
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+                loss, st = ttt_loss(head, *batch, steps=args.ttt_steps)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+            opt.step()
+            state["step"] += 1
+            state["train_s"] += time.perf_counter() - t0
+            acc = [round(a, 3) for a in st.accuracy]
+            ema = acc if ema is None else [0.9 * e + 0.1 * a for e, a in zip(ema, acc)]
+            if state["step"] % 10 == 0 or state["step"] == 1:
+                state["history"].append({"step": state["step"], "loss": round(st.loss, 4), "acc": acc,
+                                         "train_s": round(state["train_s"], 1)})
+            info = (f"loss {st.loss:.3f} acc/step {' '.join(f'{a:.2f}' for a in ema)} "
+                    f"{state['train_s'] / 60:.1f}/{args.budget_min:g} min")
+            bar.update(task, advance=1, info=info)
+            if not console.is_terminal and state["step"] % 10 == 0:  # a log file: one line now and then
+                console.print(f"step {state['step']}: {info}")
+            if state["step"] % args.save_every == 0:
+                checkpoint()
+    checkpoint()
+    state["final_acc_ema"] = [round(a, 3) for a in (ema or [])]
+    return {"head": head.eval().requires_grad_(False), "state": state}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    ap.add_argument("--out", type=Path, required=True, help="head directory (keep it outside the repository)")
+    ap.add_argument("--workload", default="real")
+    ap.add_argument("--holdout", type=int, default=6, help="hold out what `specbench run --num-prompts N` measures")
+    ap.add_argument("--seed", type=int, default=0, help="the run seed whose sample is held out; also training's")
+    ap.add_argument("--num-train-prompts", type=int, default=240)
+    ap.add_argument("--answer-prompts", type=int, default=32,
+                    help="training prompts that get the target's own greedy answer (decoding is slow on a CPU)")
+    ap.add_argument("--loss-on", choices=("all", "answers"), default="all")
+    ap.add_argument("--max-prompt-tokens", type=int, default=192, help="keep the last this many prompt tokens")
+    ap.add_argument("--max-new-tokens", type=int, default=96, help="length of the target's answers")
+    ap.add_argument("--concurrency", type=int, default=8, help="rows per batch while generating answers")
+    ap.add_argument("--shard-size", type=int, default=16)
+    ap.add_argument("--draft-vocab", type=int, default=8192)
+    ap.add_argument("--intermediate-size", type=int, default=2048, help="the head's MLP width")
+    ap.add_argument("--aux-layers", default=None, help="feature layers, e.g. 2,14,25 (default: 2, L/2, L-3)")
+    ap.add_argument("--ttt-steps", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup-steps", type=int, default=20)
+    ap.add_argument("--max-steps", type=int, default=100_000)
+    ap.add_argument("--budget-min", type=float, default=30.0, help="training minutes (quiet-lock pauses excluded)")
+    ap.add_argument("--save-every", type=int, default=25)
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
+                    help="bf16 autocast for the head's matmuls (CPUs with avx512_bf16 / AMX)")
+    ap.add_argument("--init-from-target", action=argparse.BooleanOptionalAction, default=True,
+                    help="start the head's final norm and lm_head from the target's")
+    ap.add_argument("--dtype", default="auto")
+    args = ap.parse_args(argv)
+
+    out = args.out.expanduser().resolve()
+    repo = Path(__file__).resolve().parents[1]
+    if out == repo or repo in out.parents:
+        sys.exit(f"--out {out} is inside the repository; heads are large: write them elsewhere (e.g. /work/heads/)")
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    clock = Clock()
+    timing: dict[str, float] = {}
+    t_start = time.perf_counter()
+
+    tgt = load_model(args.target, EngineConfig(dtype=args.dtype))
+    # The engine packs the target's linear layers in place (the lm_head's weight goes with it):
+    # keep the lm_head weight for the training targets and the head's initial lm_head.
+    lm_w = tgt.model.get_output_embeddings().weight.detach()
+    L = int(tgt.model.config.get_text_config().num_hidden_layers)
+    aux = tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else default_aux_layers(L)
+    held = {p.id for p in load_workload(args.workload, num_prompts=args.holdout, seed=args.seed).prompts}
+    wl = load_workload(args.workload, seed=args.seed)
+    base = SamplingParams(seed=args.seed, max_new_tokens=args.max_new_tokens)
+    reqs, _ = build_requests(wl, tgt.tokenizer, base, max_context=tgt.max_context, truncate=True)
+    reqs = [r for r in reqs if r.id not in held][: args.num_train_prompts]
+    reqs = [replace(r, prompt_ids=tuple(r.prompt_ids[-args.max_prompt_tokens:])) for r in reqs]
+    console.print(f"target {tgt.name} ({str(tgt.dtype).replace('torch.', '')}, {L} layers, features from "
+                  f"layers {list(aux)}); {len(reqs)} training prompts from {wl.name!r}, {len(held)} held out")
+    write_json(work / "args.json", {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()})
+
+    t = time.perf_counter()
+    answers = responses(args, tgt, reqs[: args.answer_prompts], work, clock)
+    timing["responses_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    seqs = [(list(r.prompt_ids) + answers.get(r.id, []), len(r.prompt_ids)) for r in reqs]
+    paths = features(args, tgt, seqs, aux, work, clock)
+    timing["features_s"] = time.perf_counter() - t
+    examples = load_examples(paths)
+
+    vocab_path = work / "vocab.json"
+    targets = [e["top"][loss_region(e, args.loss_on)].tolist() for e in examples]
+    if vocab_path.exists():
+        vocab = torch.tensor(json.loads(vocab_path.read_text()), dtype=torch.long)
+    else:
+        vocab = select_vocabulary(targets, args.draft_vocab, int(tgt.vocab_size))
+        write_json(vocab_path, vocab.tolist())
+    flat = torch.tensor([t for seq in targets for t in seq])
+    covered = torch.isin(flat, vocab).float().mean().item() if flat.numel() else 0.0
+    answer_tokens = [t for r in reqs for t in answers.get(r.id, [])]
+    console.print(f"draft vocabulary: {len(vocab):,} tokens cover {covered:.1%} of the target's choices at the "
+                  f"{flat.numel():,} training positions")
+
+    cfg = head_config_for(tgt.model, draft_vocab_size=len(vocab), intermediate_size=args.intermediate_size,
+                          aux_layers=aux, verifier=args.target)
+    t = time.perf_counter()
+    result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock)
+    timing["train_wall_s"] = time.perf_counter() - t
+    head, state = result["head"], result["state"]
+    total_tokens = sum(len(s) for s, _ in seqs)
+    info = {
+        "target": args.target, "dtype": str(tgt.dtype).replace("torch.", ""),
+        "cpu": _cpu_model(), "threads": torch.get_num_threads(),
+        "prompts": len(reqs), "answered_prompts": sum(1 for r in reqs if r.id in answers),
+        "workload": wl.name, "held_out": sorted(held), "loss_on": args.loss_on,
+        "answer_tokens": len(answer_tokens), "sequence_tokens": total_tokens, "training_positions": int(flat.numel()),
+        "draft_vocab_size": len(vocab), "draft_vocab_coverage": round(covered, 4),
+        "steps": state["step"], "batch_size": args.batch_size, "ttt_steps": args.ttt_steps,
+        "train_active_s": round(state["train_s"], 1), "quiet_paused_s": round(clock.paused_s, 1),
+        **{k: round(v, 1) for k, v in timing.items()}, "total_wall_s": round(time.perf_counter() - t_start, 1),
+        "final_train_accuracy_per_step": state.get("final_acc_ema"), "history": state["history"][-20:],
+        "init_from_target": args.init_from_target, "lr": args.lr,
+    }
+    save_head(head, out, fmt="speculators", verifier=args.target, speculative_tokens=args.ttt_steps,
+              extra={"specbench_training": info})
+    write_json(work / "training.json", info)
+    console.print(f"head written to {out}: {state['step']} steps in {state['train_s'] / 60:.1f} min "
+                  f"(total {info['total_wall_s'] / 60:.1f} min, paused {clock.paused_s / 60:.1f} min)")
+    print(json.dumps({k: v for k, v in info.items() if k not in ("history", "held_out")}, indent=2))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,534 @@
+"""EAGLE-3 draft heads: the module, the two public on-disk formats, loading and checks.
+
+An EAGLE-3 head is one decoder layer that drafts from the target's own hidden states:
+
+    fc          Linear(3 * H_target -> H, no bias), applied to the target's features only: the
+                residual stream at three target layers, concatenated per position
+    layers.0    one decoder layer whose attention input is [input_layernorm(token embedding),
+                hidden_norm(hidden)] (2H wide: q/k/v read 2H, o_proj writes H); the residual
+                is the hidden state (after hidden_norm when `norm_before_residual` is set);
+                then a SwiGLU MLP, as in a llama layer
+    norm        the final RMSNorm, before `lm_head`
+    lm_head     Linear(H -> draft vocabulary); draft id i is target id i + d2t[i], and t2d marks
+                the target ids the draft vocabulary covers
+
+The token embedding is the target's (the head may ship its own `embed_tokens`). Later draft
+steps feed back the layer's own output before `norm` in place of the target's features.
+
+Feature layers: layer id i means the INPUT of target decoder layer i (the residual stream
+before it runs), as vLLM, SGLang and the original EAGLE-3 code collect them; the default is
+(2, L // 2, L - 3) for an L-layer target. `specbench.engine.model.ModelRunner.set_capture`
+captures exactly these.
+
+Formats (both from a local directory, safetensors or a PyTorch .bin read with
+`weights_only=True`; nothing from the directory is ever executed):
+
+- `speculators` (vllm-project/speculators): config.json with `speculators_model_type:
+  "eagle3"`, a llama decoder config under `transformer_layer_config`, `draft_vocab_size`,
+  `norm_before_residual` (true when absent, as vLLM reads it), `target_hidden_size`,
+  `eagle_aux_hidden_state_layer_ids`, `speculators_config`; weights `fc.weight`,
+  `layers.0.*`, `norm.weight`, `lm_head.weight`, `d2t`, `t2d`.
+- `eagle3` (the original EAGLE-3 release): a llama-style config.json with `draft_vocab_size`
+  (layer ids, when given, under `eagle_config`); weights `midlayer.*` in place of `layers.0.*`;
+  `norm_before_residual` false when absent.
+
+Boundary: tensors and files; the drafting loop lives in specbench.engine.drafters.eagle3.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from specbench.errors import ModelError
+
+FORMATS = ("speculators", "eagle3")
+SPECULATORS_TYPE = "eagle3"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+# keys a speculators checkpoint may carry that inference does not use
+_IGNORED_KEYS = ("verifier_lm_head.weight", "verifier_norm.weight")
+
+
+def default_aux_layers(num_layers: int) -> tuple[int, ...]:
+    """vLLM's and EAGLE-3's default feature layers for an L-layer target: early, middle, late."""
+    return (2, num_layers // 2, num_layers - 3)
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """What a head is, read from its config.json (sizes in elements)."""
+
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    hidden_act: str
+    vocab_size: int  # the target vocabulary the head was trained for (t2d's length)
+    draft_vocab_size: int
+    target_hidden_size: int
+    norm_before_residual: bool
+    aux_layers: tuple[int, ...] | None  # None = the target's default (default_aux_layers)
+    rope: dict[str, Any] = field(default_factory=dict)  # llama rope keys (rope_theta, ...)
+    max_position_embeddings: int = 32768
+    format: str = "speculators"
+    speculative_tokens: int | None = None  # what the checkpoint was trained/tuned for
+    verifier: str | None = None  # the target named by the checkpoint
+
+    def layer_config(self) -> Any:
+        """A transformers LlamaConfig for the decoder layer (MLP, rotary embedding)."""
+        from transformers import LlamaConfig
+
+        return LlamaConfig(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+                           num_key_value_heads=self.num_key_value_heads, head_dim=self.head_dim,
+                           intermediate_size=self.intermediate_size, rms_norm_eps=self.rms_norm_eps,
+                           hidden_act=self.hidden_act, vocab_size=self.vocab_size, num_hidden_layers=1,
+                           max_position_embeddings=self.max_position_embeddings, **self.rope)
+
+
+# --------------------------------------------------------------------------------------
+# The module
+
+# attend(q, k, v) -> [n, M, heads, head_dim]: the caller decides which keys a query sees
+# (the engine: a slot KV cache; training: the training-time-test pattern).
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Eagle3Attention(nn.Module):
+    def __init__(self, cfg: HeadConfig, bias: bool):
+        super().__init__()
+        h2, hd = 2 * cfg.hidden_size, cfg.head_dim
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, hd
+        self.q_proj = nn.Linear(h2, self.heads * hd, bias=bias)
+        self.k_proj = nn.Linear(h2, self.kv_heads * hd, bias=bias)
+        self.v_proj = nn.Linear(h2, self.kv_heads * hd, bias=bias)
+        self.o_proj = nn.Linear(self.heads * hd, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        n, m, _ = x.shape
+        q = self.q_proj(x).view(n, m, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(n, m, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(n, m, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        out = attend(q, k, v)  # [n, M, heads, head_dim]
+        return self.o_proj(out.reshape(n, m, self.heads * self.head_dim))
+
+
+class Eagle3Layer(nn.Module):
+    def __init__(self, cfg: HeadConfig, bias: bool):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+
+        h, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.norm_before_residual = cfg.norm_before_residual
+        self.input_layernorm = LlamaRMSNorm(h, eps=eps)
+        self.hidden_norm = LlamaRMSNorm(h, eps=eps)
+        self.self_attn = Eagle3Attention(cfg, bias)
+        self.post_attention_layernorm = LlamaRMSNorm(h, eps=eps)
+        self.mlp = LlamaMLP(cfg.layer_config())
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                attend: Attend) -> torch.Tensor:
+        """The layer's output before the head's final norm: what the next draft step reads."""
+        normed = self.hidden_norm(hidden)
+        residual = normed if self.norm_before_residual else hidden
+        x = torch.cat([self.input_layernorm(embeds), normed], dim=-1)
+        h = residual + self.self_attn(x, cos, sin, attend)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Eagle3Head(nn.Module):
+    """fc + one EAGLE-3 decoder layer + norm + lm_head over the draft vocabulary."""
+
+    def __init__(self, cfg: HeadConfig, *, attention_bias: bool = False, own_embedding: bool = False):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
+
+        self.config = cfg
+        n_aux = len(cfg.aux_layers) if cfg.aux_layers else 3
+        self.fc = nn.Linear(n_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        self.layers = nn.ModuleList([Eagle3Layer(cfg, attention_bias)])
+        self.norm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        self.rotary = LlamaRotaryEmbedding(cfg.layer_config())
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(cfg.vocab_size, dtype=torch.bool))
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if own_embedding else None
+        self._shared_embedding: list[nn.Module] = []  # the target's, not a submodule (not saved)
+        self.aux_layers: tuple[int, ...] = tuple(cfg.aux_layers or ())
+
+    # ---- wiring ----------------------------------------------------------------------
+
+    def share_embedding(self, embedding: nn.Module) -> None:
+        """Use the target's token embedding (unless the head ships its own)."""
+        self._shared_embedding = [embedding]
+
+    def embed(self, target_ids: torch.Tensor) -> torch.Tensor:
+        module = self.embed_tokens if self.embed_tokens is not None else self._shared_embedding[0]
+        return module(target_ids)
+
+    @property
+    def draft_ids(self) -> torch.Tensor:
+        """Target id of each draft id: i + d2t[i]."""
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+
+    def set_vocabulary(self, target_ids: Sequence[int] | torch.Tensor) -> None:
+        """Make the draft vocabulary these target ids (ascending), filling d2t and t2d."""
+        ids = torch.as_tensor(target_ids, dtype=torch.long).sort().values
+        assert ids.numel() == self.config.draft_vocab_size, (ids.numel(), self.config.draft_vocab_size)
+        self.d2t.copy_(ids - torch.arange(ids.numel()))
+        self.t2d.zero_()
+        self.t2d[ids] = True
+
+    # ---- compute ---------------------------------------------------------------------
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's concatenated features [.., len(aux) * H_target] -> [.., H]."""
+        return self.fc(features)
+
+    def decode(self, target_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
+               attend: Attend) -> torch.Tensor:
+        """One layer pass over tokens [n, M] (target ids) and hidden [n, M, H] at rotary
+        positions [n, M]; returns the layer output before the final norm [n, M, H]."""
+        embeds = self.embed(target_ids).to(hidden.dtype)
+        cos, sin = self.rotary(hidden, positions)
+        return self.layers[0](embeds, hidden, cos, sin, attend)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits from layer outputs."""
+        return self.lm_head(self.norm(hidden))
+
+
+# --------------------------------------------------------------------------------------
+# Reading a head directory
+
+
+def _fail(path: Path, what: str) -> ModelError:
+    return ModelError(f"EAGLE-3 head {str(path)!r}: {what}")
+
+
+def _read_json(path: Path, file: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _fail(path, f"{file.name} is not valid JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise _fail(path, f"{file.name} must hold a JSON object")
+    return obj
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the directory's checkpoint: safetensors (one file or an index of
+    shards) or a PyTorch .bin, read with weights_only=True (no pickled code runs)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    def load_bin(file: Path) -> dict[str, torch.Tensor]:
+        try:
+            obj = torch.load(file, map_location="cpu", weights_only=True)
+        except Exception as exc:  # an unpickler refusal or a corrupt file: one line either way
+            raise _fail(path, f"{file.name} is not a PyTorch weights file readable with "
+                              f"weights_only=True ({str(exc).splitlines()[0]})") from None
+        if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+            raise _fail(path, f"{file.name} does not hold a dict of tensors")
+        return obj
+
+    def load_st(file: Path) -> dict[str, torch.Tensor]:
+        try:
+            return load_file(file, device="cpu")
+        except (SafetensorError, OSError) as exc:
+            raise _fail(path, f"{file.name} is not a safetensors file ({exc})") from None
+
+    for name, loader in (("model.safetensors", load_st), ("pytorch_model.bin", load_bin)):
+        single, index = path / name, path / f"{name}.index.json"
+        if single.is_file():
+            return loader(single)
+        if index.is_file():
+            shards = sorted(set(_read_json(path, index).get("weight_map", {}).values()))
+            out: dict[str, torch.Tensor] = {}
+            for shard in shards:
+                if not (path / shard).is_file():
+                    raise _fail(path, f"{index.name} names {shard}, which is missing")
+                out.update(loader(path / shard))
+            return out
+    raise _fail(path, f"no weights ({' or '.join(WEIGHT_FILES[::2])}); not an EAGLE-3 head")
+
+
+def _int(path: Path, obj: dict[str, Any], key: str, where: str, default: Any = None) -> int:
+    value = obj.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise _fail(path, f"{where}{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _layer_ids(path: Path, value: Any, key: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                           for i in value):
+        raise _fail(path, f"{key} must be a list of layer indices, got {value!r}")
+    return tuple(sorted(value))  # features are concatenated in layer order, as vLLM does
+
+
+def parse_config(path: Path, cfg: dict[str, Any], keys: set[str]) -> HeadConfig:
+    """The HeadConfig of a head directory's config.json; `keys` are its weight names (they
+    tell the original release's `midlayer.*` layout from anything else)."""
+    kind = cfg.get("speculators_model_type")
+    if kind is not None:
+        if kind != SPECULATORS_TYPE:
+            raise _fail(path, f"unknown head format: speculators_model_type {kind!r} "
+                              f"(valid: {SPECULATORS_TYPE!r}; EAGLE-1, MLP and other speculators are not EAGLE-3)")
+        layer = cfg.get("transformer_layer_config")
+        if not isinstance(layer, dict):
+            raise _fail(path, "config.json has no transformer_layer_config object (the decoder layer's config)")
+        fmt, where, nbr_default = "speculators", "transformer_layer_config.", True
+        spec_cfg = cfg.get("speculators_config") or {}
+        methods = spec_cfg.get("proposal_methods") or [{}]
+        tokens = methods[0].get("speculative_tokens") if isinstance(methods[0], dict) else None
+        verifier = (spec_cfg.get("verifier") or {}).get("name_or_path")
+        aux = _layer_ids(path, cfg.get("eagle_aux_hidden_state_layer_ids"), "eagle_aux_hidden_state_layer_ids")
+    else:
+        if "fc.weight" not in keys:
+            hint = " (it looks like a full model: use --method draft_model)" if any(
+                k.startswith(("model.layers.", "model.embed_tokens")) for k in keys) else ""
+            raise _fail(path, f"not an EAGLE-3 head: no fc.weight among its weights{hint}")
+        if not any(k.startswith(("midlayer.", "layers.0.")) for k in keys):
+            raise _fail(path, "unknown head format: fc.weight without a decoder layer (midlayer.* as in the "
+                              "EAGLE-3 release, or layers.0.* with speculators_model_type 'eagle3')")
+        if "draft_vocab_size" not in cfg and "d2t" in keys:
+            raise _fail(path, "config.json has no draft_vocab_size")
+        layer, fmt, where, nbr_default = cfg, "eagle3", "", False
+        tokens = verifier = None
+        eagle_cfg = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+        aux = _layer_ids(path, cfg.get("eagle_aux_hidden_state_layer_ids",
+                                       eagle_cfg.get("eagle_aux_hidden_state_layer_ids")),
+                         "eagle_aux_hidden_state_layer_ids")
+    if cfg.get("norm_before_fc"):
+        raise _fail(path, "norm_before_fc is set (an RMSNorm before fc, gpt-oss heads); this engine "
+                          "runs heads without it")
+    layers = layer.get("num_hidden_layers", 1)
+    if layers != 1:
+        raise _fail(path, f"{where}num_hidden_layers is {layers!r}; this engine runs one-layer EAGLE-3 heads")
+    hidden = _int(path, layer, "hidden_size", where)
+    heads = _int(path, layer, "num_attention_heads", where)
+    vocab = _int(path, layer, "vocab_size", where)
+    rope = {k: layer[k] for k in ("rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor")
+            if layer.get(k) is not None}
+    return HeadConfig(
+        hidden_size=hidden, num_attention_heads=heads,
+        num_key_value_heads=_int(path, layer, "num_key_value_heads", where, heads),
+        head_dim=_int(path, layer, "head_dim", where, hidden // heads),
+        intermediate_size=_int(path, layer, "intermediate_size", where),
+        rms_norm_eps=float(layer.get("rms_norm_eps", 1e-6)), hidden_act=str(layer.get("hidden_act", "silu")),
+        vocab_size=vocab, draft_vocab_size=_int(path, cfg, "draft_vocab_size", "", vocab),
+        target_hidden_size=_int(path, cfg, "target_hidden_size", "", hidden),
+        norm_before_residual=bool(cfg.get("norm_before_residual", nbr_default)), aux_layers=aux, rope=rope,
+        max_position_embeddings=int(layer.get("max_position_embeddings", 32768)), format=fmt,
+        speculative_tokens=tokens if isinstance(tokens, int) else None,
+        verifier=verifier if isinstance(verifier, str) else None,
+    )
+
+
+def read_head(path: str | Path) -> tuple[HeadConfig, dict[str, torch.Tensor]]:
+    """(config, weights renamed to this module's names) of a head directory, checked for
+    the pieces every format needs; no target needed."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        what = "is a file; pass the head's directory" if path.is_file() else "no such directory"
+        raise _fail(path, f"{what} (method eagle3 reads a local EAGLE-3 head: config.json + weights)")
+    if not (path / "config.json").is_file():
+        raise _fail(path, "no config.json; not an EAGLE-3 head")
+    cfg = _read_json(path, path / "config.json")
+    weights = {("layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k): v
+               for k, v in read_weights(path).items() if k not in _IGNORED_KEYS}
+    head_cfg = parse_config(path, cfg, set(weights))
+    if head_cfg.draft_vocab_size < head_cfg.vocab_size and "d2t" not in weights:
+        raise _fail(path, f"no d2t in the weights, but its draft vocabulary ({head_cfg.draft_vocab_size:,} "
+                          f"tokens) is smaller than the target vocabulary ({head_cfg.vocab_size:,}): d2t maps "
+                          "draft ids to target ids")
+    for key in ("fc.weight", "norm.weight", "lm_head.weight", "layers.0.self_attn.q_proj.weight"):
+        if key not in weights:
+            raise _fail(path, f"missing weight {key!r}")
+    return head_cfg, weights
+
+
+def build_head(cfg: HeadConfig, weights: dict[str, torch.Tensor], path: Path | str = "<memory>") -> Eagle3Head:
+    """An Eagle3Head holding `weights` (CPU, float32 until moved). Shapes must match `cfg`."""
+    path = Path(path)
+    fc = weights["fc.weight"]
+    n_aux, rem = divmod(fc.shape[1], cfg.target_hidden_size)
+    if rem or fc.shape[0] != cfg.hidden_size:
+        raise _fail(path, f"fc.weight has shape {tuple(fc.shape)}, but the config says hidden size "
+                          f"{cfg.hidden_size} and target_hidden_size {cfg.target_hidden_size}")
+    if cfg.aux_layers is not None and len(cfg.aux_layers) != n_aux:
+        raise _fail(path, f"fc.weight reads {n_aux} feature layers but eagle_aux_hidden_state_layer_ids "
+                          f"lists {len(cfg.aux_layers)}")
+    if cfg.aux_layers is None and n_aux != 3:
+        raise _fail(path, f"fc.weight reads {n_aux} feature layers; without eagle_aux_hidden_state_layer_ids "
+                          "the default is 3")
+    head = Eagle3Head(cfg, attention_bias="layers.0.self_attn.q_proj.bias" in weights,
+                      own_embedding="embed_tokens.weight" in weights)
+    state = dict(weights)
+    if "d2t" not in state:  # full-vocabulary head: draft id = target id
+        state["d2t"] = torch.zeros(cfg.draft_vocab_size, dtype=torch.long)
+    if "t2d" not in state:  # redundant with d2t: rebuild it
+        t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+        d2t = state["d2t"].long()
+        ids = torch.arange(d2t.numel()) + d2t
+        if ids.numel() and (ids.min() < 0 or ids.max() >= cfg.vocab_size):
+            raise _fail(path, f"d2t maps draft ids outside the vocabulary of {cfg.vocab_size:,}")
+        t2d[ids] = True
+        state["t2d"] = t2d
+    state["d2t"], state["t2d"] = state["d2t"].long(), state["t2d"].bool()
+    expected = head.state_dict()
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise _fail(path, f"missing weight {missing[0]!r}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    for key, value in expected.items():
+        if tuple(state[key].shape) != tuple(value.shape):
+            raise _fail(path, f"weight {key!r} has shape {tuple(state[key].shape)}, the config implies "
+                              f"{tuple(value.shape)}")
+    head.load_state_dict({k: state[k] for k in expected})
+    ids = head.draft_ids
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= cfg.vocab_size):
+        raise _fail(path, f"d2t maps draft ids outside the vocabulary of {cfg.vocab_size:,}")
+    if int(head.t2d.sum()) != cfg.draft_vocab_size or not bool(head.t2d[ids].all()):
+        raise _fail(path, "t2d does not mark exactly the target ids d2t maps to")
+    return head.eval().requires_grad_(False)
+
+
+def output_rows(target: Any) -> int:
+    """Rows of the target's output distribution (its lm_head, packed or not)."""
+    head = target.get_output_embeddings()
+    rows = getattr(head, "out_features", None)
+    if rows is None and getattr(head, "weight", None) is not None:
+        rows = head.weight.shape[0]
+    return int(rows or target.config.get_text_config().vocab_size)
+
+
+def fit_to_target(head: Eagle3Head, target: Any, *, path: Path | str, target_name: str) -> Eagle3Head:
+    """Check a head against the target model it will draft for, share the target's embedding
+    and settle its feature layers. One-line ModelErrors name both sides of a mismatch."""
+    path, cfg = Path(path), head.config
+    tcfg = target.config.get_text_config()
+    t_hidden, t_layers = int(tcfg.hidden_size), int(tcfg.num_hidden_layers)
+    t_vocab = output_rows(target)
+    if cfg.target_hidden_size != t_hidden:
+        raise _fail(path, f"the head reads target features of hidden size {cfg.target_hidden_size} "
+                          f"(target_hidden_size / fc.weight), but target {target_name!r} has hidden size {t_hidden}")
+    if cfg.vocab_size != t_vocab:
+        raise _fail(path, f"the head's target vocabulary has {cfg.vocab_size:,} tokens (vocab_size, t2d), but "
+                          f"target {target_name!r} has {t_vocab:,}")
+    if head.embed_tokens is None:
+        emb = target.get_input_embeddings()
+        if int(emb.weight.shape[1]) != cfg.hidden_size:
+            raise _fail(path, f"head hidden size {cfg.hidden_size} differs from target {target_name!r}'s "
+                              f"embedding width {int(emb.weight.shape[1])} and the head ships no embed_tokens")
+        head.share_embedding(emb)
+    aux = cfg.aux_layers or default_aux_layers(t_layers)
+    bad = [i for i in aux if not 0 <= i <= t_layers]
+    if bad:
+        raise _fail(path, f"feature layer {bad[0]} is outside target {target_name!r}'s layers 0..{t_layers}"
+                          + ("" if cfg.aux_layers else f" (the default for {t_layers} layers; the head names none)"))
+    if len(set(aux)) != len(aux):
+        raise _fail(path, f"feature layers {list(aux)} repeat a layer")
+    head.aux_layers = tuple(aux)
+    p = next(target.parameters())
+    return head.to(device=p.device, dtype=p.dtype)
+
+
+def load_head(spec: str | Path, target: Any, *, target_name: str = "target") -> Eagle3Head:
+    """Read the head directory `spec`, check it against `target` (a transformers causal LM)
+    and return it on the target's device and dtype, in eval mode."""
+    cfg, weights = read_head(spec)
+    head = build_head(cfg, weights, spec)
+    return fit_to_target(head, target, path=spec, target_name=target_name)
+
+
+# --------------------------------------------------------------------------------------
+# Writing a head directory
+
+
+def _layer_dict(cfg: HeadConfig) -> dict[str, Any]:
+    d = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": cfg.hidden_size,
+         "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+         "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size,
+         "rms_norm_eps": cfg.rms_norm_eps, "hidden_act": cfg.hidden_act, "vocab_size": cfg.vocab_size,
+         "num_hidden_layers": 1, "max_position_embeddings": cfg.max_position_embeddings,
+         "tie_word_embeddings": False}
+    d.update(cfg.rope)
+    return d
+
+
+def save_head(head: Eagle3Head, path: str | Path, *, fmt: str = "speculators", weights: str = "safetensors",
+              verifier: str | None = None, speculative_tokens: int | None = None,
+              extra: dict[str, Any] | None = None) -> Path:
+    """Write `head` as a head directory in format `fmt` (speculators | eagle3) with its weights
+    as safetensors or a PyTorch .bin. Each file is written atomically. `extra` goes into
+    config.json as is (for example how the head was trained)."""
+    from safetensors.torch import save
+
+    from specbench.records import atomic_write
+
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = head.config
+    aux = list(head.aux_layers or cfg.aux_layers or ()) or None
+    state = {k: v.detach().to("cpu").contiguous() for k, v in head.state_dict().items()}
+    if fmt == "speculators":
+        config: dict[str, Any] = {
+            "speculators_model_type": SPECULATORS_TYPE, "architectures": ["Eagle3Speculator"],
+            "transformer_layer_config": _layer_dict(cfg), "draft_vocab_size": cfg.draft_vocab_size,
+            "norm_before_residual": cfg.norm_before_residual, "target_hidden_size": cfg.target_hidden_size,
+            "eagle_aux_hidden_state_layer_ids": aux,
+            "speculators_config": {
+                "algorithm": "eagle3", "default_proposal_method": "greedy",
+                "proposal_methods": [{"proposal_type": "greedy",
+                                      "speculative_tokens": speculative_tokens or cfg.speculative_tokens or 3}],
+                "verifier": {"name_or_path": verifier or cfg.verifier, "architectures": []},
+            },
+        }
+    else:
+        config = {**_layer_dict(cfg), "architectures": ["LlamaForCausalLMEagle3"],
+                  "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.target_hidden_size,
+                  "norm_before_residual": cfg.norm_before_residual}
+        if aux:
+            config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": aux, "use_aux_hidden_state": True}
+        state = {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
+    config.update(extra or {})
+    for stale in WEIGHT_FILES:
+        if (path / stale).exists():
+            (path / stale).unlink()
+    if weights == "safetensors":
+        atomic_write(path / "model.safetensors", lambda fh: fh.write(save(state, metadata={"format": "pt"})))
+    elif weights == "bin":
+        atomic_write(path / "pytorch_model.bin", lambda fh: torch.save(state, fh))
+    else:
+        raise ValueError("weights must be 'safetensors' or 'bin'")
+    atomic_write(path / "config.json", lambda fh: fh.write(json.dumps(config, indent=2).encode()))
+    return path
+
+
+def describe(head: Eagle3Head) -> dict[str, Any]:
+    """A JSON-able summary for run.json."""
+    cfg = head.config
+    params = sum(p.numel() for p in head.parameters())
+    return {"format": cfg.format, "hidden_size": cfg.hidden_size, "draft_vocab_size": cfg.draft_vocab_size,
+            "aux_layers": list(head.aux_layers), "norm_before_residual": cfg.norm_before_residual,
+            "parameters": params, "own_embedding": head.embed_tokens is not None}
+
+
+__all__ = ["FORMATS", "HeadConfig", "Eagle3Head", "default_aux_layers", "read_head", "build_head",
+           "fit_to_target", "load_head", "save_head", "describe"]

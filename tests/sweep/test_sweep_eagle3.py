@@ -1,0 +1,65 @@
+"""Sweeps accept eagle3 in their method space: the head comes from `models.head` (--head), one
+per study; a grid over draft_model and eagle3 measures each once, the eagle3 trial's run
+records name the head, and a launched server gets vLLM's eagle3 --speculative-config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import tiny
+from cli_harness import specbench
+from specbench.errors import ConfigError
+from specbench.models.eagle3 import save_head
+from specbench.records import read_run
+from specbench.sweep import build_spec
+from specbench.sweep.server import speculative_config_json
+from specbench.sweep.spec import Point
+from test_sweep_run import FAST, load, measured, prompts_file  # noqa: F401  (fixture)
+
+
+@pytest.fixture(scope="module")
+def head_dir(tiny_pair, tmp_path_factory) -> Path:
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(tiny_pair[0], dtype="float32").eval()
+    return save_head(tiny.make_head(target, draft_vocab_size=100, seed=3), tmp_path_factory.mktemp("h") / "head")
+
+
+def test_eagle3_needs_a_head():
+    with pytest.raises(ConfigError, match=r"method eagle3 needs an EAGLE-3 head directory: set models.head \(--head\)"):
+        build_spec(None, {"space.method": ["eagle3"]})
+
+
+def test_the_head_is_part_of_each_eagle3_point_not_of_the_key(tmp_path):
+    spec = build_spec(None, {"space.method": ["draft_model", "eagle3"], "models.head": "/heads/h",
+                             "space.num_speculative_tokens": ["3"]})
+    points = spec.space.points()
+    e = [p for p in points if p.method == "eagle3"]
+    assert len(e) == 1 and e[0].draft == "/heads/h" and e[0].speculative_config().draft == "/heads/h"
+    assert e[0].key == "eagle3|k3|-|c1" and "draft" not in e[0].params
+    assert spec.space.describe()["head"] == "/heads/h"
+    assert json.loads(speculative_config_json(e[0])) == {"method": "eagle3", "model": "/heads/h",
+                                                          "num_speculative_tokens": 3}
+    no_head = build_spec(None, {"space.method": ["ngram"], "models.head": "/heads/h"})
+    assert no_head.space.head is None and "head" not in no_head.space.describe()
+    assert Point.of("eagle3", 3, "/x").draft == "/x" and Point.of("ngram", 3, "/x").draft is None
+
+
+def test_grid_sweep_over_draft_model_and_eagle3(tiny_pair, head_dir, prompts_file, tmp_path):  # noqa: F811
+    where = tmp_path
+    res = specbench("sweep", "--target", tiny_pair[0], "--draft", tiny_pair[1], "--head", head_dir,
+                    "--workload", prompts_file, *FAST, "--storage", f"sqlite:///{where / 'study.db'}",
+                    "--out", where / "study", "--study-name", "tiny", "--sampler", "grid",
+                    "--method", "draft_model,eagle3", "-k", "2", "--concurrency", "1")
+    assert res.code == 0, res.output
+    trials = measured(load(where))
+    methods = sorted(t.params["method"] for t in trials)
+    assert methods == ["draft_model", "eagle3", "none"]
+    e = next(t for t in trials if t.params["method"] == "eagle3")
+    df, meta = read_run(where / "study" / e.user_attrs["run_dir"])
+    assert set(df["method"]) == {"eagle3"} and set(df["draft_model"]) == {str(head_dir)}
+    assert meta["config"]["draft"] == str(head_dir)
+    assert (df["token_match_rate"] == 1.0).all()

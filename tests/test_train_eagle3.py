@@ -1,0 +1,101 @@
+"""benchmarks/train_eagle3.py on the tiny pair: it writes a head that loads and drafts, resumes
+from its work directory without redoing a finished phase, and pauses while the quiet lock
+exists during training (checkpoint first, then wait, then go on; the pause is not counted
+as training time)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from specbench.config import SamplingParams, SpeculativeConfig
+from specbench.engine import Engine
+from specbench.models.eagle3 import load_head
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("train_eagle3", REPO / "benchmarks" / "train_eagle3.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    texts = ["def add(a, b):", "Say hello.", "abc abc abc", "Sort a list.", "x = 1\ny = 2", "Write a poem.",
+             "for i in range(3):", "Explain JSON.", "1, 2, 3, 4"]
+    path.write_text("".join(json.dumps({"id": f"p{i}", "prompt": t}) + "\n" for i, t in enumerate(texts)))
+    return path
+
+
+def argv(tiny_pair, prompts, out, *extra) -> list[str]:
+    return ["--target", str(tiny_pair[0]), "--out", str(out), "--workload", str(prompts), "--holdout", "2",
+            "--num-train-prompts", "6", "--answer-prompts", "3", "--max-new-tokens", "8",
+            "--max-prompt-tokens", "32", "--concurrency", "2", "--shard-size", "4", "--draft-vocab", "64",
+            "--intermediate-size", "64", "--batch-size", "2", "--dtype", "float32", "--aux-layers", "0,1,2",
+            "--no-bf16", "--save-every", "2", *extra]
+
+
+def training(out: Path) -> dict:
+    return json.loads((out / "config.json").read_text())["specbench_training"]
+
+
+def test_writes_a_head_that_drafts_and_resumes(tiny_pair, prompts, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    mod = load_script()
+    out = tmp_path / "head"
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "3"))
+    info = training(out)
+    assert info["steps"] == 3 and info["prompts"] == 6 and info["answered_prompts"] == 3
+    assert info["draft_vocab_size"] == 64 and len(info["held_out"]) == 2
+    target = AutoModelForCausalLM.from_pretrained(tiny_pair[0], dtype="float32").eval()
+    head = load_head(out, target)
+    assert head.config.format == "speculators" and head.aux_layers == (0, 1, 2)
+    eng = Engine(target, head=head, pack=False)
+    sp = SamplingParams(max_new_tokens=10, ignore_eos=True)
+    spec, _ = eng.run([([5, 6, 7], sp)], SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h"))
+    base, _ = eng.run([([5, 6, 7], sp)], SpeculativeConfig())
+    assert spec[0].output_ids == base[0].output_ids and sum(s.drafted for s in spec[0].steps) > 0
+
+    answers = (out / "work" / "responses.jsonl").read_text()
+    capsys.readouterr()
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "5"))
+    err = capsys.readouterr().err
+    assert "resumed from step 3" in err and "generating" not in err  # answers and features kept
+    assert (out / "work" / "responses.jsonl").read_text() == answers
+    assert training(out)["steps"] == 5
+
+
+def test_pauses_while_the_quiet_lock_exists(tiny_pair, prompts, tmp_path, monkeypatch, capsys):
+    mod = load_script()
+    out = tmp_path / "head"
+    lock = tmp_path / "quiet"
+    monkeypatch.setattr(mod, "QUIET", lock)
+    monkeypatch.setattr(mod, "QUIET_POLL_S", 0.05)
+    real_loss, calls, seen = mod.ttt_loss, [], {}
+
+    def release():
+        seen["checkpoint_at_pause"] = (out / "work" / "checkpoint.pt").exists()
+        lock.unlink()
+
+    def loss_then_lock(*a, **kw):  # someone starts timing a benchmark after training step 2
+        calls.append(1)
+        if len(calls) == 2:
+            lock.touch()
+            threading.Timer(0.6, release).start()
+        return real_loss(*a, **kw)
+
+    monkeypatch.setattr(mod, "ttt_loss", loss_then_lock)
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "4", "--save-every", "100"))
+    info = training(out)
+    assert "paused" in capsys.readouterr().err and seen == {"checkpoint_at_pause": True}
+    assert info["steps"] == 4 and info["quiet_paused_s"] >= 0.5
+    assert info["train_active_s"] < info["train_wall_s"] - 0.4  # the pause is not training time
