@@ -22,7 +22,7 @@ SERVE = ("{python} -m specbench.server --target {target} --draft {draft} -k 3 --
          "--device cpu --port {port} --served-model-name tiny")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 PROMPTS = [[(5 * i + j) % 250 + 3 for j in range(4 + 3 * i)] for i in range(8)]
-MAX_TOKENS = 16
+MAX_TOKENS = 48  # long enough that 8 requests sent together overlap for most of their steps
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +39,13 @@ def baseline(tiny_pair):
     """The non-speculative greedy output of every prompt, from the engine in this process."""
     t = load_model(str(tiny_pair[0]), EngineConfig(device="cpu", dtype="float32"))
     engine = Engine(t.model, eos_token_ids=t.eos_token_ids, max_context=t.max_context)
-    sp = SamplingParams(max_new_tokens=MAX_TOKENS)
+    sp = SamplingParams(max_new_tokens=MAX_TOKENS, ignore_eos=True)
     return [engine.generate(p, sp, SpeculativeConfig()).output_ids for p in PROMPTS]
 
 
 def complete(base: str, prompt: list[int], stream: bool) -> list[int]:
-    body = {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": stream}
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": stream,
+            "ignore_eos": True}
     if not stream:
         r = httpx.post(base + "/v1/completions", json=body, timeout=120)
         r.raise_for_status()
