@@ -134,7 +134,7 @@ def run(
     if all(k == 0 for k in ks) and method != "none":
         raise ConfigError("-k 0 is the baseline, which every run measures: give k >= 1 (e.g. -k 2,4) "
                           "or --method none for the baseline alone")
-    if 0 in ks:
+    if 0 in ks and method != "none":
         console.print("[yellow]note: -k 0 is the baseline, which every run measures; dropped from the k list[/]")
         ks = [k for k in ks if k]
     knobs = {"disable_by_batch_size": disable_by_batch_size, "dynamic_k": dynamic_k}
