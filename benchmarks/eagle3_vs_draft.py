@@ -4,8 +4,8 @@ model and the head, one run directory (the records `specbench run` writes, so `s
 report` and `specbench compare` read it as any run).
 
 Prints the run's summary table (acceptance, TPOT, speedups vs the paired baseline) and what
-drafting costs per step for each method. Waits between configurations while
-/tmp/specbench-quiet exists.
+drafting costs per step for each method. With --pause-while PATH it waits between
+configurations while PATH exists.
 
     python benchmarks/eagle3_vs_draft.py --head /work/heads/qwen2.5-coder-1.5b-eagle3
     python benchmarks/eagle3_vs_draft.py --head DIR -k 3 --num-prompts 6 --max-new-tokens 64 --out runs/e3-vs-dm
@@ -30,9 +30,6 @@ from specbench.records import RunMetadata, RunWriter, default_run_dir, make_run_
 from specbench.runner import plan, run_configuration
 from specbench.workload import build_requests, load_workload
 
-QUIET = Path("/tmp/specbench-quiet")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
@@ -48,6 +45,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--pause-while", type=Path, default=None, metavar="PATH",
+                    help="wait between configurations while PATH exists; off by default")
     args = ap.parse_args()
 
     console = Console(stderr=True)
@@ -85,9 +84,10 @@ def main() -> None:
                                  overrides={"max_new_tokens": args.max_new_tokens})
     baseline_outputs: dict[str, list[int]] = {}
     for c in configs:
-        if QUIET.exists():  # someone is timing a benchmark on this machine: wait between configurations
-            console.print(f"[yellow]{QUIET} exists: waiting before {c.config_id}[/]")
-            while QUIET.exists():
+        lock = args.pause_while  # someone is timing a benchmark on this machine: wait between configurations
+        if lock is not None and lock.exists():
+            console.print(f"[yellow]{lock} exists: waiting before {c.config_id}[/]")
+            while lock.exists():
                 time.sleep(20)
         t = time.perf_counter()
         _, info = run_configuration(be, requests, c, run_id=metadata.run_id, writer=writer, warmup=args.warmup,

@@ -25,8 +25,8 @@ config.json under specbench_training) is written to OUT at the end. The prompts 
 `specbench run --workload real --num-prompts N --seed S` measures are held out (--holdout N,
 --seed S), so acceptance is measured on prompts the head never saw.
 
-While /tmp/specbench-quiet exists (someone is timing a benchmark on this machine) the script
-checkpoints, waits and resumes; the paused time does not count against --budget-min.
+With --pause-while PATH, while PATH exists (someone is timing a benchmark on this machine) the
+script checkpoints, waits and resumes; the paused time does not count against --budget-min.
 
     python benchmarks/train_eagle3.py --out /work/heads/qwen2.5-coder-1.5b-eagle3
     python benchmarks/train_eagle3.py --out DIR --budget-min 30 --draft-vocab 8192   # resume / longer
@@ -55,25 +55,29 @@ from specbench.models.loading import load_model
 from specbench.records import atomic_write
 from specbench.workload import build_requests, load_workload
 
-QUIET = Path("/tmp/specbench-quiet")
 QUIET_POLL_S = 20.0  # how often a paused run looks at the lock again
 console = Console(stderr=True)
 
 
 class Clock:
-    """Active seconds (quiet-lock pauses excluded) and a pause that waits for the lock."""
+    """Active seconds (quiet-lock pauses excluded) and a pause that waits for the lock.
 
-    def __init__(self) -> None:
+    The lock is opt-in (`--pause-while PATH`): without it nothing on the machine can stall training.
+    """
+
+    def __init__(self, lock: Path | None = None) -> None:
         self.paused_s = 0.0
+        self.lock = lock
 
     def wait_if_quiet(self, before=None) -> bool:
-        if not QUIET.exists():
+        lock = self.lock
+        if lock is None or not lock.exists():
             return False
         if before is not None:
             before()
-        console.print(f"[yellow]{QUIET} exists: paused (checkpointed), waiting for it to go[/]")
+        console.print(f"[yellow]{lock} exists: paused (checkpointed), waiting for it to go[/]")
         t0 = time.perf_counter()
-        while QUIET.exists():
+        while lock.exists():
             time.sleep(QUIET_POLL_S)
         self.paused_s += time.perf_counter() - t0
         console.print(f"resumed after {time.perf_counter() - t0:.0f} s")
@@ -308,6 +312,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--init-from-target", action=argparse.BooleanOptionalAction, default=True,
                     help="start the head's final norm and lm_head from the target's")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--pause-while", type=Path, default=None, metavar="PATH",
+                    help="checkpoint and pause while PATH exists (a lock a timed benchmark holds); off by default")
     args = ap.parse_args(argv)
 
     out = args.out.expanduser().resolve()
@@ -316,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"--out {out} is inside the repository; heads are large: write them elsewhere (e.g. /work/heads/)")
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
-    clock = Clock()
+    clock = Clock(args.pause_while)
     timing: dict[str, float] = {}
     t_start = time.perf_counter()
 

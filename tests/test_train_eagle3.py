@@ -78,7 +78,6 @@ def test_pauses_while_the_quiet_lock_exists(tiny_pair, prompts, tmp_path, monkey
     mod = load_script()
     out = tmp_path / "head"
     lock = tmp_path / "quiet"
-    monkeypatch.setattr(mod, "QUIET", lock)
     monkeypatch.setattr(mod, "QUIET_POLL_S", 0.05)
     real_loss, calls, seen = mod.ttt_loss, [], {}
 
@@ -94,7 +93,7 @@ def test_pauses_while_the_quiet_lock_exists(tiny_pair, prompts, tmp_path, monkey
         return real_loss(*a, **kw)
 
     monkeypatch.setattr(mod, "ttt_loss", loss_then_lock)
-    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "4", "--save-every", "100"))
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "4", "--save-every", "100", "--pause-while", str(lock)))
     info = training(out)
     assert "paused" in capsys.readouterr().err and seen == {"checkpoint_at_pause": True}
     assert info["steps"] == 4 and info["quiet_paused_s"] >= 0.5
