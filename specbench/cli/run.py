@@ -181,7 +181,7 @@ def run(
         "ngram": list(ngram), "workload": wl.name, "workload_kind": wl.kind,
         "num_prompts": len(wl.prompts), "sampling": overrides, "seed": seed,
         "ignore_eos": ignore_eos, "concurrency": concurrencies, "request_rate": request_rate,
-        "disable_by_batch_size": disable_by_batch_size, "dynamic_k": dynamic_k, "warmup": warmup,
+        "disable_by_batch_size": knobs["disable_by_batch_size"], "dynamic_k": knobs["dynamic_k"], "warmup": warmup,
         "repeats": repeats, "interleave": interleave,
         "device": device, "dtype": dtype, "compile": compile, "backend": backend, "baseline": baseline,
         "chat_template": chat_template, "truncate": truncate,
