@@ -1,21 +1,36 @@
-"""Configuration as flat frozen dataclasses.
+"""Configuration as flat frozen dataclasses, and the defaults of a run, defined once.
 
 `SamplingParams` (per request), `SpeculativeConfig` (method, k, draft), `EngineConfig`
-(device, dtype). Values are validated on construction so a bad flag fails before any model
-loads; errors name the field and what would be valid. `parse_speculative_config` accepts
-vLLM's `--speculative-config` JSON shape.
+(device, dtype), `RunConfig` (the `config` object of a run's run.json, written and read back
+through `to_dict`/`from_dict`). Values are validated on construction so a bad flag fails
+before any model loads; errors name the field and what would be valid.
+`parse_speculative_config` accepts vLLM's `--speculative-config` JSON shape; `split_list` and
+`parse_int_list` read the comma-separated, repeatable list flags every command takes.
+
+Boundary: the lowest layer. Plain data and parsing only: no models, files or output, so every
+other layer (the report included) may import it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from specbench.errors import ConfigError
 
+# Defaults of `specbench run`, `serve` and `sweep`, here once so they cannot drift apart.
+DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
+DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"  # the draft of the default target
+DEFAULT_NUM_SPECULATIVE_TOKENS = 4  # k when no -k is given
+DEFAULT_MAX_NEW_TOKENS = 64  # new tokens per request unless --max-new-tokens says otherwise
+DEFAULT_NAMED_PROMPTS = 6  # a named prompt set is sampled down to this many unless told otherwise
+
 METHODS = ("none", "draft_model", "ngram", "eagle3")
+DRAFTED_METHODS = ("draft_model", "eagle3")  # the methods that take a --draft (model or head)
+_NGRAM_NO_DRAFT = "--draft cannot be used with method 'ngram' (prompt lookup needs no model)"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 COMPILE_MODES = ("off", "auto", "on")
@@ -34,6 +49,34 @@ def finite(flag: str, value: float | None, *, minimum: float | None = None, abov
     if above is not None and value <= above:
         raise ConfigError(f"{flag} must be > {above:g}, got {value:g}")
     return float(value)
+
+
+def split_list(values: Sequence[str] | None) -> list[str]:
+    """A repeatable, comma-separated flag as its items: `-k 2,4 -k 8` -> ["2", "4", "8"]
+    (blanks dropped)."""
+    return [part.strip() for v in values or () for part in str(v).split(",") if part.strip()]
+
+
+def parse_int_list(values: Sequence[str] | None, flag: str) -> list[int] | None:
+    """`-k 2,4 -k 8` -> [2, 4, 8]; None when the flag was not given; one clear line for
+    anything that is not an integer."""
+    if not values:
+        return None
+    out: list[int] = []
+    for part in split_list(values):
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise ConfigError(f"{flag}: {part!r} is not an integer (use e.g. {flag} 1,2,4)") from None
+    return out
+
+
+def default_draft(target: str, method: str, draft: str | None) -> str | None:
+    """The draft model a method uses: the one named, else for draft_model on the default
+    target the catalog's draft of it (other targets must name theirs)."""
+    if method == "draft_model" and draft is None and target == DEFAULT_TARGET:
+        return DEFAULT_DRAFT
+    return draft
 
 
 @dataclass(frozen=True)
@@ -96,7 +139,7 @@ class SpeculativeConfig:
                 f"--num-speculative-tokens must be >= 0, got {self.num_speculative_tokens}"
             )
         if self.method == "ngram" and self.draft is not None:
-            raise ConfigError("--draft cannot be used with method 'ngram' (prompt lookup needs no model)")
+            raise ConfigError(_NGRAM_NO_DRAFT)
         if self.method == "draft_model" and self.num_speculative_tokens > 0 and not self.draft:
             raise ConfigError("method 'draft_model' needs a draft model (--draft)")
         if self.method == "eagle3" and self.num_speculative_tokens > 0 and not self.draft:
@@ -114,6 +157,18 @@ class SpeculativeConfig:
                 "draft_confidence_threshold must be in [0, 1), got "
                 f"{self.draft_confidence_threshold}"
             )
+
+    @classmethod
+    def for_method(cls, method: str, num_speculative_tokens: int, draft: str | None = None,
+                   **knobs: Any) -> "SpeculativeConfig":
+        """The configuration of `method` as flags name it: `draft` is kept for the methods
+        that draft with one (draft_model, eagle3), dropped for none, refused for ngram; method
+        none is the baseline (k = 0)."""
+        spec = cls(method=method, num_speculative_tokens=num_speculative_tokens if method != "none" else 0,
+                   draft=draft if method in DRAFTED_METHODS else None, **knobs)
+        if method == "ngram" and draft is not None:
+            raise ConfigError(_NGRAM_NO_DRAFT)
+        return spec
 
     @property
     def speculative(self) -> bool:
@@ -133,6 +188,8 @@ class SpeculativeConfig:
 
 
 BASELINE = SpeculativeConfig()
+# prompt lookup's (shortest, longest) n-gram when nothing names them: the field defaults above
+DEFAULT_NGRAM = (BASELINE.ngram_min, BASELINE.ngram_max)
 
 
 @dataclass(frozen=True)
@@ -197,16 +254,113 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         raise ConfigError(
             f"--speculative-config: unknown method {raw_method!r}; valid: {', '.join(sorted(_VLLM_METHOD_ALIASES))}"
         )
-    k = obj.get("num_speculative_tokens", 0 if method == "none" else 4)
+    k = obj.get("num_speculative_tokens", 0 if method == "none" else DEFAULT_NUM_SPECULATIVE_TOKENS)
     if not isinstance(k, int) or isinstance(k, bool):
         raise ConfigError(f"--speculative-config: num_speculative_tokens must be an integer, got {k!r}")
     return SpeculativeConfig(
         method=method,
         num_speculative_tokens=k,
         draft=obj.get("model"),
-        ngram_min=int(obj.get("prompt_lookup_min", 1)),
-        ngram_max=int(obj.get("prompt_lookup_max", 4)),
+        ngram_min=int(obj.get("prompt_lookup_min", DEFAULT_NGRAM[0])),
+        ngram_max=int(obj.get("prompt_lookup_max", DEFAULT_NGRAM[1])),
         draft_confidence_threshold=float(obj.get("draft_confidence_threshold", 0.0)),
         disable_by_batch_size=obj.get("disable_by_batch_size", obj.get("speculative_disable_by_batch_size")),
         dynamic_k=bool(obj.get("dynamic_k", False)),
     )
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON holds it: tuples as lists, mappings as dicts, all the way down."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The `config` object of a run's run.json: the run as it was asked for (the command's
+    flags, resolved), what setting it up found, and what the runner added per configuration.
+
+    `to_dict()` writes the JSON keys runs have always had; `from_dict()` reads them back, also
+    from older runs and sweep trials, which lack some: a missing key reads as None (or empty),
+    never as a guess. Keys not named here travel in `extra`, so nothing read is lost. Whatever
+    reads run.json's configuration (compare, report, sweep) goes through `from_dict`, not
+    through key strings. Mapping fields are read-only views of the JSON.
+    """
+
+    # ---- as asked: every run writes these keys ------------------------------------------
+    target: str | None = None  # catalog name, model directory or .gguf (openai: the served model)
+    draft: str | None = None  # the draft model, or (eagle3) the EAGLE-3 head's directory
+    method: str | None = None  # none | draft_model | ngram | eagle3
+    num_speculative_tokens: tuple[int, ...] = ()  # k of each configuration
+    ngram: tuple[int, ...] | None = None  # prompt lookup's (ngram_min, ngram_max)
+    workload: str | None = None  # prompt-set name or file
+    workload_kind: str | None = None  # real | high-entropy | regression | custom
+    num_prompts: int | None = None  # prompts per configuration, after sampling
+    sampling: Mapping[str, Any] = field(default_factory=dict)  # sampling flags given explicitly
+    seed: int | None = None  # base seed: prompt sampling, request seeds, interleaving order
+    ignore_eos: bool | None = None
+    concurrency: tuple[int, ...] = ()  # requests in flight, one level after another
+    request_rate: float | None = None  # requests/s of Poisson arrivals; None = closed loop
+    disable_by_batch_size: int | None = None
+    dynamic_k: bool | None = None
+    warmup: int | None = None  # warm-up waves per configuration
+    repeats: int | None = None  # measurements of every prompt per configuration
+    interleave: bool | None = None  # configurations alternated block by block
+    time_budget_s: float | None = None  # measuring time after which no prompt starts; None = none
+    device: str | None = None  # as asked: auto | cpu | cuda | cuda:N
+    dtype: str | None = None  # as asked: auto | bfloat16 | float16 | float32
+    compile: str | None = None  # the engine's forward path: off | auto | on
+    backend: str | None = None  # embedded | hf | openai
+    baseline: bool | None = None  # paired with the non-speculative baseline
+    chat_template: bool | None = None
+    truncate: bool | None = None  # long prompts left-truncated (else skipped)
+    configurations: tuple[str, ...] = ()  # configuration ids, in plan order
+    # ---- found while setting up: written once known ----------------------------------
+    dtype_resolved: str | None = None  # the dtype the models really run in
+    engine: Mapping[str, Any] | None = None  # embedded: the forward path and why
+    eagle3_head: Mapping[str, Any] | None = None  # eagle3: the head's format and sizes
+    openai: Mapping[str, Any] | None = None  # openai: the server and how it is spoken to
+    server: Mapping[str, Any] | None = None  # a sweep across servers: the trial's command and log
+    sweep: Mapping[str, Any] | None = None  # a sweep trial: study, storage, trial, objectives, host
+    # ---- added by the runner ----------------------------------------------------------
+    configuration_stats: Mapping[str, Any] = field(default_factory=dict)  # per configuration id
+    interrupted_by: str | None = None  # SIGINT | SIGTERM
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys not named above, as read
+
+    @property
+    def dtype_used(self) -> str | None:
+        """The dtype the models ran in, or (older runs, servers) the one asked for."""
+        return self.dtype_resolved or self.dtype
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        """The run.json keys this class names (`extra` holds any other)."""
+        return frozenset(f.name for f in fields(cls)) - {"extra"}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object for run.json: every "as asked" key; the others once they are set."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra" or (f.name in _SET_WHEN_KNOWN and value in (None, {})):
+                continue
+            out[f.name] = _plain(value)
+        out.update(_plain(self.extra))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "RunConfig":
+        """Read run.json's `config` object (None or {} for a run that has none)."""
+        data = dict(data or {})
+        known = cls.keys()
+        values = {k: tuple(v) if k in _LIST_KEYS and isinstance(v, list) else v
+                  for k, v in data.items() if k in known and v is not None}
+        return cls(**values, extra={k: v for k, v in data.items() if k not in known})
+
+
+_SET_WHEN_KNOWN = frozenset({"dtype_resolved", "engine", "eagle3_head", "openai", "server", "sweep",
+                             "configuration_stats", "interrupted_by"})
+_LIST_KEYS = frozenset({"num_speculative_tokens", "ngram", "concurrency", "configurations"})

@@ -2,9 +2,10 @@
 
 One pyarrow schema (`SCHEMA`), defined once here, with units in the column names and a short
 description per column (field metadata key `description`; `column_docs()` lists them for the
-README). One row per sample. The run's metadata (`RunMetadata`: config, package versions,
-device, git revision, command line, status) travels as JSON in the Parquet file's key-value
-metadata under the key `specbench`, and beside it as a pretty `run.json`.
+README). One row per sample. The run's metadata (`RunMetadata`: the run configuration, package
+versions, device, git revision, command line, status) travels as JSON in the Parquet file's
+key-value metadata under the key `specbench`, and beside it as a pretty `run.json`; its
+`config` object is `specbench.config.RunConfig` in JSON form.
 
 A run directory holds `samples.parquet` and `run.json`. `RunWriter` rewrites both
 atomically (temp file in the same directory, fsync, os.replace) on every `flush()`, so a run
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specbench.config import SpeculativeConfig
+from specbench.config import RunConfig, SpeculativeConfig
 from specbench.errors import RecordsError
 from specbench.metrics import METRIC_COLUMNS
 from specbench.types import Request
@@ -263,7 +264,10 @@ class RunMetadata:
 
     run_id: str
     created_at: str  # UTC, ISO 8601
-    config: dict[str, Any]  # the run configuration, JSON-serializable
+    # The run configuration in its run.json form (`RunConfig.to_dict()`), kept as JSON here
+    # because setup and the runner add to it as they go (`note`, `add_configuration_stats`);
+    # `run_config` reads it back typed.
+    config: dict[str, Any]
     versions: dict[str, str | None]  # specbench, torch, transformers, python
     device: str | None  # e.g. "NVIDIA H200" or "cpu (x86_64)"
     git_revision: str | None  # HEAD of the repository in the working directory, if any
@@ -280,17 +284,18 @@ class RunMetadata:
     def collect(
         cls,
         run_id: str,
-        config: dict[str, Any],
+        config: RunConfig | dict[str, Any],
         *,
         device: str | None = None,
         command: list[str] | None = None,
         cwd: Path | None = None,
     ) -> "RunMetadata":
-        """Gather versions, host, git revision and command line from the current process."""
+        """Gather versions, host, git revision and command line from the current process.
+        `config` is a `RunConfig`, or a dict already in its JSON form (taken as it is)."""
         return cls(
             run_id=run_id,
             created_at=_utc_now(),
-            config=config,
+            config=config.to_dict() if isinstance(config, RunConfig) else config,
             versions={
                 "specbench": package_version("specbench"),
                 "torch": package_version("torch"),
@@ -302,6 +307,23 @@ class RunMetadata:
             hostname=socket.gethostname(),
             command=list(sys.argv if command is None else command),
         )
+
+    @property
+    def run_config(self) -> RunConfig:
+        """The configuration, typed."""
+        return RunConfig.from_dict(self.config)
+
+    def note(self, **found: Any) -> None:
+        """Add what setting up found or the run ended with, by `RunConfig` field name
+        (`dtype_resolved=`, `engine=`, `openai=`, `eagle3_head=`, `interrupted_by=`, ...)."""
+        unknown = set(found) - RunConfig.keys()
+        assert not unknown, f"not RunConfig fields: {sorted(unknown)}"
+        plain = RunConfig(**found).to_dict()  # the JSON form of each value
+        self.config.update({name: plain[name] for name in found if name in plain})
+
+    def add_configuration_stats(self, stats: dict[str, dict]) -> None:
+        """Record (or replace) configurations' statistics, by configuration id."""
+        self.config.setdefault("configuration_stats", {}).update(stats)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -558,7 +580,7 @@ def _process_alive(meta: dict[str, Any]) -> bool:
 # Reading
 
 
-def _recover(file: Path, journal: Path) -> tuple["pd.DataFrame", dict[str, Any]] | None:
+def _recover(journal: Path) -> tuple["pd.DataFrame", dict[str, Any]] | None:
     """A run whose writer never closed: its journal holds every sample it completed (the
     Parquet file, if any, only those of finished configurations, or another run's)."""
     table, meta = _read_journal(journal)
@@ -577,7 +599,7 @@ def read_run(path: Path | str) -> tuple["pd.DataFrame", dict[str, Any]]:
     file = path / SAMPLES_FILE if path.is_dir() else path
     journal = file.parent / JOURNAL_FILE
     if journal.is_file():
-        recovered = _recover(file, journal)
+        recovered = _recover(journal)
         if recovered is not None:
             return recovered
     if not file.is_file():

@@ -1,10 +1,14 @@
-"""Turns a run plan into records: warm-up, the baseline paired with each speculative
+"""Turns configurations into records: warm-up, the baseline paired with each speculative
 configuration on the same requests, interleaved so they see the same machine, honest
 timing, one row per sample.
 
-The runner knows backends (requests in, results out) and the records schema; it never
-touches models or text. Rows are handed to a `RunWriter` as they complete, so an interrupted
-run keeps every finished sample.
+`plan()` lists the configurations of a run (per concurrency, the baseline first);
+`run_plan()` measures them all on one backend, `run_configuration()` one (a sweep trial).
+
+The runner knows backends (requests in, results out, see `specbench.backends.base`) and the
+records schema; it never touches models or text, and draws nothing (it reports to a
+`specbench.progress.PlanProgress`). Rows are handed to a `RunWriter` as they complete, so an
+interrupted run keeps every finished sample.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from specbench.backends.base import Backend
+from specbench.backends.base import Backend, batched
 from specbench.config import BASELINE, SpeculativeConfig
 from specbench.errors import ConfigError
 from specbench.metrics import match_fields, sample_metrics
+from specbench.progress import PlanProgress
 from specbench.records import RunWriter, make_row
 from specbench.types import Request, Result
 
@@ -170,14 +175,14 @@ def run_configuration(
     if baseline_outputs is not None:
         baseline_outputs.update({pid: out for (pid, rep), out in recorder.baseline_outputs.items() if rep == 0})
     if writer is not None:
-        writer.metadata.config.setdefault("configuration_stats", {})[config.config_id] = info
+        writer.metadata.add_configuration_stats({config.config_id: info})
         writer.flush()
     return recorder.rows, info
 
 
 def _warm(backend: Backend, requests: Sequence[Request], config: Configuration, waves: int) -> None:
     """Warm-up, discarded: `waves` waves of short requests at the configuration's concurrency."""
-    if hasattr(backend, "run"):
+    if batched(backend):
         warm = warmup_requests(requests, waves * config.concurrency)
         if warm:
             backend.run(warm, config.spec, concurrency=config.concurrency)
@@ -192,8 +197,8 @@ def _run_block(backend: Backend, requests: list[Request], config: Configuration,
     relative to the configuration's own clock: its earlier blocks' busy time (`offset`) plus
     the time since this block started, so a configuration interleaved with others reads as
     if it had run alone, back to back."""
-    batched = hasattr(backend, "run")
-    if not batched and (config.concurrency != 1 or config.request_rate):
+    together = batched(backend)
+    if not together and (config.concurrency != 1 or config.request_rate):
         raise ConfigError(
             f"the {backend.name} backend runs one request at a time: use --concurrency 1 "
             "without --request-rate (or --backend embedded)"
@@ -204,7 +209,7 @@ def _run_block(backend: Backend, requests: list[Request], config: Configuration,
     def record(request: Request, result: Result) -> None:
         recorder.record(config, request, result, config_start=anchor, repeat=repeat)
 
-    if batched:
+    if together:
         _, info = backend.run(requests, config.spec, concurrency=config.concurrency,
                               request_rate=config.request_rate, rate_seed=rate_seed, on_result=record)
     else:
@@ -219,13 +224,6 @@ def block_size(concurrency: int) -> int:
     """Requests per block when configurations alternate: one at concurrency 1 (request by
     request), two full waves above it."""
     return 1 if concurrency == 1 else 2 * concurrency
-
-
-@dataclass
-class PlanProgress:
-    """Callbacks the command line draws progress with (all optional)."""
-
-    on_block: Callable[[Configuration, str], None] | None = None  # (configuration, "warm-up" | "run")
 
 
 def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Configuration], *,
@@ -250,7 +248,14 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
     `stopped_by_budget` says when prompts were left out."""
     if repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
-    recorder = Recorder(backend.name, run_id, writer, on_result)
+    progress = progress or PlanProgress()
+
+    def finished(request: Request, result: Result) -> None:
+        if on_result is not None:
+            on_result(request, result)
+        progress.result(request, result)
+
+    recorder = Recorder(backend.name, run_id, writer, finished)
     stats: dict[str, dict] = {}
     busy: dict[str, float] = {}
     groups: dict[tuple, list[Configuration]] = {}
@@ -258,6 +263,7 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
         groups.setdefault((cfg.concurrency, cfg.request_rate), []).append(cfg)
     rng = random.Random(seed)
     started = time.monotonic()
+    progress.start(configs, len(requests) * repeats)
     try:
         for g_index, ((concurrency, _), group) in enumerate(groups.items()):
             share = None
@@ -271,8 +277,7 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
             order = list(group)
             rng.shuffle(order)
             for cfg in order:
-                if progress and progress.on_block:
-                    progress.on_block(cfg, "warm-up")
+                progress.block(cfg, "warm-up")
                 if warmup:
                     _warm(backend, requests, cfg, warmup)
             size = block_size(concurrency) if interleave and len(group) > 1 else len(requests)
@@ -286,8 +291,7 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
                         break
                     t_block = time.monotonic()
                     for cfg in (order if turn % 2 == 0 else order[::-1]):
-                        if progress and progress.on_block:
-                            progress.on_block(cfg, "run")
+                        progress.block(cfg, "run")
                         info = _run_block(backend, block, cfg, recorder, repeat=repeat,
                                           offset=busy.get(cfg.config_id, 0.0),
                                           rate_seed=seed + 1000 * repeat + b)
@@ -305,13 +309,13 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
                         "measured": done, "planned": len(requests) * repeats, "time_budget_s": time_budget_s}
             recorder.finish()
             if writer is not None:
-                writer.metadata.config.setdefault("configuration_stats", {}).update(
-                    {c.config_id: stats[c.config_id] for c in group})
+                writer.metadata.add_configuration_stats({c.config_id: stats[c.config_id] for c in group})
                 writer.flush()
     finally:
         recorder.finish()
+        progress.stop()
         if writer is not None:
-            writer.metadata.config.setdefault("configuration_stats", {}).update(stats)
+            writer.metadata.add_configuration_stats(stats)
     return stats
 
 

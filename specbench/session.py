@@ -1,32 +1,48 @@
-"""A measurement session: models loaded once, requests built once, one backend per draft.
+"""Assembly of a measurement: prompts -> tokenized requests, loaded models -> backends.
 
-`specbench run` measures a fixed list of configurations; `specbench sweep` measures
-configurations chosen one at a time by an optimizer, possibly hundreds, in one process. Both
-need the same assembly (workload -> tokenized requests, target + draft models -> a backend),
-and a sweep must not reload a model per trial. `open_session()` does the assembly once;
-`Session.backend_for(draft, method)` loads each draft model (or EAGLE-3 head, method eagle3) the
-first time it is asked for and keeps it.
+`specbench run` measures a fixed list of configurations, `specbench sweep` configurations an
+optimizer picks one at a time (possibly hundreds, in one process) and `specbench serve` one
+configuration behind an HTTP API; all of them need the same assembly, and a sweep must not
+reload a model per trial. Here it is, once:
 
-Boundary: this module knows models, workloads and backends, never Optuna or the CLI. It
-raises `SpecbenchError`s and prints nothing unless given a `log` callable.
+- `load_prompts` resolves a workload (named sets sampled to `DEFAULT_NAMED_PROMPTS`);
+- `tokenize` turns it into `Request`s for a tokenizer, and owns the warning about prompts
+  skipped for exceeding the context;
+- `open_session()` loads the target and tokenizes; `Session.draft_model` / `eagle3_head` load
+  each draft (or EAGLE-3 head) the first time it is asked for and keep it; the backend factory
+  `Session.backend_for` (embedded) / `Session.hf_backend` (the transformers reference) builds
+  each backend once. A server backend needs no session: only its tokenizer is loaded
+  (`specbench.backends.openai.load_tokenizer`), then `tokenize`;
+- `open_engine()` loads a target and its drafter into the `Engine` that `specbench serve`
+  puts behind its API.
+
+Boundary: this module knows models, workloads and backends, never Optuna, records or the
+CLI. It raises `SpecbenchError`s and prints nothing unless given a `log` callable (which gets
+rich markup).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.config import EngineConfig, SamplingParams
-from specbench.errors import ConfigError
+from rich.markup import escape
+
+from specbench.config import (
+    DEFAULT_DRAFT,  # noqa: F401 - the sweep spec reads the run defaults from here
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_NAMED_PROMPTS,
+    DEFAULT_TARGET,  # noqa: F401
+    DRAFTED_METHODS,
+    EngineConfig,
+    SamplingParams,
+)
 from specbench.types import Request
 
-DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
-DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
-DEFAULT_NAMED_PROMPTS = 6  # a named set is sampled down to this many unless told otherwise
-DEFAULT_MAX_NEW_TOKENS = 64
+Log = Callable[[str], None]
 
 
 def default_num_prompts(workload: str) -> int | None:
@@ -35,7 +51,7 @@ def default_num_prompts(workload: str) -> int | None:
 
 
 def sampling_base(*, seed: int = 0, ignore_eos: bool = False,
-                  overrides: dict[str, Any] | None = None) -> SamplingParams:
+                  overrides: Mapping[str, Any] | None = None) -> SamplingParams:
     """The base SamplingParams of a run: explicit `overrides` (temperature, top_p, top_k,
     max_new_tokens) on top of SamplingParams' defaults, 64 new tokens unless overridden."""
     overrides = dict(overrides or {})
@@ -45,6 +61,33 @@ def sampling_base(*, seed: int = 0, ignore_eos: bool = False,
     return base
 
 
+def load_prompts(workload: str, *, prompt_field: str | None = None, num_prompts: int | None = None,
+                 seed: int = 0) -> Any:
+    """The `specbench.workload.Workload` named by `workload`; `num_prompts` None means the
+    default for its kind (`default_num_prompts`), a seeded sample of a named set."""
+    from specbench.workload import load_workload
+
+    return load_workload(workload, prompt_field=prompt_field,
+                         num_prompts=num_prompts if num_prompts is not None else default_num_prompts(workload),
+                         seed=seed)
+
+
+def tokenize(workload: Any, tokenizer: Any, base: SamplingParams, *, max_context: int | None,
+             overrides: Mapping[str, Any] | None = None, chat_template: bool = True, truncate: bool = False,
+             log: Log | None = None) -> tuple[list[Request], int]:
+    """(requests, skipped): the prompts of `workload` as requests for `tokenizer`; prompts
+    longer than `max_context` are left out (and said so) unless `truncate`. A workload of
+    which nothing fits is a WorkloadError naming the flags that help."""
+    from specbench.workload import build_requests
+
+    requests, skipped = build_requests(workload, tokenizer, base, use_chat_template=chat_template,
+                                       max_context=max_context, truncate=truncate, overrides=overrides)
+    if skipped and log:
+        log(f"[yellow]skipped {skipped} prompt(s) longer than the context of {max_context} tokens "
+            "(use --truncate to keep them)[/]")
+    return requests, skipped
+
+
 @dataclass
 class Session:
     """A loaded target, its tokenized requests and lazily loaded drafts with their backends."""
@@ -52,12 +95,12 @@ class Session:
     target: Any  # specbench.models.LoadedModel
     requests: list[Request]
     engine_cfg: EngineConfig
-    workload: Any  # specbench.workload.Workload
+    workload: Any  # specbench.workload.Workload (None when serving)
     skipped: int = 0  # prompts dropped for exceeding the context
-    log: Callable[[str], None] | None = None
+    log: Log | None = None
     _drafts: dict[str, Any] = field(default_factory=dict)
     _heads: dict[str, Any] = field(default_factory=dict)
-    _backends: dict[tuple[str | None, str | None], Any] = field(default_factory=dict)
+    _backends: dict[tuple[str, str | None, str | None], Any] = field(default_factory=dict)
 
     @property
     def dtype_name(self) -> str:
@@ -69,7 +112,7 @@ class Session:
             from specbench.models.loading import check_same_tokenizer, load_model
 
             if self.log:
-                self.log(f"loading draft [bold]{draft}[/]")
+                self.log(f"loading draft [bold]{escape(draft)}[/]")
             model = load_model(draft, self.engine_cfg)
             check_same_tokenizer(self.target, model)
             self._drafts[draft] = model
@@ -81,14 +124,18 @@ class Session:
             from specbench.models.eagle3 import load_head
 
             if self.log:
-                self.log(f"loading EAGLE-3 head [bold]{path}[/]")
+                self.log(f"loading EAGLE-3 head [bold]{escape(str(path))}[/]")
             self._heads[path] = load_head(path, self.target.model, target_name=self.target.name)
         return self._heads[path]
+
+    def drafter(self, draft: str, method: str) -> Any:
+        """What drafts for `method` from `draft`: the EAGLE-3 head (eagle3) or the draft model."""
+        return self.eagle3_head(draft) if method == "eagle3" else self.draft_model(draft)
 
     def backend_for(self, draft: str | None, method: str = "draft_model") -> Any:
         """The embedded backend for the target with `draft` (None: baseline and n-gram): a
         draft model, or for method eagle3 the directory of an EAGLE-3 head."""
-        key = (method if draft is not None else None, draft)
+        key = ("embedded", method if draft is not None else None, draft)
         if key not in self._backends:
             from specbench.backends.embedded import EmbeddedBackend
 
@@ -101,50 +148,77 @@ class Session:
             self._backends[key] = backend
         return self._backends[key]
 
+    def hf_backend(self, draft: str | None) -> Any:
+        """transformers' generate() on the target with the draft model `draft` (None: baseline
+        and n-gram), the reference the embedded engine is measured against."""
+        key = ("hf", None, draft)
+        if key not in self._backends:
+            from specbench.backends.hf import HFBackend
+
+            self._backends[key] = HFBackend(self.target, self.draft_model(draft) if draft is not None else None)
+        return self._backends[key]
+
     @property
     def device_name(self) -> str:
         return self.backend_for(None).device_name
+
+
+def load_target(target: str, engine_cfg: EngineConfig, log: Log | None = None) -> Session:
+    """A session holding only the loaded target (no prompts yet): what `specbench serve` needs."""
+    from specbench.models.loading import load_model
+
+    if log:
+        log(f"loading target [bold]{escape(target)}[/]")
+    return Session(target=load_model(target, engine_cfg), requests=[], engine_cfg=engine_cfg, workload=None,
+                   log=log)
+
+
+def open_engine(target: str, spec: Any, engine_cfg: EngineConfig, log: Log | None = None) -> tuple[Any, Any]:
+    """(target `LoadedModel`, `Engine`) speculating as `spec` (a `SpeculativeConfig`), with its
+    draft model or EAGLE-3 head loaded and checked: what `specbench serve` puts behind its API."""
+    from specbench.backends.embedded import make_engine
+
+    session = load_target(target, engine_cfg, log)
+    drafting = spec.draft if spec.speculative and spec.method in DRAFTED_METHODS else None
+    drafter = session.drafter(drafting, spec.method) if drafting is not None else None
+    engine = make_engine(session.target, drafter if spec.method == "draft_model" else None,
+                         head=drafter if spec.method == "eagle3" else None, pack=engine_cfg.pack)
+    return session.target, engine
 
 
 def open_session(
     *,
     target: str,
     engine_cfg: EngineConfig,
-    workload: str,
+    workload: Any,
     base: SamplingParams,
-    overrides: dict[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
     prompt_field: str | None = None,
     num_prompts: int | None = None,
     seed: int = 0,
     chat_template: bool = True,
     truncate: bool = False,
-    log: Callable[[str], None] | None = None,
+    log: Log | None = None,
+    preload: Sequence[tuple[str, str]] = (),
 ) -> Session:
-    """Load the workload and the target, tokenize the requests. Drafts load on first use.
+    """Load the workload and the target, tokenize the requests. Drafts load on first use,
+    except the (method, draft) pairs in `preload`, loaded with the target.
 
-    `num_prompts` None means the default for the kind of workload (`default_num_prompts`).
-    The workload is resolved before the model loads, so a bad prompt file fails fast."""
-    from specbench.models.loading import load_model
-    from specbench.workload import build_requests, load_workload
-
-    wl = load_workload(workload, prompt_field=prompt_field,
-                       num_prompts=num_prompts if num_prompts is not None else default_num_prompts(workload),
-                       seed=seed)
+    `workload` is a workload spec (see `load_prompts`, with `prompt_field`, `num_prompts` and
+    `seed`) or a `Workload` already loaded. A spec is resolved before the model loads, so a
+    bad prompt file fails fast."""
+    wl = workload if not isinstance(workload, str) else load_prompts(
+        workload, prompt_field=prompt_field, num_prompts=num_prompts, seed=seed)
     t0 = time.perf_counter()
+    session = load_target(target, engine_cfg, log)
+    for method, draft in preload:
+        session.drafter(draft, method)
+    tgt = session.target
     if log:
-        log(f"loading target [bold]{target}[/]")
-    tgt = load_model(target, engine_cfg)
-    if log:
-        log(f"target ready in {time.perf_counter() - t0:.1f} s on {tgt.device} "
-            f"({str(tgt.dtype).replace('torch.', '')})")
-    requests, skipped = build_requests(wl, tgt.tokenizer, base, use_chat_template=chat_template,
-                                       max_context=tgt.max_context, truncate=truncate,
-                                       overrides=overrides)
-    if not requests:
-        raise ConfigError(f"every prompt of {wl.name!r} is longer than the context of "
-                          f"{tgt.max_context} tokens (use --truncate to keep them)")
-    if skipped and log:
-        log(f"[yellow]skipped {skipped} prompt(s) longer than the context of {tgt.max_context} "
-            "tokens (use --truncate to keep them)[/]")
-    return Session(target=tgt, requests=requests, engine_cfg=engine_cfg, workload=wl,
-                   skipped=skipped, log=log)
+        log(f"{'models' if preload else 'target'} ready in {time.perf_counter() - t0:.1f} s on {tgt.device} "
+            f"({session.dtype_name})")
+    session.workload = wl
+    session.requests, session.skipped = tokenize(wl, tgt.tokenizer, base, max_context=tgt.max_context,
+                                                 overrides=overrides, chat_template=chat_template,
+                                                 truncate=truncate, log=log)
+    return session

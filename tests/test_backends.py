@@ -210,3 +210,16 @@ def test_hf_ignores_sampling_defaults_from_generation_config(tiny_pair, tmp_path
     for r in requests:
         assert (emb.generate(r, base, arrival_time=time.perf_counter()).output_ids
                 == ref.generate(r, base, arrival_time=time.perf_counter()).output_ids)
+
+
+def test_hf_leaves_the_shared_draft_models_generation_config_as_loaded(loaded, hf):
+    def settings():
+        gc = loaded[1].model.generation_config
+        return gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold
+
+    before = settings()
+    assert before[0] != 3  # else the check below could not tell
+    request = make_requests(loaded[0].tokenizer, SamplingParams(max_new_tokens=6))[0]
+    result = hf.generate(request, spec("draft_model", 3), arrival_time=time.perf_counter())
+    assert result.error is None and result.output_ids
+    assert settings() == before

@@ -356,3 +356,25 @@ def test_server_reported_acceptance_fills_the_acceptance_columns():
                           reported_acceptance=ReportedAcceptance("vllm", 3, 12, 5))
     m = sample_metrics(req, summary_only)
     assert m["accepted_tokens"] == 5 and m["accepted_per_step"] == [] and m["rejection_positions"] == []
+
+
+def test_metadata_holds_a_run_config_and_what_setup_and_the_runner_add(tmp_path):
+    from specbench.config import RunConfig
+
+    cfg = RunConfig(target="t", method="ngram", num_speculative_tokens=(2,), concurrency=(1,), backend="embedded",
+                    configurations=("baseline-c1", "ngram-k2-c1"))
+    meta = RunMetadata.collect("r", cfg, device="cpu", command=["specbench", "run"])
+    assert meta.config == cfg.to_dict() and meta.run_config == cfg
+    meta.note(dtype_resolved="float32", engine={"forward_path": "transformers eager"})
+    meta.add_configuration_stats({"baseline-c1": {"wall_s": 1.0}})
+    meta.add_configuration_stats({"ngram-k2-c1": {"wall_s": 2.0}, "baseline-c1": {"wall_s": 1.5}})
+    with pytest.raises(AssertionError, match="not RunConfig fields"):
+        meta.note(tokens_per_second=3.0)
+    with RunWriter(tmp_path / "run", meta, overwrite=False):
+        pass
+    _, written = read_run(tmp_path / "run")
+    got = RunConfig.from_dict(written["config"])
+    assert got == meta.run_config and got.dtype_used == "float32"
+    assert got.engine == {"forward_path": "transformers eager"} and got.num_speculative_tokens == (2,)
+    assert got.configuration_stats == {"baseline-c1": {"wall_s": 1.5}, "ngram-k2-c1": {"wall_s": 2.0}}
+    assert "openai" not in written["config"] and "interrupted_by" not in written["config"]

@@ -48,6 +48,31 @@ def requests(n):
     return [Request(id=f"p{i}", prompt_ids=(1, 2, 3), sampling=SamplingParams()) for i in range(n)]
 
 
+def test_plan_puts_the_baseline_first_at_each_concurrency_then_each_distinct_configuration():
+    k4 = SpeculativeConfig(method="ngram", num_speculative_tokens=4)
+    configs = plan([SPEC, k4, SPEC, SpeculativeConfig(method="ngram", num_speculative_tokens=0)], [1, 8])
+    assert [c.config_id for c in configs] == ["baseline-c1", "ngram-k2-c1", "ngram-k4-c1",
+                                              "baseline-c8", "ngram-k2-c8", "ngram-k4-c8"]
+    assert [c.is_baseline for c in configs] == [True, False, False, True, False, False]
+    assert configs[4].spec is SPEC and configs[4].concurrency == 8
+
+
+def test_plan_without_the_baseline_and_with_arrivals():
+    configs = plan([SPEC], [2], baseline=False, request_rate=1.5)
+    assert [c.config_id for c in configs] == ["ngram-k2-c2-r1.5"]
+    assert configs[0].request_rate == 1.5 and not configs[0].is_baseline
+
+
+@pytest.mark.parametrize("specs, concurrencies, baseline, needle", [
+    ([SPEC], [1, 0], True, "--concurrency values must be >= 1, got 0"),
+    ([SpeculativeConfig()], [1], False, "nothing to run"),
+    ([], [4], False, "nothing to run"),
+])
+def test_plan_refuses_what_cannot_run(specs, concurrencies, baseline, needle):
+    with pytest.raises(ConfigError, match=needle):
+        plan(specs, concurrencies, baseline=baseline)
+
+
 def test_configurations_alternate_request_by_request_in_abba_order():
     be = FakeBackend()
     configs = plan([SPEC], [1])

@@ -1,6 +1,9 @@
-"""Backends turn `Request`s into `Result`s: the embedded engine, transformers' generate()
-as a reference, and (later) OpenAI-compatible servers. They know nothing of records."""
+"""Backends turn `Request`s into `Result`s: the embedded engine (`embedded`), transformers'
+generate() as a reference (`hf`) and OpenAI-compatible servers such as vLLM, SGLang or
+`specbench serve` (`openai`, with `launcher` to start one per configuration). `base` states the
+contract they share. They know nothing of records; `specbench.session` chooses and assembles
+one."""
 
-from specbench.backends.base import Backend
+from specbench.backends.base import Backend, BatchedBackend, batched
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "BatchedBackend", "batched"]

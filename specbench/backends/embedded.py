@@ -1,4 +1,7 @@
-"""The embedded backend: specbench's own engine on locally loaded models."""
+"""The embedded backend: specbench's own engine on locally loaded models.
+
+`make_engine` is the one place an `Engine` is built from loaded models (the backend and
+`specbench serve` use it), so `--compile on` fails the same way everywhere."""
 
 from __future__ import annotations
 
@@ -19,23 +22,28 @@ def describe_device(device: torch.device) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+def make_engine(target, draft=None, *, head=None, pack: bool | None = None) -> Engine:
+    """The engine for `target` (and `draft`, or an EAGLE-3 `head`), `specbench.models`
+    `LoadedModel`s. The engine converts the models for its fast path in place (see
+    specbench.engine.model); where `pack=True` (--compile on) cannot apply, a ConfigError."""
+    try:
+        return Engine(target.model, draft.model if draft is not None else None,
+                      eos_token_ids=target.eos_token_ids, max_context=target.max_context, pack=pack, head=head)
+    except ValueError as exc:  # --compile on where the fast path does not apply
+        raise ConfigError(f"--compile on: {exc}") from None
+
+
 class EmbeddedBackend:
     name = "embedded"
 
     def __init__(self, target, draft=None, *, head=None, pack: bool | None = None):
         """`target`/`draft`: `specbench.models.LoadedModel`s (draft optional); `head`: an
         EAGLE-3 head fitted to the target (specbench.models.eagle3.load_head), for method
-        eagle3. The engine converts the models for its fast path in place (see
-        specbench.engine.model)."""
+        eagle3 (see `make_engine`)."""
         self.target = target
         self.draft = draft
         self.head = head
-        try:
-            self.engine = Engine(target.model, draft.model if draft is not None else None,
-                                 eos_token_ids=target.eos_token_ids, max_context=target.max_context, pack=pack,
-                                 head=head)
-        except ValueError as exc:  # --compile on where the fast path does not apply
-            raise ConfigError(f"--compile on: {exc}") from None
+        self.engine = make_engine(target, draft, head=head, pack=pack)
         self.device = self.engine.device
         self.device_name = describe_device(self.device)
 

@@ -9,7 +9,11 @@ expose per-step draft counts, so the rows carry forward passes but no acceptance
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from transformers.generation.streamers import BaseStreamer
@@ -43,6 +47,24 @@ class _TimingStreamer(BaseStreamer):
         pass
 
 
+@contextlib.contextmanager
+def _assisting(draft_model: Any, spec: SpeculativeConfig) -> Iterator[None]:
+    """transformers reads assisted generation's settings from the assistant model's own
+    generation_config: give it a copy with this request's k for the call only, so the draft
+    model shared with the rest of the process is left as it was loaded."""
+    loaded = draft_model.generation_config
+    gc = copy.deepcopy(loaded)
+    gc.num_assistant_tokens = spec.num_speculative_tokens
+    gc.num_assistant_tokens_schedule = "constant"
+    # transformers stops drafting below this draft confidence (its default is 0.4).
+    gc.assistant_confidence_threshold = spec.draft_confidence_threshold or None
+    draft_model.generation_config = gc
+    try:
+        yield
+    finally:
+        draft_model.generation_config = loaded
+
+
 class HFBackend:
     name = "hf"
 
@@ -74,11 +96,6 @@ class HFBackend:
             if self.draft is None:
                 raise ValueError("the hf backend needs a draft model for method draft_model")
             kwargs["assistant_model"] = self.draft.model
-            gc = self.draft.model.generation_config
-            gc.num_assistant_tokens = spec.num_speculative_tokens
-            gc.num_assistant_tokens_schedule = "constant"
-            # transformers stops drafting below this draft confidence (its default is 0.4).
-            gc.assistant_confidence_threshold = spec.draft_confidence_threshold or None
         elif spec.speculative and spec.method == "ngram":
             kwargs["prompt_lookup_num_tokens"] = spec.num_speculative_tokens
             kwargs["max_matching_ngram_size"] = spec.ngram_max
@@ -89,7 +106,9 @@ class HFBackend:
         reset_peak(self.device)
         self._sync()
         start = time.perf_counter()
-        with torch.inference_mode():
+        assisting = (_assisting(self.draft.model, spec) if "assistant_model" in kwargs
+                     else contextlib.nullcontext())
+        with torch.inference_mode(), assisting:
             out = self.target.model.generate(
                 input_ids=ids, attention_mask=torch.ones_like(ids), streamer=streamer, **kwargs
             )

@@ -1,21 +1,29 @@
 """`specbench serve`: the embedded engine behind an OpenAI-compatible streaming API, so
-`specbench run --backend openai` (or any OpenAI client) can talk to it like to vLLM."""
+`specbench run --backend openai` (or any OpenAI client) can talk to it like to vLLM.
+
+The command only parses and checks its flags; `specbench.session.open_engine` loads the models
+into an engine and `specbench.server.SpecbenchServer` serves it. `main()` is `python -m
+specbench.server`."""
 
 from __future__ import annotations
 
 import math
 import signal
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
-from specbench.config import EngineConfig, SpeculativeConfig, parse_speculative_config
+from specbench.config import (
+    DEFAULT_NUM_SPECULATIVE_TOKENS,
+    DEFAULT_TARGET,
+    EngineConfig,
+    SpeculativeConfig,
+    default_draft,
+    parse_speculative_config,
+)
 from specbench.errors import ConfigError
-
-DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
-DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
 
 console = Console(stderr=True)
 
@@ -26,12 +34,7 @@ def resolve_spec(target: str, draft: str | None, method: str | None, k: int,
     if speculative_config:
         return parse_speculative_config(speculative_config)
     method = method or ("draft_model" if draft else "none")
-    if method == "draft_model" and draft is None and target == DEFAULT_TARGET:
-        draft = DEFAULT_DRAFT
-    if method == "ngram" and draft is not None:
-        raise ConfigError("--draft cannot be used with method 'ngram' (prompt lookup needs no model)")
-    return SpeculativeConfig(method=method, num_speculative_tokens=k if method != "none" else 0,
-                             draft=draft if method in ("draft_model", "eagle3") else None)
+    return SpeculativeConfig.for_method(method, k, default_draft(target, method, draft))
 
 
 def _check_can_listen(host: str, port: int) -> None:
@@ -49,7 +52,7 @@ def serve(
     target: Annotated[str, typer.Option(help="Target model: catalog name, HF model directory or .gguf file.")] = DEFAULT_TARGET,
     draft: Annotated[Optional[str], typer.Option(help="Draft model (implies --method draft_model), or with --method eagle3 the EAGLE-3 head's directory.")] = None,
     method: Annotated[Optional[str], typer.Option(help="none | draft_model | ngram | eagle3 (default: none, or draft_model with --draft).")] = None,
-    num_speculative_tokens: Annotated[int, typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step.")] = 4,
+    num_speculative_tokens: Annotated[int, typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step.")] = DEFAULT_NUM_SPECULATIVE_TOKENS,
     speculative_config: Annotated[Optional[str], typer.Option(help="vLLM-style JSON; overrides --method/-k/--draft.")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32.")] = "auto",
@@ -66,45 +69,17 @@ def serve(
     """Serve the embedded engine over an OpenAI-compatible API (/v1/completions,
     /v1/chat/completions, /v1/models, /health, /metrics) with continuous batching."""
     from specbench.server import SpecbenchServer, is_loopback
+    from specbench.session import open_engine
 
     spec = resolve_spec(target, draft, method, num_speculative_tokens, speculative_config)
     engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code, compile=compile)
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port must be in 0..65535, got {port}")
-    if max_concurrency < 1:
-        raise ConfigError(f"--max-concurrency must be >= 1, got {max_concurrency}")
-    if max_num_seqs is not None and max_num_seqs < 1:
-        raise ConfigError(f"--max-num-seqs must be >= 1, got {max_num_seqs}")
-    if not (math.isfinite(read_timeout) and read_timeout > 0):
-        raise ConfigError(f"--read-timeout must be a finite number of seconds > 0, got {read_timeout}")
+    _check_limits(port, max_concurrency, max_num_seqs, read_timeout)
     if not is_loopback(host):
         console.print(f"[yellow]--host {host} is not a loopback address: anyone who can reach it can use "
                       "the server (there is no authentication)[/]")
-
     _check_can_listen(host, port)  # before the models load: a busy port fails in a second
 
-    from specbench.engine import Engine
-    from specbench.models.loading import check_same_tokenizer, load_model
-
-    console.print(f"loading target [bold]{target}[/]")
-    tgt = load_model(target, engine_cfg)
-    drf = None
-    if spec.speculative and spec.method == "draft_model":
-        console.print(f"loading draft [bold]{spec.draft}[/]")
-        drf = load_model(spec.draft, engine_cfg)
-        check_same_tokenizer(tgt, drf)
-    head = None
-    if spec.speculative and spec.method == "eagle3":
-        from specbench.models.eagle3 import load_head
-
-        console.print(f"loading EAGLE-3 head [bold]{spec.draft}[/]")
-        head = load_head(spec.draft, tgt.model, target_name=tgt.name)
-    try:
-        engine = Engine(tgt.model, drf.model if drf is not None else None,
-                        eos_token_ids=tgt.eos_token_ids, max_context=tgt.max_context, pack=engine_cfg.pack,
-                        head=head)
-    except ValueError as exc:
-        raise ConfigError(f"--compile on: {exc}") from None
+    tgt, engine = open_engine(target, spec, engine_cfg, log=console.print)
     name = served_model_name or target
     try:
         server = SpecbenchServer(host, port, engine=engine, tokenizer=tgt.tokenizer, spec=spec,
@@ -118,8 +93,23 @@ def serve(
     # stdout, one line, flushed: scripts and ServerLauncher wait for it.
     print(f"specbench serve: listening on http://{shown}:{server.port} (model {name}, {spec.short}, "
           f"{tgt.device}, {str(tgt.dtype).replace('torch.', '')})", flush=True)
+    _serve_until_stopped(server)
 
-    def stop(signum, frame):  # SIGTERM ends the server like Ctrl-C
+
+def _check_limits(port: int, max_concurrency: int, max_num_seqs: int | None, read_timeout: float) -> None:
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be in 0..65535, got {port}")
+    if max_concurrency < 1:
+        raise ConfigError(f"--max-concurrency must be >= 1, got {max_concurrency}")
+    if max_num_seqs is not None and max_num_seqs < 1:
+        raise ConfigError(f"--max-num-seqs must be >= 1, got {max_num_seqs}")
+    if not (math.isfinite(read_timeout) and read_timeout > 0):
+        raise ConfigError(f"--read-timeout must be a finite number of seconds > 0, got {read_timeout}")
+
+
+def _serve_until_stopped(server: Any) -> None:
+    """Serve until Ctrl-C or SIGTERM, then close the socket and the engine's worker."""
+    def stop(signum, frame):  # a signal handler's signature; SIGTERM ends the server like Ctrl-C
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
@@ -137,12 +127,9 @@ def register(app: typer.Typer) -> None:
 
 
 def main() -> None:
-    """`python -m specbench.server ARGS` = `specbench serve ARGS`, registered or not."""
-    from specbench.cli import app
+    """`python -m specbench.server ARGS` = `specbench serve ARGS`."""
     from specbench.cli import main as cli_main
 
-    if not any(c.name == "serve" for c in app.registered_commands):
-        register(app)
     sys.argv = [sys.argv[0], "serve", *sys.argv[1:]]
     cli_main()
 

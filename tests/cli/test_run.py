@@ -255,6 +255,16 @@ def test_speculative_config_json_selects_ngram(models, prompts_file, tmp_path):
     check_row_invariants(df)
 
 
+def test_run_json_records_the_knobs_the_speculative_config_set(models, prompts_file, tmp_path):
+    out = tmp_path / "knobs"
+    run_ok("--target", models[0], "--speculative-config",
+           '{"method": "ngram", "num_speculative_tokens": 2, "dynamic_k": true, "disable_by_batch_size": 3}',
+           "--workload", prompts_file, "--num-prompts", "1", *FAST, "--out", out)
+    df, meta = read_run(out)
+    assert set(df["config_id"]) == {"baseline-c1", "ngram-k2dyn-off3-c1"}
+    assert meta["config"]["dynamic_k"] is True and meta["config"]["disable_by_batch_size"] == 3
+
+
 def test_method_none_writes_baseline_rows_only(models, prompts_file, tmp_path):
     out = tmp_path / "none"
     res = run_ok("--target", models[0], "--method", "none", "--workload", prompts_file,

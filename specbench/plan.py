@@ -1,0 +1,282 @@
+"""`specbench run` as one library call: a `RunPlan` (every flag, parsed and checked one by one)
+goes in, a `RunResult` (the run directory, its metadata, the samples read back) comes out.
+
+    result = run_plan(plan, log=console.print, progress=bars)
+
+`run_plan` settles the configurations (defaults, the k list, with `--backend openai` what the
+server runs), loads the prompts, opens the run directory before anything slow (an unwritable
+--out fails in a second, and a failure before measuring leaves it as it was), has
+`specbench.session` load the models and build the backend, measures with
+`specbench.runner.run_plan`, and writes run.json from a `RunConfig`. Ctrl-C and SIGTERM end
+it with status `interrupted`, every completed sample kept, and the exit code to leave with.
+
+Boundary: above the runner and the session, below the command line: it neither parses flags
+nor draws (messages go to `log` as rich markup, progress to a `specbench.progress.PlanProgress`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specbench.config import (
+    DEFAULT_NGRAM,
+    DEFAULT_NUM_SPECULATIVE_TOKENS,
+    DEFAULT_TARGET,
+    DRAFTED_METHODS,
+    EngineConfig,
+    RunConfig,
+    SamplingParams,
+    SpeculativeConfig,
+    default_draft,
+)
+from specbench import runner
+from specbench.errors import ConfigError
+from specbench.records import SAMPLES_FILE, RunMetadata, RunWriter, default_run_dir, make_run_id, read_run
+from specbench.progress import PlanProgress
+from specbench.runner import Configuration
+
+BACKENDS = ("embedded", "hf", "openai")
+Log = Callable[[str], None]
+
+
+def check_backend(name: str) -> None:
+    if name not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """The speculative configurations asked for, before defaults (and an openai server) settle
+    them: one configuration per k."""
+
+    method: str = "draft_model"  # none | draft_model | ngram | eagle3
+    ks: tuple[int, ...] = (DEFAULT_NUM_SPECULATIVE_TOKENS,)
+    draft: str | None = None  # draft model or EAGLE-3 head; None: the default target's draft
+    ngram: tuple[int, int] = DEFAULT_NGRAM
+    disable_by_batch_size: int | None = None
+    dynamic_k: bool = False
+    draft_confidence_threshold: float = 0.0
+    # openai: the flags describe the server's setup (checked against it); else it is read
+    # from the server's model card and counters
+    declared: bool = True
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """--backend openai: where the server is and how to speak to it."""
+
+    base_url: str | None
+    model: str | None = None  # served model name; None: the server's only one
+    api_key_env: str | None = None
+    endpoint: str = "completions"  # completions | chat
+    request_timeout: float = 600.0  # s
+    retries: int = 0
+    tokenizer: str | None = None  # tokenizer source; None: the served model's
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything one `specbench run` measures, each value already checked on its own."""
+
+    target: str = DEFAULT_TARGET
+    speculation: Speculation = field(default_factory=Speculation)
+    baseline: bool = True  # pair every configuration with the non-speculative baseline
+    workload: str = "real"
+    prompt_field: str | None = None
+    num_prompts: int | None = None  # None: the default for the kind of workload
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # the base of every request
+    overrides: dict[str, Any] = field(default_factory=dict)  # sampling flags given (beat the set's)
+    seed: int = 0  # prompt sampling, request seeds, interleaving order, arrivals
+    concurrency: tuple[int, ...] = (1,)
+    request_rate: float | None = None  # requests/s, Poisson; None = closed loop
+    warmup: int = 1  # warm-up waves per configuration
+    repeats: int = 1
+    interleave: bool = True
+    time_budget_s: float | None = None  # None or 0: no budget
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    backend: str = "embedded"  # embedded | hf | openai
+    server: ServerOptions | None = None  # --backend openai only
+    chat_template: bool = True
+    truncate: bool = False
+    out: Path | None = None  # None: runs/<run id>
+    overwrite: bool = False
+
+
+@dataclass
+class RunResult:
+    """What a run left: its directory and metadata, and the samples read back."""
+
+    run_dir: Path
+    metadata: RunMetadata
+    frame: Any = None  # pandas DataFrame of the samples; None when interrupted
+    interrupted_by: str | None = None  # SIGINT | SIGTERM
+    exit_code: int = 0  # 130 after Ctrl-C, 143 after SIGTERM
+    kept_rows: int = 0  # samples written by this run
+    previous_rows: int = 0  # samples of an overwritten run still in place (interrupted early)
+
+    @property
+    def samples_path(self) -> Path:
+        return self.run_dir / SAMPLES_FILE
+
+    @property
+    def config(self) -> RunConfig:
+        return self.metadata.run_config
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """The configurations a plan measures, once defaults and the server have spoken."""
+
+    target: str
+    speculation: Speculation
+    baseline: bool
+    specs: tuple[SpeculativeConfig, ...]
+    configs: tuple[Configuration, ...]
+
+
+def _settle(plan: RunPlan, remote: Any = None, log: Log | None = None) -> _Settled:
+    """The configurations of `plan`: the default draft, the k list without 0 (the baseline,
+    measured anyway), one per k and concurrency. `remote`: a connected openai backend, whose
+    own setup labels the records."""
+    sp, baseline, target = plan.speculation, plan.baseline, plan.target
+    if remote is not None:  # the server speculates: the flags only label (and check) its setup
+        got = remote.server_spec(sp.method, list(sp.ks), sp.draft, sp.ngram, declared=sp.declared)
+        sp = replace(sp, method=got.method, ks=(got.num_speculative_tokens,), draft=got.draft,
+                     ngram=(got.ngram_min, got.ngram_max))
+        baseline, target = not got.speculative, remote.model
+    if sp.method == "none" and not baseline:
+        raise ConfigError("--method none with --no-baseline leaves nothing to run")
+    draft = None if sp.method == "none" else default_draft(target, sp.method, sp.draft)
+    if all(k == 0 for k in sp.ks) and sp.method != "none":
+        raise ConfigError("-k 0 is the baseline, which every run measures: give k >= 1 (e.g. -k 2,4) "
+                          "or --method none for the baseline alone")
+    ks = sp.ks
+    if 0 in ks and sp.method != "none":
+        if log:
+            log("[yellow]note: -k 0 is the baseline, which every run measures; dropped from the k list[/]")
+        ks = tuple(k for k in ks if k)
+    sp = replace(sp, ks=ks, draft=draft)
+    specs = tuple(SpeculativeConfig.for_method(
+        sp.method, k, draft, ngram_min=sp.ngram[0], ngram_max=sp.ngram[1],
+        disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
+        draft_confidence_threshold=sp.draft_confidence_threshold) for k in ks)
+    configs = runner.plan(specs, plan.concurrency, baseline=baseline, request_rate=plan.request_rate)
+    if plan.backend == "hf" and sp.method == "eagle3":
+        raise ConfigError("--backend hf cannot run method eagle3 (transformers' assisted generation has no "
+                          "EAGLE-3 heads); use --backend embedded")
+    if plan.backend == "hf" and (any(c != 1 for c in plan.concurrency) or plan.request_rate):
+        raise ConfigError("--backend hf runs one request at a time: use --concurrency 1 without "
+                          "--request-rate (the embedded backend batches)")
+    return _Settled(target, sp, baseline, specs, tuple(configs))
+
+
+def _run_config(plan: RunPlan, s: _Settled, wl: Any) -> RunConfig:
+    sp = s.speculation
+    return RunConfig(
+        target=s.target, draft=sp.draft, method=sp.method, num_speculative_tokens=sp.ks, ngram=sp.ngram,
+        workload=wl.name, workload_kind=wl.kind, num_prompts=len(wl.prompts), sampling=dict(plan.overrides),
+        seed=plan.seed, ignore_eos=plan.sampling.ignore_eos, concurrency=plan.concurrency,
+        request_rate=plan.request_rate, disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
+        warmup=plan.warmup, repeats=plan.repeats, interleave=plan.interleave,
+        time_budget_s=plan.time_budget_s or None, device=plan.engine.device, dtype=plan.engine.dtype,
+        compile=plan.engine.compile, backend=plan.backend, baseline=s.baseline,
+        chat_template=plan.chat_template, truncate=plan.truncate,
+        configurations=tuple(c.config_id for c in s.configs))
+
+
+def _open_writer(plan: RunPlan, s: _Settled, config: RunConfig) -> RunWriter:
+    """The run directory, checked writable (and refused when it holds a run, unless
+    --overwrite) before any model loads."""
+    sp = s.speculation
+    short = s.specs[0].short if len(s.specs) == 1 else f"{sp.method}-k{'_'.join(map(str, sp.ks))}"
+    run_id = make_run_id(short)
+    run_dir = plan.out if plan.out is not None else default_run_dir(run_id)
+    if plan.out is not None:
+        run_id = run_dir.name
+    return RunWriter(run_dir, RunMetadata.collect(run_id, config), overwrite=plan.overwrite)
+
+
+def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMetadata,
+              log: Log | None) -> tuple[Any, list]:
+    """(backend, requests): the tokenizer or models loaded, the requests built, the backend
+    ready to measure; what setup found goes into `metadata`."""
+    from specbench import session
+
+    if remote is not None:  # only the tokenizer: the server holds the weights
+        from specbench.backends.openai import load_tokenizer
+
+        tok = load_tokenizer(plan.server.tokenizer, remote, trust_remote_code=plan.engine.trust_remote_code)
+        if log:
+            log(f"tokenizer [bold]{tok.name}[/]; {remote.root} serves [bold]{remote.model}[/]")
+        requests, _ = session.tokenize(wl, tok.tokenizer, plan.sampling, max_context=tok.max_context,
+                                       overrides=plan.overrides, chat_template=plan.chat_template,
+                                       truncate=plan.truncate, log=log)
+        remote.prepare(requests[0], tok.tokenizer, tok.eos_token_ids)  # probes the stream format
+        metadata.note(openai=remote.describe())
+        metadata.device = remote.device_name
+        return remote, requests
+    sp = s.speculation
+    drafted = sp.method in DRAFTED_METHODS and any(x.speculative for x in s.specs)
+    sess = session.open_session(target=s.target, engine_cfg=plan.engine, workload=wl, base=plan.sampling,
+                                overrides=plan.overrides, chat_template=plan.chat_template,
+                                truncate=plan.truncate, log=log,
+                                preload=[(sp.method, sp.draft)] if drafted else [])
+    draft = sp.draft if drafted else None
+    if draft is not None and sp.method == "eagle3":
+        from specbench.models.eagle3 import describe
+
+        metadata.note(eagle3_head=describe(sess.eagle3_head(draft)))  # before the engine packs it
+    if plan.backend == "embedded":
+        backend = sess.backend_for(draft, sp.method)
+        metadata.note(engine=backend.describe())
+    else:
+        backend = sess.hf_backend(draft)
+    metadata.device = backend.device_name
+    metadata.note(dtype_resolved=sess.dtype_name)
+    return backend, sess.requests
+
+
+def run_plan(plan: RunPlan, *, log: Log | None = None, progress: PlanProgress | None = None) -> RunResult:
+    """Measure `plan` into a run directory (see the module docstring)."""
+    from specbench import session
+    from specbench.interrupts import TerminateAsInterrupt
+
+    check_backend(plan.backend)
+    remote = None
+    if plan.backend == "openai":
+        from specbench.backends.openai import OpenAIBackend
+
+        if plan.server is None:
+            plan = replace(plan, server=ServerOptions(None))  # connect() names the missing --base-url
+        o = plan.server
+        remote = OpenAIBackend.connect(o.base_url, model=o.model, api_key_env=o.api_key_env, endpoint=o.endpoint,
+                                       request_timeout=o.request_timeout, retries=o.retries)
+    s = _settle(plan, remote, log)
+    wl = session.load_prompts(plan.workload, prompt_field=plan.prompt_field, num_prompts=plan.num_prompts,
+                              seed=plan.seed)
+    if plan.num_prompts is not None and len(wl.prompts) < plan.num_prompts and log:
+        log(f"[yellow]note: --num-prompts {plan.num_prompts}, but {wl.name!r} has {len(wl.prompts)} "
+            f"prompt(s): running all {len(wl.prompts)}[/]")
+    writer = _open_writer(plan, s, _run_config(plan, s, wl))
+    try:  # until measuring starts, a failure leaves no directory behind
+        backend, requests = _assemble(plan, s, wl, remote, writer.metadata, log)
+    except BaseException:
+        writer.abandon()
+        raise
+    stop = TerminateAsInterrupt()
+    try:
+        with stop:
+            runner.run_plan(backend, requests, s.configs, run_id=writer.metadata.run_id, writer=writer,
+                            warmup=plan.warmup, repeats=plan.repeats, interleave=plan.interleave,
+                            seed=plan.seed, time_budget_s=plan.time_budget_s or None, progress=progress)
+    except KeyboardInterrupt:
+        writer.metadata.note(interrupted_by=stop.signal_name or "SIGINT")
+        writer.close(complete=False)
+        return RunResult(writer.run_dir, writer.metadata, interrupted_by=stop.signal_name,
+                         exit_code=stop.exit_code, kept_rows=writer.num_rows, previous_rows=writer.previous_rows)
+    writer.close(complete=True)
+    frame, _ = read_run(writer.run_dir)
+    return RunResult(writer.run_dir, writer.metadata, frame=frame, kept_rows=writer.num_rows)
