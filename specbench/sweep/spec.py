@@ -22,6 +22,7 @@ from typing import Any
 from specbench.config import DEVICES, DTYPES, METHODS, SpeculativeConfig
 from specbench.errors import ConfigError
 from specbench.session import DEFAULT_DRAFT, DEFAULT_TARGET
+from specbench.sweep.urls import JOURNAL_PREFIX, storage_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -316,8 +317,7 @@ class SweepSpec:
     def storage_url(self) -> str:
         """The storage URL; a bare path (`studies/x.db`) means a SQLite file there,
         `journal:PATH` Optuna's journal file."""
-        url = self.storage or str(DEFAULT_SWEEPS_DIR / (self.study_name + ".db"))
-        return url if "://" in url or url.startswith("journal:") else f"sqlite:///{url}"
+        return storage_url(self.storage or str(DEFAULT_SWEEPS_DIR / (self.study_name + ".db")))
 
     @property
     def directions(self) -> list[str]:
@@ -576,7 +576,7 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
     if retry < 0:
         raise ConfigError(f"{where}{_label('study.storage_retry_s')} must be >= 0 s, got {retry:g}")
     storage = get("study.storage")
-    if storage is not None and storage.startswith("journal:") and not storage[len("journal:"):]:
+    if storage is not None and storage == JOURNAL_PREFIX:
         raise ConfigError(f"{where}{_label('study.storage')}: journal:PATH needs a file path, "
                           "e.g. journal:/shared/sweeps/STUDY.log")
 
