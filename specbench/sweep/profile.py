@@ -33,7 +33,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from specbench.sweep.spec import Point, SweepSpec
-from specbench.sweep.study import display_url, is_measured, speedups_vs
+from specbench.sweep.study import is_measured
+from specbench.sweep.summary import speedups_vs
+from specbench.sweep.urls import display_url
 
 PROFILE_VERSION = 1
 _EVIDENCE = ("tpot_p50_s", "tpot_p95_s", "ttft_p50_s", "e2e_p50_s", "output_tps",

@@ -37,7 +37,6 @@ from __future__ import annotations
 import gc
 import json
 import math
-import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -48,6 +47,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from specbench.errors import ConfigError, StorageError
+from specbench.sweep import measure as measuring  # module: measuring.measure is looked up per trial
 from specbench.sweep.spec import OBJECTIVES, Point, SweepSpec
 from specbench.sweep.storage import (  # noqa: F401 - open_storage etc. are used from here too
     display_url,
@@ -56,6 +56,7 @@ from specbench.sweep.storage import (  # noqa: F401 - open_storage etc. are used
     normalize_storage_url,
     open_storage,
 )
+from specbench.sweep.summary import HEADLINE, SPEEDUP_ATTRS, speedups_vs
 from specbench.sweep.workers import Worker
 
 POLL_S = 0.5  # how often a waiting trial looks at the storage again
@@ -272,23 +273,16 @@ def claim(study: optuna.Study, trial: Trial, key: str) -> FrozenTrial | None:
         fail_stale(study)
 
 
-# speedup vs the baseline at the same concurrency: user attr name -> `speedups_vs` key
-SPEEDUP_ATTRS = {"speedup_tpot_p50_x": "tpot_p50_speedup",
-                 "speedup_output_tok_per_s_x": "output_tps_speedup"}
-
-
-def _copied() -> tuple[str, ...]:
-    from specbench.sweep.measure import HEADLINE
-
-    return ("config_id", "run_id", "run_dir", "host", "summary", "speedups", "feasible",
-            "constraint", "baseline_trial", *HEADLINE, *SPEEDUP_ATTRS)
+# what a trial reusing another's outcome copies from it
+_COPIED = ("config_id", "run_id", "run_dir", "host", "summary", "speedups", "feasible",
+           "constraint", "baseline_trial", *HEADLINE, *SPEEDUP_ATTRS)
 
 
 def reuse(trial: Trial, original: FrozenTrial) -> Any:
     """Make `trial` a copy of a settled trial with the same configuration."""
     source = original.user_attrs.get("duplicate_of", original.number)
     trial.set_user_attr("duplicate_of", source)
-    for k in _copied():
+    for k in _COPIED:
         if k in original.user_attrs:
             trial.set_user_attr(k, original.user_attrs[k])
     if "constraint" in original.user_attrs:
@@ -346,37 +340,6 @@ class _Retry(TrialFailed):
 # The objective
 
 
-def _jsonable(v: Any) -> Any:
-    if hasattr(v, "item"):  # numpy scalars
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
-def summary_frame(summaries: list[dict[str, Any]]):
-    """Stored summaries (NaN saved as null) back into an `analysis.summarize`-shaped frame."""
-    import numpy as np
-    import pandas as pd
-
-    from specbench.analysis import SUMMARY_COLUMNS
-
-    rows = [{k: (np.nan if v is None else v) for k, v in s.items()} for s in summaries]
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-
-
-def speedups_vs(baseline: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
-    """`analysis.speedups` of one configuration against its baseline (stored summaries)."""
-    from specbench import analysis
-
-    sp = analysis.speedups(summary_frame([baseline, summary]))
-    if not len(sp):
-        return {}
-    row = sp.iloc[0]
-    return {k: _jsonable(row[k]) for k in ("tpot_p50_speedup", "e2e_p50_speedup",
-                                           "output_tps_speedup", "output_tps_per_user_speedup")}
-
-
 class Events:
     """What the objective reports while it works (the CLI draws progress from it)."""
 
@@ -389,8 +352,6 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Event
                    worker: Worker | None = None) -> Callable[[Trial], Any]:
     """The objective of a sweep over `spec.space`, measuring with `session`; each trial is
     tagged with the worker (and host) running it."""
-    from specbench.sweep.measure import baseline_outputs_from, measure
-
     events = events or Events()
     space = spec.space
     baseline_outputs: dict[int, dict[str, list[int]]] = {}  # concurrency -> prompt id -> ids
@@ -428,12 +389,12 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Event
                 if base_trial is not None:
                     trial.set_user_attr("baseline_trial", base_trial.number)
                     if concurrency not in baseline_outputs:
-                        ref = baseline_outputs_from(study_dir, base_trial)
+                        ref = measuring.baseline_outputs_from(study_dir, base_trial)
                         if ref:
                             baseline_outputs[concurrency] = ref
-            result = measure(session, spec, point, trial.number, study_dir, trial.study.study_name,
-                             display_url(spec.storage_url), baseline_outputs.get(concurrency), events,
-                             worker.id if worker is not None else None)
+            result = measuring.measure(session, spec, point, trial.number, study_dir,
+                                       baseline_outputs.get(concurrency), events,
+                                       worker.id if worker is not None else None)
         except KeyboardInterrupt:
             trial.set_user_attr("interrupted", True)
             raise
@@ -495,10 +456,6 @@ def _release_memory() -> None:
             torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001 - best effort after an OOM
         pass
-
-
-def hostname() -> str:
-    return socket.gethostname()
 
 
 # --------------------------------------------------------------------------------------
