@@ -12,10 +12,10 @@ hold the weights. Placeholders of the template (see `spec.SERVER_PLACEHOLDERS`):
     {dtype}: [models] dtype (auto | bfloat16 | float16 | float32, the same words vLLM,
         SGLang and `specbench serve` take for --dtype)
     {speculative_config_json}: vLLM's --speculative-config JSON for the trial
-        ({} for the baseline, {"method": "draft_model", "model": DRAFT, "num_speculative_tokens": K}
-         for draft_model, the same with "eagle3" and the head's directory for eagle3,
-         {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": 1,
-          "prompt_lookup_max": 4} for ngram)
+        ({} for the baseline, else `serving.vllm_speculative_config`: {"method": "draft_model",
+         "model": DRAFT, "num_speculative_tokens": K} for draft_model, the same with "eagle3"
+         and the head's directory for eagle3, {"method": "ngram", "num_speculative_tokens": K,
+         "prompt_lookup_min": 1, "prompt_lookup_max": 4} for ngram, the sizes measured)
 """
 
 from __future__ import annotations
@@ -30,21 +30,14 @@ from typing import Any
 from urllib.parse import urlparse
 
 from specbench.errors import ConfigError
+from specbench.sweep.serving import vllm_speculative_config
 from specbench.sweep.spec import Point, SweepSpec
 
 
 def speculative_config_json(point: Point) -> str:
     if point.is_baseline:
         return "{}"
-    if point.method == "ngram":
-        cfg: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": point.num_speculative_tokens,
-                               "prompt_lookup_min": 1, "prompt_lookup_max": 4}
-    elif point.method in ("draft_model", "eagle3"):
-        cfg = {"method": point.method, "model": point.draft,
-               "num_speculative_tokens": point.num_speculative_tokens}
-    else:
-        cfg = {"method": point.method, "num_speculative_tokens": point.num_speculative_tokens}
-    return json.dumps(cfg)
+    return json.dumps(vllm_speculative_config(point.method, point.draft, point.num_speculative_tokens))
 
 
 def server_model_path(model: str) -> str:
@@ -128,7 +121,8 @@ def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path
         launcher.start()
         backend = OpenAIBackend.connect(base_url, endpoint=srv.endpoint)
         # the server must run the trial's configuration (its card / counters say so)
-        backend.server_spec(point.method, [point.num_speculative_tokens], point.draft, (1, 4),
+        sc = point.speculative_config()
+        backend.server_spec(sc.method, [sc.num_speculative_tokens], sc.draft, (sc.ngram_min, sc.ngram_max),
                             declared=True)
         tok = session.tokenizer
         backend.prepare(session.requests[0], tok.tokenizer, tok.eos_token_ids)
