@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.sweep.spec import Point, SweepSpec
+from specbench.sweep.space import Point
+from specbench.sweep.spec import SweepSpec
 from specbench.sweep.summary import headline, stored_summary
 from specbench.sweep.urls import display_url
 
@@ -55,15 +56,15 @@ def run_config(spec: SweepSpec, config: Any, workload: Any, *, backend: str, num
         "target": spec.target, "draft": sc.draft, "method": sc.method,
         "num_speculative_tokens": [sc.num_speculative_tokens], "ngram": [sc.ngram_min, sc.ngram_max],
         "workload": workload.name, "workload_kind": workload.kind, "num_prompts": len(workload.prompts),
-        "sampling": dict(spec.sampling), "seed": spec.seed,
-        "ignore_eos": spec.ignore_eos, "concurrency": [config.concurrency],
+        "sampling": spec.sampling.overrides, "seed": spec.sampling.seed,
+        "ignore_eos": spec.sampling.ignore_eos, "concurrency": [config.concurrency],
         "request_rate": config.request_rate, "disable_by_batch_size": sc.disable_by_batch_size,
-        "dynamic_k": sc.dynamic_k, "warmup": spec.warmup, "device": spec.device,
-        "dtype": spec.dtype, "backend": backend, "baseline": config.is_baseline,
-        "chat_template": spec.chat_template,
-        "truncate": spec.truncate, "configurations": [config.config_id],
+        "dynamic_k": sc.dynamic_k, "warmup": spec.workload.warmup, "device": spec.engine.device,
+        "dtype": spec.engine.dtype, "backend": backend, "baseline": config.is_baseline,
+        "chat_template": spec.workload.chat_template,
+        "truncate": spec.workload.truncate, "configurations": [config.config_id],
         # host: also run.json's `hostname`; here so a run names its study, trial and host together
-        "sweep": {"study": spec.study_name, "storage": display_url(spec.storage_url), "trial": number,
+        "sweep": {"study": spec.study.name, "storage": display_url(spec.storage_url), "trial": number,
                   "objectives": list(spec.objectives), "host": host, "worker": worker},
     }
 
@@ -118,8 +119,8 @@ def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path,
     events.trial_started(number, config.config_id, len(session.requests))
     try:
         run_configuration(backend, session.requests, config, run_id=run_id, writer=writer,
-                          warmup=spec.warmup, baseline_outputs=outputs,
-                          on_result=lambda req, res: events.request_done(), rate_seed=spec.seed)
+                          warmup=spec.workload.warmup, baseline_outputs=outputs,
+                          on_result=lambda req, res: events.request_done(), rate_seed=spec.sampling.seed)
     except BaseException:
         writer.close(complete=False)
         raise

@@ -32,7 +32,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from specbench.sweep.spec import Point, SweepSpec
+from specbench.sweep.space import Point
+from specbench.sweep.spec import SweepSpec
 from specbench.sweep.study import is_measured
 from specbench.sweep.summary import speedups_vs
 from specbench.sweep.urls import display_url
@@ -97,7 +98,7 @@ def _samples(spec: SweepSpec, t: FrozenTrial) -> Any:
     if not run_dir:
         return None
     try:
-        return read_run(Path(spec.out) / run_dir)[0]
+        return read_run(Path(spec.study.out) / run_dir)[0]
     except RecordsError:
         return None
 
@@ -130,9 +131,9 @@ def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
         gain = _gain(spec, best.values[0], base.values[0]) if best and base else None
         interval = tpot_interval(spec, best, base) if best and base else None
         if interval is not None:
-            pays = analysis.outcome(*interval, min_speedup=spec.min_speedup) == "win"
+            pays = analysis.outcome(*interval, min_speedup=spec.profile.min_speedup) == "win"
         else:
-            pays = gain is not None and gain > spec.min_speedup
+            pays = gain is not None and gain > spec.profile.min_speedup
         out.append(Level(c, base, best, gain, pays, interval))
     return [lv for lv in out if lv.baseline or lv.best]
 
@@ -234,10 +235,10 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
             if x.interval is not None:
                 point, lo, hi = x.interval
                 rule = (f"paired TPOT speedup {point:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}], "
-                        f"{'wholly above' if x.pays else 'not wholly above'} {spec.min_speedup:g}x")
+                        f"{'wholly above' if x.pays else 'not wholly above'} {spec.profile.min_speedup:g}x")
                 band["tpot_speedup_ci"] = [_r(point), _r(lo), _r(hi)]
             else:
-                rule = f"no run files here for an interval: point gain vs threshold {spec.min_speedup:g}x"
+                rule = f"no run files here for an interval: point gain vs threshold {spec.profile.min_speedup:g}x"
             band["why"] = (f"best speculative {_describe(point_of(x.best))}: {primary} gain "
                            f"{x.gain:.3f}x over the baseline; speculation {verdict} ({rule})")
             if not speculative and x.pays:
@@ -278,18 +279,19 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
         "specbench_profile": PROFILE_VERSION,
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "study": {
-            "name": spec.study_name, "storage": display_url(spec.storage_url),
-            "directory": str(spec.out), "trials": len(all_trials), "measured": len(trials),
+            "name": spec.study.name, "storage": display_url(spec.storage_url),
+            "directory": str(spec.study.out), "trials": len(all_trials), "measured": len(trials),
             "reused": sum(1 for t in all_trials if "duplicate_of" in t.user_attrs),
             "failed": len(failed),
             "infeasible": sum(1 for t in trials if not _feasible(t)),
         },
         "models": {"target": spec.target, "drafts": list(spec.space.draft)},
-        "workload": {"source": spec.workload, "num_prompts": spec.num_prompts,
-                     "chat_template": spec.chat_template},
-        "sampling": {**spec.sampling, "seed": spec.seed, "ignore_eos": spec.ignore_eos},
+        "workload": {"source": spec.workload.source, "num_prompts": spec.workload.num_prompts,
+                     "chat_template": spec.workload.chat_template},
+        "sampling": {**spec.sampling.overrides, "seed": spec.sampling.seed,
+                     "ignore_eos": spec.sampling.ignore_eos},
         "objective": {"primary": primary, "direction": spec.directions[0],
-                      "all": list(spec.objectives), "min_speedup": spec.min_speedup,
+                      "all": list(spec.objectives), "min_speedup": spec.profile.min_speedup,
                       "max_peak_memory_bytes": spec.max_peak_memory_bytes},
         "recommendation": "speculative" if paying else "baseline",
         "speculative_config": spec_cfg,
@@ -302,7 +304,7 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
     }
     if spec_cfg:
         profile["verify_with"] = (
-            f"specbench run --target {spec.target} --workload {spec.workload} "
+            f"specbench run --target {spec.target} --workload {spec.workload.source} "
             f"--speculative-config '{json.dumps(spec_cfg)}' --concurrency "
             f"{','.join(str(x.concurrency) for x in lv)}")
     if len(spec.objectives) > 1:

@@ -39,9 +39,9 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
 from specbench.errors import ConfigError, StorageError
-from specbench.sweep.spec import DEFAULT_GRACE_S as GRACE_S
-from specbench.sweep.spec import DEFAULT_HEARTBEAT_S as HEARTBEAT_S
-from specbench.sweep.spec import DEFAULT_STORAGE_RETRY_S as RETRY_S
+from specbench.sweep.options import DEFAULT_GRACE_S as GRACE_S
+from specbench.sweep.options import DEFAULT_HEARTBEAT_S as HEARTBEAT_S
+from specbench.sweep.options import DEFAULT_STORAGE_RETRY_S as RETRY_S
 from specbench.sweep.urls import JOURNAL_PREFIX, display_url, sqlite_path, storage_url
 
 HEARTBEAT_ATTR = "specbench_heartbeat"  # journal storage: time.time() of the last heartbeat

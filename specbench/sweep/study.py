@@ -48,7 +48,9 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from specbench.errors import ConfigError, StorageError
 from specbench.sweep import measure as measuring  # module: measuring.measure is looked up per trial
-from specbench.sweep.spec import OBJECTIVES, Point, SweepSpec
+from specbench.sweep.options import OBJECTIVES
+from specbench.sweep.space import Point
+from specbench.sweep.spec import SweepSpec
 from specbench.sweep.storage import (  # noqa: F401 - open_storage etc. are used from here too
     display_url,
     fail_stale,
@@ -105,12 +107,12 @@ def open_study(spec: SweepSpec, storage: optuna.storages.BaseStorage,
                  for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
         what = "search space" if all(d.startswith("space.") for d in diffs) else "setup"
         raise ConfigError(
-            f"study {spec.study_name!r} in {url} was created with a different {what} "
+            f"study {spec.study.name!r} in {url} was created with a different {what} "
             f"({'; '.join(diffs)}); resume it with the spec it was created with, or start a new "
             "study with --study-name NEW_NAME")
 
     try:
-        study_id = storage.get_study_id_from_name(spec.study_name)
+        study_id = storage.get_study_id_from_name(spec.study.name)
     except KeyError:
         study_id = None
     if study_id is not None:
@@ -122,14 +124,14 @@ def open_study(spec: SweepSpec, storage: optuna.storages.BaseStorage,
             time.sleep(0.2)
             existing = storage.get_study_user_attrs(study_id).get(SETUP_ATTR)
         if existing is None:
-            raise ConfigError(f"study {spec.study_name!r} in {url} was not created by specbench "
+            raise ConfigError(f"study {spec.study.name!r} in {url} was not created by specbench "
                               "sweep; choose another --study-name")
         check(existing)
         directions = [d.name.lower() for d in storage.get_study_directions(study_id)]
         if directions != spec.directions:
-            raise ConfigError(f"study {spec.study_name!r} in {url} optimizes {directions}, not "
+            raise ConfigError(f"study {spec.study.name!r} in {url} optimizes {directions}, not "
                               f"{spec.directions}; start a new study with --study-name NEW_NAME")
-    study = optuna.create_study(study_name=spec.study_name, storage=storage, sampler=sampler,
+    study = optuna.create_study(study_name=spec.study.name, storage=storage, sampler=sampler,
                                 directions=spec.directions, load_if_exists=True)
     existing = study.user_attrs.get(SETUP_ATTR)
     if existing is None:
@@ -159,10 +161,10 @@ def make_sampler(spec: SweepSpec, n_existing: int = 0) -> optuna.samplers.BaseSa
     workers walk one shuffled grid). tpe/random: seeded by the spec's seed plus the trials
     already in the study, so a single-worker sweep is reproducible and a resumed one does
     not replay its first proposals."""
-    if spec.sampler == "grid":
-        return _GridSampler(spec.space.grid(), seed=spec.sampler_seed)
-    seed = spec.sampler_seed + n_existing
-    if spec.sampler == "random":
+    if spec.study.sampler == "grid":
+        return _GridSampler(spec.space.grid(), seed=spec.study.seed)
+    seed = spec.study.seed + n_existing
+    if spec.study.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     # Constraints reach TPE through Trial.set_constraint (Optuna 5 replaced constraints_func).
     return optuna.samplers.TPESampler(seed=seed)
@@ -495,7 +497,7 @@ def wait_for_others(study: optuna.Study, spec: SweepSpec, worker: Worker, events
         if not noted:
             events.note(f"waiting for {len(running)} trial(s) of other workers (trial "
                         f"{', '.join(str(t.number) for t in running)}); a worker that stopped is "
-                        f"noticed {spec.grace_period_s} s after its last heartbeat and its trial "
+                        f"noticed {spec.study.grace_period_s} s after its last heartbeat and its trial "
                         "is measured again")
             noted = True
         worker.touch()
@@ -514,7 +516,7 @@ def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Pat
     if all_measured(study, spec):
         return
     events = events or Events()
-    worker = worker or Worker(study, spec.grace_period_s)
+    worker = worker or Worker(study, spec.study.grace_period_s)
     worker.register()
     enqueue_pending(study, spec)
     ran = 0
@@ -529,11 +531,11 @@ def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Pat
             enqueue_pending(study, spec)
 
     objective = make_objective(spec, session, study_dir, events, worker)
-    budget = spec.n_trials is not None or spec.timeout_s is not None
-    deadline = time.monotonic() + spec.timeout_s if spec.timeout_s is not None else None
+    budget = spec.budget.n_trials is not None or spec.budget.timeout_s is not None
+    deadline = time.monotonic() + spec.budget.timeout_s if spec.budget.timeout_s is not None else None
     try:
         while True:
-            left = None if spec.n_trials is None else spec.n_trials - ran
+            left = None if spec.budget.n_trials is None else spec.budget.n_trials - ran
             timeout = None if deadline is None else deadline - time.monotonic()
             if (left is not None and left <= 0) or (timeout is not None and timeout <= 0):
                 break
@@ -545,7 +547,7 @@ def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Pat
                     raise
                 ran += 1  # it took its place in this worker's budget
                 events.note(f"[yellow]a trial of this worker was taken for lost by another worker "
-                            f"(no heartbeat reached the storage for {spec.grace_period_s} s) and is "
+                            f"(no heartbeat reached the storage for {spec.study.grace_period_s} s) and is "
                             "measured again there; going on[/]")
                 continue
             if budget or all_measured(study, spec) or not wait_for_others(study, spec, worker, events):

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from specbench import analysis
 from specbench.records import RUN_FILE, read_run
-from specbench.sweep.spec import Point
+from specbench.sweep.space import Point
 
 PROMPTS = [
     {"id": "greet", "prompt": "Say hello to the team."},
