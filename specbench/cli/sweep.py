@@ -60,10 +60,14 @@ def sweep(spec_file: Optional[Path] = None, retry_failed: bool = False, **flags:
                                   on_event=lambda m: console.print(f"[yellow]{escape(m)}[/]"))
     study = sw.open_study(spec, storage_obj)
     if retry_failed:
-        n = sw.study.retry_failed(study)
+        from specbench.sweep.trials import retry_failed as set_failures_aside
+
+        n = set_failures_aside(study)
         console.print(f"--retry-failed: {n} failed configuration(s) will be measured again" if n
                       else "--retry-failed: no failed configuration to measure again")
-    url = sw.study.display_url(spec.storage_url)
+    from specbench.sweep.urls import display_url
+
+    url = display_url(spec.storage_url)
     done, total = sw.progress_counts(study, spec)
     console.print(f"study [bold]{spec.study.name}[/] in {url}: {done}/{total} configurations "
                   f"measured, {len(study.trials)} trial(s) so far; runs in {spec.study.out / 'runs'}")

@@ -12,7 +12,10 @@ The specification (no Optuna):
 
 The study:
 - `storage`: the study storage (RDB or journal file) with heartbeats and retried calls.
-- `study`: study, sampler, the objective (factory), cross-worker dedupe, the loop.
+- `study`: create or resume the study; the sampler.
+- `trials`: what trials say (settled, measured, pending) and the cross-worker dedupe.
+- `objective`: the objective (factory): suggest, dedupe, measure, store.
+- `loop`: `run_sweep`, the loop over trials, waiting for other workers.
 - `workers`: the workers sharing a study, and which of them writes the profile.
 - `measure`: one trial's run (RunWriter into `<study dir>/runs/<run_id>`).
 - `summary`: what a trial keeps of its run (summary, headline figures, speedups).
@@ -20,8 +23,8 @@ The study:
 - `profile`: best configuration per concurrency, Pareto front, the serving profile (YAML).
 - `serving`: vLLM / SGLang configurations, rollout and monitoring, ready to paste.
 
-Layers: options <- specfile, spec <- storage <- study; measure, summary, server and serving
-sit below study; profile reads the study's trials. Boundary: a sweep
+Layers: options <- specfile, spec <- storage <- study, trials <- objective <- loop; measure,
+summary, server and serving sit below objective; profile reads trials. Boundary: a sweep
 reads records through `specbench.analysis`; it never touches the engine directly, only
 `specbench.runner` and a `specbench.session.Session`. Nothing here prints.
 """
@@ -32,12 +35,12 @@ from typing import Any
 # name -> the module that defines it; imported on first use (PEP 562), so the CLI can read
 # the option declarations without importing Optuna
 _EXPORTS = {
-    "run_sweep": "study", "Events": "study", "OBJECTIVES": "options",
+    "run_sweep": "loop", "Events": "objective", "OBJECTIVES": "options",
     "best_so_far": "profile", "build_profile": "profile", "levels": "profile",
     "pareto_front": "profile", "write_profile": "profile", "Point": "space", "Space": "space",
     "SweepSpec": "spec", "build_spec": "spec", "load_spec_file": "specfile",
     "open_storage": "storage", "make_sampler": "study", "open_study": "study",
-    "TrialFailed": "study", "progress_counts": "study", "Worker": "workers",
+    "TrialFailed": "trials", "progress_counts": "trials", "Worker": "workers",
 }
 __all__ = sorted(_EXPORTS)
 

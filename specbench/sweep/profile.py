@@ -34,7 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from specbench.sweep.space import Point
 from specbench.sweep.spec import SweepSpec
-from specbench.sweep.study import is_measured
+from specbench.sweep.trials import is_measured
 from specbench.sweep.summary import speedups_vs
 from specbench.sweep.urls import display_url
 
