@@ -4,12 +4,12 @@ recommended serving profile (YAML).
 
 The command's options are generated from the sweep's option declarations
 (`specbench.sweep.options`: one flag per spec key, with its help text); this module turns
-flags into a `SweepSpec` and drives the library."""
+flags into a `SweepSpec` and drives the library: open the study, measure with a progress
+bar, write and print the profile."""
 
 from __future__ import annotations
 
 import inspect
-import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -51,65 +51,23 @@ def sweep(spec_file: Optional[Path] = None, retry_failed: bool = False, **flags:
     """Tune speculative decoding with Optuna: each trial is a real run; resumable, shareable
     between workers; ends in a recommended serving profile."""
     from specbench import sweep as sw
+    from specbench.sweep.profile import nothing_measured
 
     # ---- everything that can be wrong in the input fails here, before any model loads ----
-    file_values = sw.load_spec_file(spec_file) if spec_file is not None else None
-    spec = sw.build_spec(file_values, _spec_values(flags), source=spec_file)
-    storage_obj = sw.open_storage(spec.storage_url, heartbeat_interval=spec.study.heartbeat_interval_s,
-                                  grace_period=spec.study.grace_period_s, retry_s=spec.study.storage_retry_s,
-                                  on_event=lambda m: console.print(f"[yellow]{escape(m)}[/]"))
-    study = sw.open_study(spec, storage_obj)
-    if retry_failed:
-        from specbench.sweep.trials import retry_failed as set_failures_aside
-
-        n = set_failures_aside(study)
-        console.print(f"--retry-failed: {n} failed configuration(s) will be measured again" if n
-                      else "--retry-failed: no failed configuration to measure again")
-    from specbench.sweep.urls import display_url
-
-    url = display_url(spec.storage_url)
+    spec = sw.build_spec(sw.load_spec_file(spec_file) if spec_file is not None else None,
+                         _spec_values(flags), source=spec_file)
+    study = _open_study(spec, retry_failed)
     done, total = sw.progress_counts(study, spec)
-    console.print(f"study [bold]{spec.study.name}[/] in {url}: {done}/{total} configurations "
-                  f"measured, {len(study.trials)} trial(s) so far; runs in {spec.study.out / 'runs'}")
-
-    if done < total and spec.server is not None:  # one launched server per trial
-        from specbench.sweep.server import open_server_session
-
-        session: Any = open_server_session(spec, log=console.print)
-    elif done < total:
-        from specbench.session import open_session
-
-        w = spec.workload
-        session = open_session(
-            target=spec.target, engine_cfg=spec.engine, workload=w.source, base=spec.sampling.params(),
-            overrides=spec.sampling.overrides, prompt_field=w.prompt_field, num_prompts=w.num_prompts,
-            seed=spec.sampling.seed, chat_template=w.chat_template, truncate=w.truncate,
-            log=console.print)
     if done < total:
-        most = max(spec.space.concurrency)
-        if most > len(session.requests):
-            console.print(f"[yellow]concurrency {most} exceeds the {len(session.requests)} prompt(s): "
-                          f"at most {len(session.requests)} requests are ever in flight (raise "
-                          "--num-prompts)[/]")
-        study.sampler = sw.make_sampler(spec, len(study.trials))
-        worker = sw.Worker(study, spec.study.grace_period_s)
-        try:
-            _optimize(sw, spec, session, study, worker)
-        except KeyboardInterrupt:
-            done, total = sw.progress_counts(study, spec)
-            console.print(f"[yellow]interrupted: {done}/{total} configurations measured; run the same "
-                          "command again to resume (the interrupted trial is measured again)[/]")
-            raise typer.Exit(130)
+        worker = _measure(spec, study)
         write, why = worker.should_write_profile()
     else:
         console.print("every configuration is measured: writing the profile only")
-        write, why, worker = True, "", None
+        worker, write, why = None, True, ""
 
-    if not sw.profile.candidates(study):
-        failed = [t for t in study.get_trials(deepcopy=False) if "fail_reason" in t.user_attrs]
-        first = f" (first: trial {failed[0].number}: {failed[0].user_attrs['fail_reason']})" if failed else ""
-        console.print(f"[bold red]error:[/] no configuration was measured: {len(failed)} trial(s) failed{escape(first)}; "
-                      f"no profile written. Fix the cause, then rerun with --retry-failed")
+    failure = nothing_measured(study)
+    if failure is not None:
+        console.print(f"[bold red]error:[/] {escape(failure)}")
         raise typer.Exit(1)
     prof = sw.build_profile(spec, study)
     serving: dict = {}
@@ -117,8 +75,7 @@ def sweep(spec_file: Optional[Path] = None, retry_failed: bool = False, **flags:
         serving = sw.write_profile(spec.profile.out, prof)
         if worker is not None:
             worker.profile_written(str(spec.profile.out), len(study.trials))
-    _print_results(sw, spec, study, prof, written=write, why=why, serving=serving)
-
+    _print_results(spec, prof, written=write, why=why, serving=serving)
 
 
 sweep.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
@@ -132,16 +89,64 @@ sweep.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
 ])
 
 
+def _open_study(spec: Any, retry_failed: bool) -> Any:
+    """Open (or create) the study, set failures aside if asked, and say where it stands."""
+    from specbench import sweep as sw
+    from specbench.sweep import trials
+    from specbench.sweep.urls import display_url
+
+    storage = sw.open_storage(spec.storage_url, heartbeat_interval=spec.study.heartbeat_interval_s,
+                              grace_period=spec.study.grace_period_s, retry_s=spec.study.storage_retry_s,
+                              on_event=lambda m: console.print(f"[yellow]{escape(m)}[/]"))
+    study = sw.open_study(spec, storage)
+    if retry_failed:
+        n = trials.retry_failed(study)
+        console.print(f"--retry-failed: {n} failed configuration(s) will be measured again" if n
+                      else "--retry-failed: no failed configuration to measure again")
+    done, total = sw.progress_counts(study, spec)
+    console.print(f"study [bold]{spec.study.name}[/] in {display_url(spec.storage_url)}: {done}/{total} "
+                  f"configurations measured, {len(study.trials)} trial(s) so far; runs in {spec.study.out / 'runs'}")
+    return study
+
+
+def _measure(spec: Any, study: Any) -> Any:
+    """Load what the trials measure with, then run trials with a progress bar; the Worker."""
+    from specbench import sweep as sw
+    from specbench.sweep.measure import open_session
+
+    session = open_session(spec, log=console.print)
+    most = max(spec.space.concurrency)
+    if most > len(session.requests):
+        console.print(f"[yellow]concurrency {most} exceeds the {len(session.requests)} prompt(s): "
+                      f"at most {len(session.requests)} requests are ever in flight (raise "
+                      "--num-prompts)[/]")
+    study.sampler = sw.make_sampler(spec, len(study.trials))
+    worker = sw.Worker(study, spec.study.grace_period_s)
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console) as progress:
+            events = _RichEvents(spec, study, progress)
+            sw.run_sweep(spec, session, study, spec.study.out, events, callbacks=(events.after_trial,),
+                         worker=worker)
+    except KeyboardInterrupt:
+        done, total = sw.progress_counts(study, spec)
+        console.print(f"[yellow]interrupted: {done}/{total} configurations measured; run the same "
+                      "command again to resume (the interrupted trial is measured again)[/]")
+        raise typer.Exit(130) from None
+    return worker
+
+
 class _RichEvents:
     """Progress: configurations measured / remaining and the best so far (study-wide, so other
     workers' trials count), and the requests of the trial in flight."""
 
-    def __init__(self, sw: Any, spec: Any, study: Any, progress: Progress) -> None:
+    def __init__(self, spec: Any, study: Any, progress: Progress) -> None:
+        from specbench import sweep as sw
+
         self.sw, self.spec, self.progress = sw, spec, progress
         done, total = sw.progress_counts(study, spec)
         self.overall = progress.add_task(self._label(study), total=total, completed=done)
         self.requests = progress.add_task("", total=1, visible=False)
-        self.started = time.perf_counter()
         self.count = 0
 
     def _label(self, study: Any) -> str:
@@ -167,7 +172,8 @@ class _RichEvents:
         self.progress.update(self.requests, visible=False)
         attrs = trial.user_attrs
         what = attrs.get("config_id", "?")
-        budget = f"{self.count}/{self.spec.budget.n_trials}" if self.spec.budget.n_trials else str(self.count)
+        n_trials = self.spec.budget.n_trials
+        budget = f"{self.count}/{n_trials}" if n_trials else str(self.count)
         if trial.state == TrialState.COMPLETE:
             values = ", ".join(f"{o}={v:.4g}" for o, v in zip(self.spec.objectives, trial.values))
             how = (f"same as trial {attrs['duplicate_of']}" if "duplicate_of" in attrs
@@ -179,14 +185,6 @@ class _RichEvents:
                       f"{escape(attrs['fail_reason'])}[/]")
 
 
-def _optimize(sw: Any, spec: Any, session: Any, study: Any, worker: Any) -> None:
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as progress:
-        events = _RichEvents(sw, spec, study, progress)
-        sw.run_sweep(spec, session, study, spec.study.out, events, callbacks=(events.after_trial,),
-                     worker=worker)
-
-
 def _ms(v: Any) -> str:
     return "–" if v is None else f"{v * 1e3:.1f}"
 
@@ -195,8 +193,7 @@ def _num(v: Any, fmt: str = ".2f") -> str:
     return "–" if v is None else format(v, fmt)
 
 
-def _print_results(sw: Any, spec: Any, study: Any, prof: dict, written: bool = True, serving: dict | None = None,
-                   why: str = "") -> None:
+def _print_results(spec: Any, prof: dict, written: bool, why: str, serving: dict) -> None:
     out = Console()
     table = Table(title=f"Best configuration per concurrency ({spec.objectives[0]})", title_justify="left")
     for col in ("conc", "profile", "best speculative", "gain", "TPOT p50 ms\nspec / base",
@@ -229,10 +226,9 @@ def _print_results(sw: Any, spec: Any, study: Any, prof: dict, written: bool = T
     out.print(f"recommendation: [bold]{prof['recommendation']}[/]"
               + (f" {cfg}" if cfg else "") + f" — {prof['disable_by_batch_size']['why']}")
     out.print(f"profile: {spec.profile.out}" if written else f"profile: not written by this worker ({why})")
-    for name, path in (serving or {}).items():
+    for name, path in serving.items():
         out.print(f"  {name}: {path}")
 
 
 def register(app: typer.Typer) -> None:
     app.command("sweep")(sweep)
-

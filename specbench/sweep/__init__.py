@@ -17,7 +17,8 @@ The study:
 - `objective`: the objective (factory): suggest, dedupe, measure, store.
 - `loop`: `run_sweep`, the loop over trials, waiting for other workers.
 - `workers`: the workers sharing a study, and which of them writes the profile.
-- `measure`: one trial's run (RunWriter into `<study dir>/runs/<run_id>`).
+- `measure`: one trial's run (RunWriter into `<study dir>/runs/<run_id>`), and the session
+  trials measure with.
 - `summary`: what a trial keeps of its run (summary, headline figures, speedups).
 - `server`: sweeps across servers (`[server]`): one launched server per trial, openai backend.
 - `profile`: best configuration per concurrency, Pareto front, the serving profile (YAML).

@@ -5,6 +5,8 @@ The run directory (`<study dir>/runs/<run_id>/`) is an ordinary specbench run wr
 `specbench report` and `specbench compare` read it like any other. The numbers the trial
 keeps are `summary.stored_summary` of the Parquet as written, read back from disk.
 
+`open_session` assembles what every trial of a process measures with, once.
+
 Boundary: runs one configuration through `specbench.runner` with a session's backend (or the
 trial's own server, `specbench.sweep.server`); knows nothing of Optuna or of the study's
 other trials.
@@ -13,6 +15,7 @@ other trials.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,23 @@ from specbench.sweep.urls import display_url
 class Measurement:
     attrs: dict[str, Any]  # trial user attrs: config_id, run_id, run_dir, host, summary, HEADLINE
     outputs: dict[str, list[int]] = field(default_factory=dict)  # baseline: prompt id -> ids
+
+
+def open_session(spec: SweepSpec, log: Callable[[str], None] | None = None) -> Any:
+    """What this process's trials measure with: with `[server]` the tokenized requests only
+    (`server.open_server_session`: the servers hold the weights), else a
+    `specbench.session.Session` (the target loaded once, each draft on first use)."""
+    if spec.server is not None:
+        from specbench.sweep.server import open_server_session
+
+        return open_server_session(spec, log=log)
+    from specbench.session import open_session as open_embedded_session
+
+    w = spec.workload
+    return open_embedded_session(
+        target=spec.target, engine_cfg=spec.engine, workload=w.source, base=spec.sampling.params(),
+        overrides=spec.sampling.overrides, prompt_field=w.prompt_field, num_prompts=w.num_prompts,
+        seed=spec.sampling.seed, chat_template=w.chat_template, truncate=w.truncate, log=log)
 
 
 def baseline_outputs_from(study_dir: Path, baseline_trial: Any) -> dict[str, list[int]] | None:

@@ -61,6 +61,16 @@ def candidates(study: optuna.Study) -> list[FrozenTrial]:
             if t.state == TrialState.COMPLETE and is_measured(t)]
 
 
+def nothing_measured(study: optuna.Study) -> str | None:
+    """Why no profile can be built (no configuration measured, and the first failure), or None."""
+    if candidates(study):
+        return None
+    failed = [t for t in study.get_trials(deepcopy=False) if "fail_reason" in t.user_attrs]
+    first = f" (first: trial {failed[0].number}: {failed[0].user_attrs['fail_reason']})" if failed else ""
+    return (f"no configuration was measured: {len(failed)} trial(s) failed{first}; no profile written. "
+            "Fix the cause, then rerun with --retry-failed")
+
+
 def point_of(t: FrozenTrial) -> Point:
     return Point.from_params(t.params)
 
