@@ -19,6 +19,8 @@ and the next one measured.
 
 `write_profile` also writes the paste-ready serving configurations next to the YAML
 (`specbench.sweep.serving`).
+
+Boundary: reads a study's trials and their run files; measures nothing, prints nothing.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ hold the weights. Placeholders of the template (see `options.SERVER_PLACEHOLDERS
          "model": DRAFT, "num_speculative_tokens": K} for draft_model, the same with "eagle3"
          and the head's directory for eagle3, {"method": "ngram", "num_speculative_tokens": K,
          "prompt_lookup_min": 1, "prompt_lookup_max": 4} for ngram, the sizes measured)
+
+Boundary: launching, connecting to and checking one trial's server (`backends.launcher`,
+`backends.openai`); the measurement itself is `specbench.sweep.measure`'s.
 """
 
 from __future__ import annotations

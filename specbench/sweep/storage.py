@@ -21,6 +21,9 @@ hosts:
 Storage URLs: an RDB URL (`sqlite:///PATH.db`, `postgresql://user@host/db`), a bare path (a
 SQLite file), or `journal:PATH` (Optuna's journal file; a shared filesystem is enough); how
 they are spelled is `specbench.sweep.urls`.
+
+Boundary: storage only; what a study and its trials mean is `specbench.sweep.study` and
+`specbench.sweep.trials`.
 """
 
 from __future__ import annotations
