@@ -3,40 +3,27 @@
 The run directory (`<study dir>/runs/<run_id>/`) is an ordinary specbench run written with
 `RunWriter` (samples.parquet + run.json, whose config names the study and the trial), so
 `specbench report` and `specbench compare` read it like any other. The numbers the trial
-keeps are `analysis.summarize` of the Parquet as written, read back from disk.
+keeps are `summary.stored_summary` of the Parquet as written, read back from disk.
+
+`open_session` assembles what every trial of a process measures with, once.
+
+Boundary: runs one configuration through `specbench.runner` with a session's backend (or the
+trial's own server, `specbench.sweep.server`); knows nothing of Optuna or of the study's
+other trials.
 """
 
 from __future__ import annotations
 
-import math
+import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.sweep.spec import Point, SweepSpec
-
-
-# Headline figures stored flat on each trial (optuna-dashboard shows flat numbers as sortable
-# columns): user attr name (units in the name) -> (summary column, scale, decimals)
-HEADLINE = {
-    "tpot_p50_ms": ("tpot_p50_s", 1e3, 3), "tpot_p95_ms": ("tpot_p95_s", 1e3, 3),
-    "ttft_p50_ms": ("ttft_p50_s", 1e3, 3), "e2e_p50_s": ("e2e_p50_s", 1.0, 4),
-    "output_tok_per_s": ("output_tps", 1.0, 2),
-    "output_tok_per_s_per_user": ("output_tps_per_user", 1.0, 2),
-    "acceptance_rate_pct": ("acceptance_rate_tok", 100.0, 2),
-    "tokens_per_step": ("mean_acceptance_length_tok", 1.0, 3),
-    "peak_memory_gib": ("peak_memory_bytes", 1 / 2**30, 3),
-}
-
-
-def headline(summary: dict[str, Any]) -> dict[str, float]:
-    """The HEADLINE figures of a stored summary (absent when undefined, e.g. no drafts)."""
-    out = {}
-    for name, (column, scale, decimals) in HEADLINE.items():
-        v = summary.get(column)
-        if v is not None and math.isfinite(v):
-            out[name] = round(float(v) * scale, decimals)
-    return out
+from specbench.sweep.space import Point
+from specbench.sweep.spec import SweepSpec
+from specbench.sweep.summary import headline, stored_summary
+from specbench.sweep.urls import display_url
 
 
 @dataclass
@@ -45,12 +32,21 @@ class Measurement:
     outputs: dict[str, list[int]] = field(default_factory=dict)  # baseline: prompt id -> ids
 
 
-def _jsonable(v: Any) -> Any:
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+def open_session(spec: SweepSpec, log: Callable[[str], None] | None = None) -> Any:
+    """What this process's trials measure with: with `[server]` the tokenized requests only
+    (`server.open_server_session`: the servers hold the weights), else a
+    `specbench.session.Session` (the target loaded once, each draft on first use)."""
+    if spec.server is not None:
+        from specbench.sweep.server import open_server_session
+
+        return open_server_session(spec, log=log)
+    from specbench.session import open_session as open_embedded_session
+
+    w = spec.workload
+    return open_embedded_session(
+        target=spec.target, engine_cfg=spec.engine, workload=w.source, base=spec.sampling.params(),
+        overrides=spec.sampling.overrides, prompt_field=w.prompt_field, num_prompts=w.num_prompts,
+        seed=spec.sampling.seed, chat_template=w.chat_template, truncate=w.truncate, log=log)
 
 
 def baseline_outputs_from(study_dir: Path, baseline_trial: Any) -> dict[str, list[int]] | None:
@@ -70,9 +66,32 @@ def baseline_outputs_from(study_dir: Path, baseline_trial: Any) -> dict[str, lis
     return {r.prompt_id: [int(t) for t in r.output_token_ids] for r in ok.itertuples()}
 
 
+def run_config(spec: SweepSpec, config: Any, workload: Any, *, backend: str, number: int,
+               worker: str | None, host: str) -> dict[str, Any]:
+    """run.json's `config` for one trial: the keys `specbench run` writes, for the trial's one
+    configuration (`config`, a `runner.Configuration`), and `sweep`, which names the study,
+    the trial and the host that measured it."""
+    sc = config.spec
+    return {
+        "target": spec.target, "draft": sc.draft, "method": sc.method,
+        "num_speculative_tokens": [sc.num_speculative_tokens], "ngram": [sc.ngram_min, sc.ngram_max],
+        "workload": workload.name, "workload_kind": workload.kind, "num_prompts": len(workload.prompts),
+        "sampling": spec.sampling.overrides, "seed": spec.sampling.seed,
+        "ignore_eos": spec.sampling.ignore_eos, "concurrency": [config.concurrency],
+        "request_rate": config.request_rate, "disable_by_batch_size": sc.disable_by_batch_size,
+        "dynamic_k": sc.dynamic_k, "warmup": spec.workload.warmup, "device": spec.engine.device,
+        "dtype": spec.engine.dtype, "backend": backend, "baseline": config.is_baseline,
+        "chat_template": spec.workload.chat_template,
+        "truncate": spec.workload.truncate, "configurations": [config.config_id],
+        # host: also run.json's `hostname`; here so a run names its study, trial and host together
+        "sweep": {"study": spec.study.name, "storage": display_url(spec.storage_url), "trial": number,
+                  "objectives": list(spec.objectives), "host": host, "worker": worker},
+    }
+
+
 def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir: Path,
-            study_name: str, storage: str, baseline_outputs: dict[str, list[int]] | None,
-            events: Any, worker: str | None = None) -> Measurement:
+            baseline_outputs: dict[str, list[int]] | None, events: Any,
+            worker: str | None = None) -> Measurement:
     """Run every request of `session` once at `point`; return what the trial stores. With a
     `[server]` section the trial's own server is launched first and always stopped after."""
     from specbench.records import make_run_id
@@ -83,7 +102,6 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
     if point.draft is not None and len(spec.space.draft) > 1:
         label += f"-{Path(point.draft).name}"
     run_id = make_run_id(label)
-    run_dir = study_dir / "runs" / run_id
     launcher = None
     if spec.server is not None:  # a server per trial, launched for this configuration
         from specbench.sweep.server import start_server
@@ -92,40 +110,24 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
     else:
         backend = session.backend_for(point.draft, point.method)  # loads the draft or head on first use
     try:
-        return _measure(session, spec, point, number, study_dir, study_name, storage,
-                        baseline_outputs, events, config, run_id, run_dir, backend, launcher, worker)
+        return _run(session, spec, config, number, study_dir / "runs" / run_id, study_dir,
+                    baseline_outputs, events, backend, launcher, worker)
     finally:
         if launcher is not None:
             launcher.stop()
 
 
-def _measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir: Path,
-             study_name: str, storage: str, baseline_outputs: dict[str, list[int]] | None,
-             events: Any, config: Any, run_id: str, run_dir: Path, backend: Any,
-             launcher: Any, worker: str | None) -> Measurement:
-    import shlex
-
-    from specbench import analysis
+def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path, study_dir: Path,
+         baseline_outputs: dict[str, list[int]] | None, events: Any, backend: Any,
+         launcher: Any, worker: str | None) -> Measurement:
     from specbench.records import RunMetadata, RunWriter, read_run
     from specbench.runner import run_configuration
-    from specbench.sweep.study import hostname
 
-    wl = session.workload
-    run_cfg = {
-        "target": spec.target, "draft": point.draft, "method": point.method,
-        "num_speculative_tokens": [point.num_speculative_tokens], "ngram": [1, 4],
-        "workload": wl.name, "workload_kind": wl.kind, "num_prompts": len(wl.prompts),
-        "sampling": dict(spec.sampling), "seed": spec.seed, "ignore_eos": spec.ignore_eos,
-        "concurrency": [point.concurrency], "request_rate": None, "disable_by_batch_size": None,
-        "dynamic_k": False, "warmup": spec.warmup, "device": spec.device, "dtype": spec.dtype,
-        "backend": "openai" if launcher is not None else "embedded", "baseline": point.is_baseline,
-        "chat_template": spec.chat_template,
-        "truncate": spec.truncate, "configurations": [config.config_id],
-        # host: also run.json's `hostname`; here so a run names its study, trial and host together
-        "sweep": {"study": study_name, "storage": storage, "trial": number,
-                  "objectives": list(spec.objectives), "host": hostname(), "worker": worker},
-    }
-    metadata = RunMetadata.collect(run_id, run_cfg)
+    run_id = run_dir.name
+    metadata = RunMetadata.collect(run_id, {})
+    metadata.config = run_config(spec, config, session.workload, number=number, worker=worker,
+                                 host=metadata.hostname,
+                                 backend="openai" if launcher is not None else "embedded")
     metadata.device = backend.device_name
     if launcher is not None:
         metadata.config["openai"] = backend.describe()
@@ -133,20 +135,19 @@ def _measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir
     else:
         metadata.config["dtype_resolved"] = session.dtype_name
     writer = RunWriter(run_dir, metadata)
-    outputs: dict[str, list[int]] | None = {} if point.is_baseline else baseline_outputs
+    outputs: dict[str, list[int]] | None = {} if config.is_baseline else baseline_outputs
     events.trial_started(number, config.config_id, len(session.requests))
     try:
         run_configuration(backend, session.requests, config, run_id=run_id, writer=writer,
-                          warmup=spec.warmup, baseline_outputs=outputs,
-                          on_result=lambda req, res: events.request_done(), rate_seed=spec.seed)
+                          warmup=spec.workload.warmup, baseline_outputs=outputs,
+                          on_result=lambda req, res: events.request_done(), rate_seed=spec.sampling.seed)
     except BaseException:
         writer.close(complete=False)
         raise
     writer.close(complete=True)
     df, _ = read_run(run_dir)
-    row = analysis.summarize(df).iloc[0]
-    summary = {k: _jsonable(row[k]) for k in analysis.SUMMARY_COLUMNS}
+    summary = stored_summary(df)
     attrs = {"config_id": config.config_id, "run_id": run_id,
-             "run_dir": str(run_dir.relative_to(study_dir)), "host": hostname(),
+             "run_dir": str(run_dir.relative_to(study_dir)), "host": metadata.hostname,
              "summary": summary, **headline(summary)}
-    return Measurement(attrs, outputs if point.is_baseline and outputs else {})
+    return Measurement(attrs, outputs if config.is_baseline and outputs else {})

@@ -19,6 +19,8 @@ and the next one measured.
 
 `write_profile` also writes the paste-ready serving configurations next to the YAML
 (`specbench.sweep.serving`).
+
+Boundary: reads a study's trials and their run files; measures nothing, prints nothing.
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from specbench.sweep.spec import Point, SweepSpec
-from specbench.sweep.study import display_url, is_measured, speedups_vs
+from specbench.sweep.space import Point
+from specbench.sweep.spec import SweepSpec
+from specbench.sweep.trials import is_measured
+from specbench.sweep.summary import speedups_vs
+from specbench.sweep.urls import display_url
 
 PROFILE_VERSION = 1
 _EVIDENCE = ("tpot_p50_s", "tpot_p95_s", "ttft_p50_s", "e2e_p50_s", "output_tps",
@@ -56,6 +61,16 @@ def candidates(study: optuna.Study) -> list[FrozenTrial]:
     """Complete trials that ran their own measurement, one per configuration."""
     return [t for t in study.get_trials(deepcopy=False)
             if t.state == TrialState.COMPLETE and is_measured(t)]
+
+
+def nothing_measured(study: optuna.Study) -> str | None:
+    """Why no profile can be built (no configuration measured, and the first failure), or None."""
+    if candidates(study):
+        return None
+    failed = [t for t in study.get_trials(deepcopy=False) if "fail_reason" in t.user_attrs]
+    first = f" (first: trial {failed[0].number}: {failed[0].user_attrs['fail_reason']})" if failed else ""
+    return (f"no configuration was measured: {len(failed)} trial(s) failed{first}; no profile written. "
+            "Fix the cause, then rerun with --retry-failed")
 
 
 def point_of(t: FrozenTrial) -> Point:
@@ -95,7 +110,7 @@ def _samples(spec: SweepSpec, t: FrozenTrial) -> Any:
     if not run_dir:
         return None
     try:
-        return read_run(Path(spec.out) / run_dir)[0]
+        return read_run(Path(spec.study.out) / run_dir)[0]
     except RecordsError:
         return None
 
@@ -128,9 +143,9 @@ def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
         gain = _gain(spec, best.values[0], base.values[0]) if best and base else None
         interval = tpot_interval(spec, best, base) if best and base else None
         if interval is not None:
-            pays = analysis.outcome(*interval, min_speedup=spec.min_speedup) == "win"
+            pays = analysis.outcome(*interval, min_speedup=spec.profile.min_speedup) == "win"
         else:
-            pays = gain is not None and gain > spec.min_speedup
+            pays = gain is not None and gain > spec.profile.min_speedup
         out.append(Level(c, base, best, gain, pays, interval))
     return [lv for lv in out if lv.baseline or lv.best]
 
@@ -232,10 +247,10 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
             if x.interval is not None:
                 point, lo, hi = x.interval
                 rule = (f"paired TPOT speedup {point:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}], "
-                        f"{'wholly above' if x.pays else 'not wholly above'} {spec.min_speedup:g}x")
+                        f"{'wholly above' if x.pays else 'not wholly above'} {spec.profile.min_speedup:g}x")
                 band["tpot_speedup_ci"] = [_r(point), _r(lo), _r(hi)]
             else:
-                rule = f"no run files here for an interval: point gain vs threshold {spec.min_speedup:g}x"
+                rule = f"no run files here for an interval: point gain vs threshold {spec.profile.min_speedup:g}x"
             band["why"] = (f"best speculative {_describe(point_of(x.best))}: {primary} gain "
                            f"{x.gain:.3f}x over the baseline; speculation {verdict} ({rule})")
             if not speculative and x.pays:
@@ -276,18 +291,19 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
         "specbench_profile": PROFILE_VERSION,
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "study": {
-            "name": spec.study_name, "storage": display_url(spec.storage_url),
-            "directory": str(spec.out), "trials": len(all_trials), "measured": len(trials),
+            "name": spec.study.name, "storage": display_url(spec.storage_url),
+            "directory": str(spec.study.out), "trials": len(all_trials), "measured": len(trials),
             "reused": sum(1 for t in all_trials if "duplicate_of" in t.user_attrs),
             "failed": len(failed),
             "infeasible": sum(1 for t in trials if not _feasible(t)),
         },
         "models": {"target": spec.target, "drafts": list(spec.space.draft)},
-        "workload": {"source": spec.workload, "num_prompts": spec.num_prompts,
-                     "chat_template": spec.chat_template},
-        "sampling": {**spec.sampling, "seed": spec.seed, "ignore_eos": spec.ignore_eos},
+        "workload": {"source": spec.workload.source, "num_prompts": spec.workload.num_prompts,
+                     "chat_template": spec.workload.chat_template},
+        "sampling": {**spec.sampling.overrides, "seed": spec.sampling.seed,
+                     "ignore_eos": spec.sampling.ignore_eos},
         "objective": {"primary": primary, "direction": spec.directions[0],
-                      "all": list(spec.objectives), "min_speedup": spec.min_speedup,
+                      "all": list(spec.objectives), "min_speedup": spec.profile.min_speedup,
                       "max_peak_memory_bytes": spec.max_peak_memory_bytes},
         "recommendation": "speculative" if paying else "baseline",
         "speculative_config": spec_cfg,
@@ -300,7 +316,7 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
     }
     if spec_cfg:
         profile["verify_with"] = (
-            f"specbench run --target {spec.target} --workload {spec.workload} "
+            f"specbench run --target {spec.target} --workload {spec.workload.source} "
             f"--speculative-config '{json.dumps(spec_cfg)}' --concurrency "
             f"{','.join(str(x.concurrency) for x in lv)}")
     if len(spec.objectives) > 1:

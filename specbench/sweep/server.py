@@ -4,7 +4,7 @@ configuration, on a free loopback port; waits until it serves; measures through 
 backend; and stops it, also when the trial fails.
 
 Only the tokenizer is loaded here (`[server] tokenizer`, default the target): the servers
-hold the weights. Placeholders of the template (see `spec.SERVER_PLACEHOLDERS`):
+hold the weights. Placeholders of the template (see `options.SERVER_PLACEHOLDERS`):
 
     {target} {draft}: the models as the spec names them; a catalog name or a .gguf file
         becomes its converted Hugging Face directory (what vLLM and SGLang can load)
@@ -12,10 +12,13 @@ hold the weights. Placeholders of the template (see `spec.SERVER_PLACEHOLDERS`):
     {dtype}: [models] dtype (auto | bfloat16 | float16 | float32, the same words vLLM,
         SGLang and `specbench serve` take for --dtype)
     {speculative_config_json}: vLLM's --speculative-config JSON for the trial
-        ({} for the baseline, {"method": "draft_model", "model": DRAFT, "num_speculative_tokens": K}
-         for draft_model, the same with "eagle3" and the head's directory for eagle3,
-         {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": 1,
-          "prompt_lookup_max": 4} for ngram)
+        ({} for the baseline, else `serving.vllm_speculative_config`: {"method": "draft_model",
+         "model": DRAFT, "num_speculative_tokens": K} for draft_model, the same with "eagle3"
+         and the head's directory for eagle3, {"method": "ngram", "num_speculative_tokens": K,
+         "prompt_lookup_min": 1, "prompt_lookup_max": 4} for ngram, the sizes measured)
+
+Boundary: launching, connecting to and checking one trial's server (`backends.launcher`,
+`backends.openai`); the measurement itself is `specbench.sweep.measure`'s.
 """
 
 from __future__ import annotations
@@ -30,21 +33,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 from specbench.errors import ConfigError
-from specbench.sweep.spec import Point, SweepSpec
+from specbench.sweep.serving import vllm_speculative_config
+from specbench.sweep.space import Point
+from specbench.sweep.spec import SweepSpec
 
 
 def speculative_config_json(point: Point) -> str:
     if point.is_baseline:
         return "{}"
-    if point.method == "ngram":
-        cfg: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": point.num_speculative_tokens,
-                               "prompt_lookup_min": 1, "prompt_lookup_max": 4}
-    elif point.method in ("draft_model", "eagle3"):
-        cfg = {"method": point.method, "model": point.draft,
-               "num_speculative_tokens": point.num_speculative_tokens}
-    else:
-        cfg = {"method": point.method, "num_speculative_tokens": point.num_speculative_tokens}
-    return json.dumps(cfg)
+    return json.dumps(vllm_speculative_config(point.method, point.draft, point.num_speculative_tokens))
 
 
 def server_model_path(model: str) -> str:
@@ -67,7 +64,7 @@ def trial_params(spec: SweepSpec, point: Point, port: int) -> dict[str, Any]:
             "k": point.num_speculative_tokens, "num_speculative_tokens": point.num_speculative_tokens,
             "k_plus_1": point.num_speculative_tokens + 1,  # SGLang chain: num_draft_tokens = steps + 1
             "port": port, "speculative_config_json": speculative_config_json(point),
-            "python": sys.executable, "dtype": spec.dtype}
+            "python": sys.executable, "dtype": spec.engine.dtype}
 
 
 @dataclass
@@ -85,21 +82,21 @@ class ServerSession:
 def open_server_session(spec: SweepSpec, log: Callable[[str], None] | None = None) -> ServerSession:
     """Load the workload and the tokenizer (never the weights), tokenize the requests."""
     from specbench.backends.openai import OpenAIBackend, load_tokenizer
-    from specbench.session import default_num_prompts, sampling_base
+    from specbench.session import default_num_prompts
     from specbench.workload import build_requests, load_workload
 
     assert spec.server is not None
-    wl = load_workload(spec.workload, prompt_field=spec.prompt_field,
-                       num_prompts=spec.num_prompts if spec.num_prompts is not None
-                       else default_num_prompts(spec.workload), seed=spec.seed)
+    w = spec.workload
+    wl = load_workload(w.source, prompt_field=w.prompt_field,
+                       num_prompts=w.num_prompts if w.num_prompts is not None else default_num_prompts(w.source),
+                       seed=spec.sampling.seed)
     source = spec.server.tokenizer or spec.target
-    tok = load_tokenizer(source, OpenAIBackend("", spec.target), trust_remote_code=spec.trust_remote_code)
+    tok = load_tokenizer(source, OpenAIBackend("", spec.target), trust_remote_code=spec.engine.trust_remote_code)
     if log:
         log(f"tokenizer [bold]{tok.name}[/]; one server per trial from the server command")
-    base = sampling_base(seed=spec.seed, ignore_eos=spec.ignore_eos, overrides=spec.sampling)
-    requests, skipped = build_requests(wl, tok.tokenizer, base, use_chat_template=spec.chat_template,
-                                       max_context=tok.max_context, truncate=spec.truncate,
-                                       overrides=spec.sampling)
+    requests, skipped = build_requests(wl, tok.tokenizer, spec.sampling.params(), use_chat_template=w.chat_template,
+                                       max_context=tok.max_context, truncate=w.truncate,
+                                       overrides=spec.sampling.overrides)
     if not requests:
         raise ConfigError(f"every prompt of {wl.name!r} is longer than the context of "
                           f"{tok.max_context} tokens (use --truncate to keep them)")
@@ -128,7 +125,8 @@ def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path
         launcher.start()
         backend = OpenAIBackend.connect(base_url, endpoint=srv.endpoint)
         # the server must run the trial's configuration (its card / counters say so)
-        backend.server_spec(point.method, [point.num_speculative_tokens], point.draft, (1, 4),
+        sc = point.speculative_config()
+        backend.server_spec(sc.method, [sc.num_speculative_tokens], sc.draft, (sc.ngram_min, sc.ngram_max),
                             declared=True)
         tok = session.tokenizer
         backend.prepare(session.requests[0], tok.tokenizer, tok.eos_token_ids)

@@ -33,6 +33,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from specbench.config import SpeculativeConfig
+
+_NGRAM = SpeculativeConfig(method="ngram")  # the n-gram lookup sizes measured
 SERVING_FILES = {"vllm": ".vllm.json", "vllm_legacy": ".vllm-legacy.json",
                  "sglang": ".sglang.txt", "rollout": ".rollout.yaml"}
 PROMQL_MAL = ("1 + rate(vllm:spec_decode_num_accepted_tokens_total[5m]) / "
@@ -103,13 +106,16 @@ def check_bands(table: list[list[int]], max_concurrency: int) -> None:
         raise ValueError(f"bands end at {expect - 1}, not at the highest concurrency {max_concurrency}")
 
 
-def _vllm_base(method: str, draft: str | None, k: int) -> dict[str, Any]:
+def vllm_speculative_config(method: str, draft: str | None, k: int) -> dict[str, Any]:
+    """vLLM's `--speculative-config` for one configuration: `model` is the draft model or the
+    EAGLE-3 head; n-gram gets the lookup sizes specbench's drafter uses (`SpeculativeConfig`'s
+    defaults; vLLM's own default is 5..5)."""
     cfg: dict[str, Any] = {"method": method}
     if draft:
         cfg["model"] = draft
     cfg["num_speculative_tokens"] = k
-    if method == "ngram":  # what specbench's n-gram drafter measured (vLLM's default is 5..5)
-        cfg.update(prompt_lookup_min=1, prompt_lookup_max=4)
+    if method == "ngram":
+        cfg.update(prompt_lookup_min=_NGRAM.ngram_min, prompt_lookup_max=_NGRAM.ngram_max)
     return cfg
 
 
@@ -149,12 +155,12 @@ def serving_profiles(profile: dict[str, Any]) -> dict[str, Any]:
         check_bands(table, max_c)
         method, draft = fam
         kmax = max(k for _, _, k in table)
-        vllm = _vllm_base(method, draft, kmax)
+        vllm = vllm_speculative_config(method, draft, kmax)
         vllm["num_speculative_tokens_per_batch_size"] = table
         out["vllm"] = vllm
         legacy = profile.get("speculative_config")
         if legacy:
-            out["vllm_legacy"] = _vllm_base(legacy["method"], legacy.get("model"),
+            out["vllm_legacy"] = vllm_speculative_config(legacy["method"], legacy.get("model"),
                                             int(legacy["num_speculative_tokens"]))
             if legacy.get("disable_by_batch_size") is not None:
                 out["vllm_legacy"]["disable_by_batch_size"] = int(legacy["disable_by_batch_size"])

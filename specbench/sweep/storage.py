@@ -19,7 +19,11 @@ hosts:
   again) instead of killing the heartbeat thread.
 
 Storage URLs: an RDB URL (`sqlite:///PATH.db`, `postgresql://user@host/db`), a bare path (a
-SQLite file), or `journal:PATH` (Optuna's journal file; a shared filesystem is enough).
+SQLite file), or `journal:PATH` (Optuna's journal file; a shared filesystem is enough); how
+they are spelled is `specbench.sweep.urls`.
+
+Boundary: storage only; what a study and its trials mean is `specbench.sweep.study` and
+`specbench.sweep.trials`.
 """
 
 from __future__ import annotations
@@ -38,11 +42,11 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
 from specbench.errors import ConfigError, StorageError
-from specbench.sweep.spec import DEFAULT_GRACE_S as GRACE_S
-from specbench.sweep.spec import DEFAULT_HEARTBEAT_S as HEARTBEAT_S
-from specbench.sweep.spec import DEFAULT_STORAGE_RETRY_S as RETRY_S
+from specbench.sweep.options import DEFAULT_GRACE_S as GRACE_S
+from specbench.sweep.options import DEFAULT_HEARTBEAT_S as HEARTBEAT_S
+from specbench.sweep.options import DEFAULT_STORAGE_RETRY_S as RETRY_S
+from specbench.sweep.urls import JOURNAL_PREFIX, display_url, sqlite_path, storage_url
 
-JOURNAL_PREFIX = "journal:"
 HEARTBEAT_ATTR = "specbench_heartbeat"  # journal storage: time.time() of the last heartbeat
 
 
@@ -52,15 +56,12 @@ def first_line(exc: BaseException) -> str:
 
 
 def normalize_storage_url(url: str) -> str:
-    """An RDB URL or `journal:PATH` as given; a bare path means a SQLite file there. A
-    `postgresql://` URL gets the PostgreSQL driver that is installed (psycopg 3, else
-    psycopg2), so the URL works whichever one SQLAlchemy would pick by default."""
-    if url.startswith(JOURNAL_PREFIX):
-        return url
-    if "://" not in url:
-        return f"sqlite:///{url}"
-    scheme, rest = url.split("://", 1)
-    if scheme in ("postgresql", "postgres"):
+    """`urls.storage_url(url)`, and a `postgresql://` URL gets the PostgreSQL driver that is
+    installed (psycopg 3, else psycopg2), so the URL works whichever one SQLAlchemy would pick
+    by default."""
+    url = storage_url(url)
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
         return f"postgresql+{_postgres_driver(url)}://{rest}"
     return url
 
@@ -73,18 +74,6 @@ def _postgres_driver(url: str) -> str:
             return dialect
     raise ConfigError(f"--storage {display_url(url)}: no PostgreSQL driver is installed; "
                       "install one with: pip install 'specbench[postgres]' (psycopg)")
-
-
-def display_url(url: str) -> str:
-    """The storage URL for messages: passwords hidden."""
-    if url.startswith(JOURNAL_PREFIX) or "://" not in url:
-        return url
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - only for messages
-        return url
 
 
 def _transient(exc: BaseException | None) -> BaseException | None:
@@ -269,8 +258,8 @@ def _open_journal(path: str, shown: str) -> BaseStorage:
 
 def _open_rdb(url: str, shown: str, heartbeat_interval: int, grace_period: int) -> optuna.storages.RDBStorage:
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}  # reconnect after a server restart
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
+    path = sqlite_path(url)
+    if path is not None:
         if path and path != ":memory:":
             _mkdir_for(path, shown)
         # Several workers on one SQLite file wait for the write lock instead of failing.

@@ -16,3 +16,21 @@ def postgres():
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def launches(monkeypatch) -> list:
+    """Every (ServerLauncher, process) a sweep starts, recorded as it starts."""
+    from specbench.backends.launcher import ServerLauncher
+
+    launched: list = []
+    real_start = ServerLauncher.start
+
+    def start(self):
+        try:
+            return real_start(self)
+        finally:
+            launched.append((self, self.proc))
+
+    monkeypatch.setattr(ServerLauncher, "start", start)
+    return launched

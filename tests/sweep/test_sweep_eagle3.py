@@ -16,7 +16,7 @@ from specbench.models.eagle3 import save_head
 from specbench.records import read_run
 from specbench.sweep import build_spec
 from specbench.sweep.server import speculative_config_json
-from specbench.sweep.spec import Point
+from specbench.sweep.space import Point
 from test_sweep_run import FAST, load, measured, prompts_file  # noqa: F401  (fixture)
 
 

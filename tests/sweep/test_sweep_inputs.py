@@ -13,7 +13,7 @@ import cli_harness
 
 from specbench.errors import ConfigError
 from specbench.sweep import build_spec, load_spec_file, open_storage, open_study
-from specbench.sweep.spec import Point
+from specbench.sweep.space import Point
 
 REPO = Path(__file__).resolve().parents[2]
 # A target that does not exist: if a test got as far as loading models it would say so.
@@ -50,18 +50,18 @@ def storage(tmp_path) -> str:
 def test_shipped_specs_parse(name):
     path = REPO / "sweeps" / name
     spec = build_spec(load_spec_file(path), source=path)
-    assert spec.study_name == path.stem and spec.space.points()
+    assert spec.study.name == path.stem and spec.space.points()
     assert spec.storage_url == f"sqlite:///sweeps/{path.stem}.db"
-    assert spec.out == Path("sweeps/studies") / path.stem
+    assert spec.study.out == Path("sweeps/studies") / path.stem
 
 
 def test_quick_cpu_spec_is_small_enough_for_a_cpu():
     path = REPO / "sweeps" / "quick-cpu.toml"
     spec = build_spec(load_spec_file(path), source=path)
-    assert spec.sampler == "grid" and spec.device == "cpu"
+    assert spec.study.sampler == "grid" and spec.engine.device == "cpu"
     assert spec.space.num_speculative_tokens == (2, 4) and spec.space.concurrency == (1, 4)
     assert len(spec.space.points()) == 6  # 2 baselines + 2 k x 2 concurrency
-    assert spec.num_prompts == 4 and spec.sampling["max_new_tokens"] == 32
+    assert spec.workload.num_prompts == 4 and spec.sampling.overrides["max_new_tokens"] == 32
 
 
 def test_flags_override_the_spec_file(tmp_path):
@@ -71,7 +71,7 @@ def test_flags_override_the_spec_file(tmp_path):
                                              "space.num_speculative_tokens": ["2..6:2"]}, source=path)
     assert spec.space.concurrency == (4, 8) and spec.space.method == ("ngram",)
     assert spec.space.num_speculative_tokens == (2, 4, 6) and spec.space.k_range == (2, 6, 2)
-    assert spec.sampling == {"max_new_tokens": 16} and spec.study_name == "s"
+    assert spec.sampling.overrides == {"max_new_tokens": 16} and spec.study.name == "s"
 
 
 def test_every_spelling_of_the_baseline_is_one_point():

@@ -13,7 +13,7 @@ from optuna.trial import TrialState, create_trial
 
 from specbench.analysis import SUMMARY_COLUMNS
 from specbench.sweep import build_profile, build_spec, pareto_front, write_profile
-from specbench.sweep.spec import Point
+from specbench.sweep.space import Point
 
 BASE_TPOT = 0.1  # s
 BASE_TPS = 100.0  # total tok/s

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from specbench import analysis
 from specbench.records import RUN_FILE, read_run
-from specbench.sweep.spec import Point
+from specbench.sweep.space import Point
 
 PROMPTS = [
     {"id": "greet", "prompt": "Say hello to the team."},
@@ -263,7 +263,7 @@ def test_memory_budget_marks_trials_infeasible(tiny_pair, prompts_file, tmp_path
 
 def test_a_sweep_where_every_trial_failed_exits_1_without_a_profile_and_retry_failed_measures_again(
         tiny_pair, prompts_file, tmp_path, monkeypatch):
-    from specbench.sweep import measure as measure_mod  # the objective imports it when it runs
+    from specbench.sweep import measure as measure_mod  # the objective looks measure up per trial
 
     real = measure_mod.measure
 

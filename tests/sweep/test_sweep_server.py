@@ -70,20 +70,10 @@ ready_timeout_s = 120
 
 
 @pytest.fixture
-def started(monkeypatch) -> list[tuple[ServerLauncher, object]]:
+def started(monkeypatch, launches) -> list[tuple[ServerLauncher, object]]:
     """Every (launcher, process) the sweep starts, recorded as it starts."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    launched: list[tuple[ServerLauncher, object]] = []
-    real_start = ServerLauncher.start
-
-    def start(self):
-        try:
-            return real_start(self)
-        finally:
-            launched.append((self, self.proc))
-
-    monkeypatch.setattr(ServerLauncher, "start", start)
-    return launched
+    return launches
 
 
 def test_sweep_launches_one_server_per_trial_and_stops_it(tiny_pair, tmp_path, started):

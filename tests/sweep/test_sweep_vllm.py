@@ -69,24 +69,14 @@ def vllm_models(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def started(monkeypatch) -> list[tuple[ServerLauncher, object]]:
+def started(monkeypatch, launches) -> list[tuple[ServerLauncher, object]]:
     """Every (launcher, process) the sweep starts, recorded as it starts; vLLM's CPU settings
     and its virtualenv first on PATH, as the recipe says."""
     monkeypatch.setenv("PATH", str(Path(VLLM_PYTHON).parent) + os.pathsep + os.environ["PATH"])
     for k, v in {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                  "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}.items():
         monkeypatch.setenv(k, v)
-    launched: list[tuple[ServerLauncher, object]] = []
-    real_start = ServerLauncher.start
-
-    def start(self):
-        try:
-            return real_start(self)
-        finally:
-            launched.append((self, self.proc))
-
-    monkeypatch.setattr(ServerLauncher, "start", start)
-    return launched
+    return launches
 
 
 def test_sweep_over_real_vllm_servers(vllm_models, started, tmp_path):

@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import TrialState
 
 from specbench.records import read_run
-from specbench.sweep.spec import Point
+from specbench.sweep.space import Point
 
 PROMPTS = [
     {"id": "greet", "prompt": "Say hello to the team."},

@@ -1,0 +1,211 @@
+"""What a study's trials say: which configurations are settled, measured or still to run,
+and how a trial defers to another measuring the same configuration.
+
+Settled: a trial complete, or failed for a recorded reason (`fail_reason`); that outcome
+stands, unless `--retry-failed` set the failures so far aside (`retry_mark`). Interrupted
+trials (Ctrl-C) fail without a reason and are enqueued again (`enqueue_pending`), as are the
+baselines, first, so speculative trials find theirs.
+
+Dedupe across processes. A configuration is measured at most once per study, also when
+several workers share one storage. Each trial publishes its configuration key
+(`config_key`) and then a ticket (1 + the largest ticket among trials with that key), then
+defers to any running trial with that key whose (ticket, number) is smaller, or that is
+still choosing its ticket: Lamport's bakery algorithm over the storage, which needs only
+reads and writes, no locks, so it works on every storage (RDB or journal file). A deferring
+trial waits for the winner and returns its stored value (`duplicate_of`); a trial with a key
+already measured returns the stored value at once.
+
+Boundary: reads and writes trial attrs through Optuna; measures nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from specbench.sweep.space import Point
+from specbench.sweep.spec import SweepSpec
+from specbench.sweep.storage import fail_stale
+from specbench.sweep.summary import HEADLINE, SPEEDUP_ATTRS
+
+POLL_S = 0.5  # how often a waiting trial looks at the storage again
+QUEUED_WAIT_S = 2.0  # how long a trial waits for a queued (not yet running) baseline
+CONSTRAINT = "peak_memory_over_budget_gib"  # <= 0: feasible
+
+
+class TrialFailed(Exception):
+    """A trial that failed for a reason worth recording (its message, one line)."""
+
+
+class RetryLater(TrialFailed):
+    """A failure that says nothing about the configuration: retried on the next start."""
+
+
+RETRY_ATTR = "specbench_retry_failed_before"  # failures of trials numbered below this are retried
+
+
+def retry_mark(study: optuna.Study) -> int:
+    """Trials numbered below this whose failure `--retry-failed` set aside (-1: none)."""
+    return int(study.user_attrs.get(RETRY_ATTR, -1))
+
+
+def retry_failed(study: optuna.Study) -> int:
+    """Set every recorded failure so far aside: those configurations are measured again.
+    Returns how many configurations that concerns."""
+    trials = study.get_trials(deepcopy=False)
+    keys = {trial_key(t) for t in trials if t.state == TrialState.FAIL and "fail_reason" in t.user_attrs}
+    keys -= {trial_key(t) for t in trials if t.state == TrialState.COMPLETE}
+    study.set_user_attr(RETRY_ATTR, len(trials))
+    return len(keys - {None})
+
+
+def settled(t: FrozenTrial, retry_before: int = -1) -> bool:
+    """Finished with an outcome that stands: complete, or failed for a recorded reason (and
+    not set aside for a retry by --retry-failed)."""
+    return t.state == TrialState.COMPLETE or (
+        t.state == TrialState.FAIL and "fail_reason" in t.user_attrs and not t.user_attrs.get("retry")
+        and t.number >= retry_before)
+
+
+def trial_key(t: FrozenTrial) -> str | None:
+    if "config_key" in t.user_attrs:
+        return t.user_attrs["config_key"]
+    params = t.params or t.system_attrs.get("fixed_params")
+    return Point.from_params(params).key if params else None
+
+
+def is_measured(t: FrozenTrial) -> bool:
+    """A trial that ran its own measurement (not one reusing another trial's)."""
+    return "run_id" in t.user_attrs and "duplicate_of" not in t.user_attrs
+
+
+def settled_keys(trials: list[FrozenTrial], retry_before: int = -1) -> set[str]:
+    return {k for t in trials if settled(t, retry_before) and (k := trial_key(t))}
+
+
+def all_measured(study: optuna.Study, spec: SweepSpec) -> bool:
+    done = settled_keys(study.get_trials(deepcopy=False), retry_mark(study))
+    return all(p.key in done for p in spec.space.points())
+
+
+def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Point]:
+    """Enqueue the baseline at each concurrency (first, so speculative trials find it) and
+    every configuration whose trial was interrupted, unless present already."""
+    fail_stale(study)
+    trials = study.get_trials(deepcopy=False)
+    mark = retry_mark(study)
+    taken = {trial_key(t) for t in trials
+             if t.state in (TrialState.WAITING, TrialState.RUNNING) or settled(t, mark)}
+    by_key = {p.key: p for p in spec.space.points()}
+    pending: list[Point] = [p for p in by_key.values() if p.is_baseline]
+    # config_key is written once every parameter is suggested, so it names the whole point
+    pending += [by_key[k] for t in trials if t.state == TrialState.FAIL and not settled(t, mark)
+                and (k := t.user_attrs.get("config_key")) in by_key]
+    out: list[Point] = []
+    for p in pending:
+        if p.key not in taken:
+            study.enqueue_trial(p.params)
+            taken.add(p.key)
+            out.append(p)
+    return out
+
+
+def progress_counts(study: optuna.Study, spec: SweepSpec) -> tuple[int, int]:
+    """(configurations settled, configurations in the space)."""
+    points = spec.space.points()
+    done = settled_keys(study.get_trials(deepcopy=False), retry_mark(study))
+    return sum(1 for p in points if p.key in done), len(points)
+
+
+# --------------------------------------------------------------------------------------
+# Dedupe: Lamport's bakery over trial user attrs
+
+
+def _peers(study: optuna.Study, me: Trial, key: str) -> list[FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.number != me.number and t.user_attrs.get("config_key") == key]
+
+
+def claim(study: optuna.Study, trial: Trial, key: str) -> FrozenTrial | None:
+    """None when this trial is the one to measure `key`; otherwise the settled trial whose
+    outcome it reuses (waiting while another worker measures it)."""
+    trial.set_user_attr("config_key", key)  # doorway: "choosing" until the ticket is out
+    peers = _peers(study, trial, key)
+    ticket = 1 + max((int(t.user_attrs.get("ticket", 0)) for t in peers), default=0)
+    trial.set_user_attr("ticket", ticket)
+    mine = (ticket, trial.number)
+    mark = retry_mark(study)
+    while True:
+        peers = _peers(study, trial, key)
+        done = sorted((t for t in peers if settled(t, mark)),
+                      key=lambda t: (t.state != TrialState.COMPLETE, t.number))
+        if done:
+            return done[0]
+        ahead = [t for t in peers if t.state == TrialState.RUNNING
+                 and ("ticket" not in t.user_attrs or (int(t.user_attrs["ticket"]), t.number) < mine)]
+        if not ahead:
+            return None
+        time.sleep(POLL_S)
+        fail_stale(study)
+
+
+# what a trial reusing another's outcome copies from it
+_COPIED = ("config_id", "run_id", "run_dir", "host", "summary", "speedups", "feasible",
+           "constraint", "baseline_trial", *HEADLINE, *SPEEDUP_ATTRS)
+
+
+def reuse(trial: Trial, original: FrozenTrial) -> Any:
+    """Make `trial` a copy of a settled trial with the same configuration."""
+    source = original.user_attrs.get("duplicate_of", original.number)
+    trial.set_user_attr("duplicate_of", source)
+    for k in _COPIED:
+        if k in original.user_attrs:
+            trial.set_user_attr(k, original.user_attrs[k])
+    if "constraint" in original.user_attrs:
+        trial.set_constraint(CONSTRAINT, original.user_attrs["constraint"])
+    if original.state != TrialState.COMPLETE:
+        reason = original.user_attrs.get("fail_reason", "failed")
+        if reason.startswith("same configuration as trial"):
+            reason = reason.split("which failed: ", 1)[-1]
+        message = f"same configuration as trial {source}, which failed: {reason}"
+        trial.set_user_attr("fail_reason", message)
+        raise TrialFailed(message)
+    values = list(original.values)
+    return values[0] if len(values) == 1 else values
+
+
+def baseline_of(study: optuna.Study, concurrency: int) -> FrozenTrial:
+    """The complete baseline trial at `concurrency`, waiting while one is running, or queued
+    for up to QUEUED_WAIT_S (a worker between trials takes a queued trial within moments; when
+    none does, as when a lost baseline is queued again while every worker waits for it, this
+    trial gives way with `RetryLater` so its worker runs the queued baseline next)."""
+    key = Point.of("none", concurrency=concurrency).key
+    queued_since: float | None = None
+    mark = retry_mark(study)
+    while True:
+        trials = [t for t in study.get_trials(deepcopy=False) if trial_key(t) == key]
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        if done:
+            return done[0]
+        failed = [t for t in trials if settled(t, mark)]
+        if failed:
+            raise TrialFailed(f"the baseline at concurrency {concurrency} failed (trial "
+                              f"{failed[0].number}: {failed[0].user_attrs.get('fail_reason')})")
+        running = any(t.state == TrialState.RUNNING for t in trials)
+        queued = any(t.state == TrialState.WAITING for t in trials)
+        if queued and not running:
+            queued_since = queued_since or time.monotonic()
+        if not (running or (queued and time.monotonic() - queued_since < QUEUED_WAIT_S)):
+            raise RetryLater(f"no baseline measured at concurrency {concurrency} yet")
+        time.sleep(POLL_S)
+        fail_stale(study)
+
+
+def complete_baseline(study: optuna.Study, concurrency: int) -> FrozenTrial | None:
+    key = Point.of("none", concurrency=concurrency).key
+    done = [t for t in study.get_trials(deepcopy=False)
+            if t.state == TrialState.COMPLETE and trial_key(t) == key]
+    return done[0] if done else None
