@@ -1,279 +1,50 @@
-"""The OpenAI-compatible backend: benchmark a vLLM, SGLang or `specbench serve` server over
-HTTP, streaming, with asyncio + httpx.
+"""`OpenAIBackend`: the HTTP client of the OpenAI-compatible backend. Its lifecycle, in the
+order callers must follow (see the package docstring):
 
-Speculation happens on the server, so a configuration here is a label for what the server
-runs (its /v1/models card says so for `specbench serve`; vLLM's /metrics reveal k). Per
-request the backend records when each streamed chunk arrived and how many tokens it carried:
-a chunk of n tokens gives n equal timestamps, so TTFT, ITL, TPOT and E2E come out of
-`specbench.metrics` exactly as for the embedded engine. Token counts and ids come from the
-stream's `token_ids` (vLLM's `return_token_ids`, `specbench serve`), else from logprobs
-(`token_id:N` with vLLM's `return_tokens_as_token_ids`), else from the target's tokenizer
-applied to the text (adjusted to the server's usage count). Which of these a server gives is
-found out once, by a short probe request, before the run starts.
+1. `connect(base_url, ...)` validates the flags and probes GET /v1/models (and /metrics):
+   an unreachable URL, something that is not an OpenAI server, an unknown model or a
+   missing API key raise `ConfigError` / `BackendError` here, before any sample;
+2. `server_spec(...)` settles the speculative configuration the server runs, as the label of
+   the records (declared by the flags, stated by `specbench serve`'s card, revealed by vLLM's
+   per-position counter), refusing flags that disagree with the server;
+3. `prepare(request, tokenizer, eos_token_ids)` settles, with short greedy probe requests,
+   how prompts are sent and output tokens counted (stream token ids, logprobs, or the
+   tokenizer on the text);
+4. `run(requests, spec, ...)` sends every request (closed loop or seeded Poisson arrivals),
+   one `Result` each, with /metrics scraped before and after for the configuration stats.
 
-Acceptance, per request where the server says it, else server-wide:
-- `specbench serve` returns per-step draft/accept counts in its final chunk (`spec_decode`),
-  so rows get exactly the embedded backend's acceptance columns;
-- vLLM started with `--per-request-spec-decode-metrics summary|detailed` puts
-  `metrics.speculative_decoding` on the stream's final usage chunk (the backend always asks
-  for it with `stream_options.include_usage`): totals and the histogram at `summary`, plus the
-  ordered `per_step_accepted` / `per_step_drafted` arrays at `detailed`. They fill the same
-  per-sample totals (and, at `detailed`, accepted_per_step / rejection_positions);
-- SGLang's `meta_info` counters (`spec_verify_ct`, `spec_accept_token_num`,
-  `spec_draft_token_num`), when a response carries them.
-Such configurations get `acceptance_scope: "request"`. Without any of them only the
-server-wide counters remain (vLLM's `vllm:spec_decode_*` on /metrics): the deltas go to the
-configuration stats with `acceptance_scope: "server"` and the per-sample acceptance columns
-stay empty. Deltas count every request the server handled meanwhile, so nothing else should
-use the server during a run. The deltas are kept beside per-request figures too, so the two
-can be compared (they count the same verification steps on vLLM).
+Per request: retries (when asked) of 429/5xx/timeouts/dropped streams, else a
+`finish_reason="error"` result; a chunk of n tokens gives n equal timestamps.
 
-Server faults (timeouts, 429/5xx, dropped streams, malformed events) become per-sample
-`finish_reason="error"` results, retried only when asked. What makes a run pointless (an
-unreachable URL, something that is not an OpenAI server, an unknown model, a missing API key)
-raises `ConfigError`/`BackendError` from `connect()` / `prepare()`, before the first sample.
-
-Boundary: HTTP in, `Result`s out. No weights are ever loaded; the tokenizer is the caller's.
+Boundary: HTTP in, `Result`s out. No weights are ever loaded; the tokenizer is the caller's
+(`load_tokenizer` finds it without weights).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from specbench.arrivals import poisson_arrivals
-from specbench.config import SpeculativeConfig, parse_speculative_config
-from specbench.errors import BackendError, ConfigError, ModelError
-from specbench.types import ReportedAcceptance, Request, Result, StepEvent
+from specbench.backends.openai.label import served_spec
+from specbench.backends.openai.prometheus import parse_prometheus, spec_decode_counters
+from specbench.backends.openai.reported import per_request
+from specbench.backends.openai.sse import Attempt, Fault, error_message, read_stream
+from specbench.backends.openai.stats import configuration_stats
+from specbench.backends.openai.tokens import output_tokens
+from specbench.config import SpeculativeConfig
+from specbench.errors import BackendError, ConfigError
+from specbench.models.tokenizer import TokenizerOnly, load_tokenizer_only
+from specbench.types import Request, Result
 
 ENDPOINTS = ("completions", "chat")
-# vLLM's speculative decoding counters (prometheus_client adds `_total` on exposition).
-SPEC_COUNTERS = {
-    "vllm:spec_decode_num_drafts": "num_drafts",
-    "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
-}
-PER_POSITION_COUNTER = "vllm:spec_decode_num_accepted_tokens_per_pos"
 PROBE_TIMEOUT_S = 60.0  # /v1/models, /metrics and the probe request (capped by --request-timeout)
-_TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
-
-
-# --- Prometheus text format ----------------------------------------------------------------
-
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Samples by metric name: name -> [(labels, value)]. Comments and `_created` skipped."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m or m.group(1).endswith("_created"):
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        labels = dict(_LABEL.findall(m.group(2) or ""))
-        out.setdefault(m.group(1), []).append((labels, value))
-    return out
-
-
-def spec_decode_counters(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, Any] | None:
-    """vLLM's spec-decode counters summed over engines/models; None when the server has none
-    (vLLM registers them only when it speculates)."""
-    def series(name: str) -> list[tuple[dict[str, str], float]]:
-        return samples.get(name + "_total", []) + samples.get(name, [])
-
-    if not any(series(n) for n in [*SPEC_COUNTERS, PER_POSITION_COUNTER]):
-        return None
-    out: dict[str, Any] = {key: sum(v for _, v in series(name)) for name, key in SPEC_COUNTERS.items()}
-    per_pos: dict[int, float] = {}
-    for labels, value in series(PER_POSITION_COUNTER):
-        try:
-            pos = int(labels.get("position", ""))
-        except ValueError:
-            continue
-        per_pos[pos] = per_pos.get(pos, 0.0) + value
-    out["num_accepted_tokens_per_pos"] = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)] if per_pos else []
-    return out
-
-
-def counter_deltas(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
-    """after - before, plus the derived acceptance figures (vLLM's definitions). None when
-    either scrape lacks the counters or a counter went backwards (server restarted)."""
-    if before is None or after is None:
-        return None
-    d: dict[str, Any] = {k: after[k] - before[k] for k in SPEC_COUNTERS.values()}
-    b, a = before["num_accepted_tokens_per_pos"], after["num_accepted_tokens_per_pos"]
-    n = max(len(a), len(b))
-    d["num_accepted_tokens_per_pos"] = [(a[i] if i < len(a) else 0.0) - (b[i] if i < len(b) else 0.0)
-                                        for i in range(n)]
-    if any(v < 0 for k, v in d.items() if k in SPEC_COUNTERS.values()) or any(
-            v < 0 for v in d["num_accepted_tokens_per_pos"]):
-        return None
-    d = {k: (int(v) if not isinstance(v, list) else [int(x) for x in v]) for k, v in d.items()}
-    return with_acceptance(d)
-
-
-def with_acceptance(d: dict[str, Any]) -> dict[str, Any]:
-    drafts, drafted, accepted = d["num_drafts"], d["num_draft_tokens"], d["num_accepted_tokens"]
-    d["acceptance_rate"] = accepted / drafted if drafted else None
-    d["mean_acceptance_length"] = 1.0 + accepted / drafts if drafts else None
-    d["per_position_acceptance"] = [x / drafts for x in d["num_accepted_tokens_per_pos"]] if drafts else []
-    return d
-
-
-# --- SSE and chunk parsing -----------------------------------------------------------------
-
-
-class _Fault(Exception):
-    """A request failed; `retryable` for 429/5xx/timeouts/dropped streams."""
-
-    def __init__(self, message: str, retryable: bool, retry_after: float | None = None,
-                 status: int | None = None):
-        super().__init__(message)
-        self.retryable = retryable
-        self.retry_after = retry_after
-        self.status = status
-
-
-def error_message(body: str) -> str:
-    """The message of an OpenAI/vLLM error body (`{"error": {"message"}}` or
-    `{"message"}`), else the body's first line."""
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        obj = None
-    if isinstance(obj, dict):
-        err = obj.get("error", obj)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"]).splitlines()[0][:300]
-        if isinstance(err, str):
-            return err[:300]
-    first = body.strip().splitlines()[0] if body.strip() else "(empty body)"
-    return first[:300]
-
-
-async def _sse_events(resp: httpx.Response):
-    """The `data:` payloads of a server-sent event stream, one per event."""
-    data: list[str] = []
-    async for line in resp.aiter_lines():
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if name == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)
-
-
-@dataclass
-class _Chunk:
-    t: float  # perf_counter when the event arrived
-    text: str
-    ids: list[int] | None  # exact token ids, when the server gave them
-    n: int | None  # tokens in this chunk, when the server said (token_ids or logprobs)
-
-
-@dataclass
-class _Attempt:
-    sent: float
-    chunks: list[_Chunk] = field(default_factory=list)
-    finish: str | None = None
-    usage: dict | None = None
-    spec: dict | None = None  # specbench serve's per-step `spec_decode`
-    vllm_spec: dict | None = None  # vLLM's `metrics.speculative_decoding`
-    meta_info: dict | None = None  # SGLang's `meta_info`
-
-
-def _ints(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-        return list(value)
-    return None
-
-
-def _count(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) and value >= 0:
-        return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
-    return None
-
-
-def vllm_acceptance(m: dict) -> ReportedAcceptance | None:
-    """vLLM's per-request `metrics.speculative_decoding` (its `SpeculativeDecodingMetrics`):
-    num_spec_steps, num_draft_tokens, num_accepted_draft_tokens, acceptance_histogram, and at
-    the `detailed` level per_step_accepted / per_step_drafted. None when it is malformed."""
-    steps, drafted, accepted = (_count(m.get(k)) for k in
-                                ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens"))
-    if steps is None or drafted is None or accepted is None or accepted > drafted:
-        return None
-    per_acc, per_draft = _ints(m.get("per_step_accepted")), _ints(m.get("per_step_drafted"))
-    if per_acc is None or per_draft is None or len(per_acc) != len(per_draft) or len(per_acc) != steps \
-            or sum(per_acc) != accepted or sum(per_draft) != drafted:
-        per_acc = per_draft = None  # summary level (or arrays that disagree with the totals)
-    hist = _ints(m.get("acceptance_histogram"))
-    return ReportedAcceptance("vllm", steps, drafted, accepted,
-                              tuple(per_acc) if per_acc is not None else None,
-                              tuple(per_draft) if per_draft is not None else None,
-                              tuple(hist) if hist else None)
-
-
-def sglang_acceptance(meta: dict) -> ReportedAcceptance | None:
-    """SGLang's `meta_info` counters: spec_verify_ct (verification steps),
-    spec_accept_token_num (accepted drafts), spec_draft_token_num (proposed drafts). Only
-    when all three are there: an accept *length* alone does not give the counts."""
-    steps, accepted, drafted = (_count(meta.get(k)) for k in
-                                ("spec_verify_ct", "spec_accept_token_num", "spec_draft_token_num"))
-    if steps is None or accepted is None or drafted is None or accepted > drafted:
-        return None
-    return ReportedAcceptance("sglang", steps, drafted, accepted)
-
-
-def _chunk_tokens(choice: dict, chat: bool) -> tuple[str, list[int] | None, int | None]:
-    """(text, token ids or None, token count or None) of one streamed choice."""
-    if chat:
-        text = (choice.get("delta") or {}).get("content") or ""
-    else:
-        text = choice.get("text") or ""
-    ids = choice.get("token_ids")
-    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
-        return text, list(ids), len(ids)
-    lp = choice.get("logprobs")
-    if isinstance(lp, dict):
-        toks = lp.get("tokens") if not chat else [c.get("token") for c in (lp.get("content") or [])
-                                                   if isinstance(c, dict)]
-        if isinstance(toks, list):
-            parsed = [_TOKEN_ID.match(t) if isinstance(t, str) else None for t in toks]
-            if toks and all(parsed):
-                return text, [int(m.group(1)) for m in parsed], len(toks)
-            return text, None, len(toks)
-    return text, None, None
-
-
-# --- the backend ---------------------------------------------------------------------------
 
 
 def _normalize_url(base_url: str) -> str:
@@ -396,49 +167,10 @@ class OpenAIBackend:
 
     def server_spec(self, method: str, ks: Sequence[int], draft: str | None, ngram: tuple[int, int],
                     *, declared: bool) -> SpeculativeConfig:
-        """The speculative configuration the server runs, as the label of its records.
-
-        `declared`: the user described it with --method/-k/--draft/--speculative-config.
-        `specbench serve` states it on its model card; vLLM's per-position counter reveals
-        k (not the method). Declared values must agree with what the server reveals."""
-        card_cfg = self.card.get("speculative_config", "absent")
-        positions = len(self.server_counters["num_accepted_tokens_per_pos"]) if self.server_counters else None
-        if card_cfg != "absent":
-            server = parse_speculative_config(json.dumps(card_cfg or {"method": "none"}))
-        else:
-            server = None
-        if declared:
-            if len(ks) != 1:
-                raise ConfigError("--backend openai: a server runs one speculative configuration; pass one "
-                                  "-k value (launch one server per k)")
-            if method in ("draft_model", "eagle3") and not draft and server is not None:
-                draft = server.draft  # the card names the draft model (or head)
-            try:
-                spec = SpeculativeConfig(method=method, num_speculative_tokens=ks[0] if method != "none" else 0,
-                                         draft=draft if method in ("draft_model", "eagle3") else None,
-                                         ngram_min=ngram[0], ngram_max=ngram[1])
-            except ConfigError as exc:
-                raise ConfigError(f"{exc} (with --backend openai these flags describe the server's setup)") from None
-        else:
-            if server is not None:
-                return server
-            if positions:
-                raise ConfigError(
-                    f"{self.root} speculates with k={positions} (vllm:spec_decode_* in /metrics): "
-                    "describe it for the records with --method and --draft, or --speculative-config")
-            return SpeculativeConfig()
-        if server is not None and (server.method, server.num_speculative_tokens) != (
-                spec.method, spec.num_speculative_tokens):
-            raise ConfigError(f"the flags say {spec.short} but {self.root} serves {server.short} "
-                              "(its /v1/models card)")
-        if positions is not None and spec.speculative and positions != spec.num_speculative_tokens:
-            raise ConfigError(f"-k {spec.num_speculative_tokens}: {self.root} drafts {positions} tokens per "
-                              "step (vllm:spec_decode_num_accepted_tokens_per_pos in /metrics)")
-        if self.metrics_text_available and positions is None and spec.speculative and \
-                self.card.get("owned_by") == "vllm":
-            raise ConfigError(f"the flags say {spec.short} but {self.root} (vLLM) reports no "
-                              "vllm:spec_decode_* counters: it does not speculate")
-        return spec
+        """The speculative configuration the server runs, as the label of its records
+        (`specbench.backends.openai.label.served_spec`)."""
+        return served_spec(self.card, self.server_counters, self.root, self.metrics_text_available,
+                           method, ks, draft, ngram, declared=declared)
 
     def prepare(self, request: Request, tokenizer: Any = None, eos_token_ids: Sequence[int] = ()) -> None:
         """Settle how to send prompts and count tokens, with short probe requests built from
@@ -492,18 +224,18 @@ class OpenAIBackend:
         self.prompt_form, self.extras = fallback
         self.token_counting = "tokenizer"
 
-    async def _probe_once(self, request: Request) -> tuple[_Attempt, _Fault | None]:
+    async def _probe_once(self, request: Request) -> tuple[Attempt, Fault | None]:
         async with self._client(1) as client:
-            att = _Attempt(sent=time.perf_counter())
+            att = Attempt(sent=time.perf_counter())
             try:
                 await asyncio.wait_for(self._stream(client, request, att),
                                        min(PROBE_TIMEOUT_S, self.request_timeout))
-            except _Fault as f:
+            except Fault as f:
                 return att, f
             except (asyncio.TimeoutError, httpx.TimeoutException):
-                return att, _Fault("timed out", True)
+                return att, Fault("timed out", True)
             except httpx.HTTPError as exc:
-                return att, _Fault(f"{type(exc).__name__}: {exc}", True)
+                return att, Fault(f"{type(exc).__name__}: {exc}", True)
             return att, None
 
     def describe(self) -> dict[str, Any]:
@@ -543,65 +275,21 @@ class OpenAIBackend:
         body.update(self.extras)
         return body
 
-    async def _stream(self, client: httpx.AsyncClient, request: Request, att: _Attempt) -> None:
+    async def _stream(self, client: httpx.AsyncClient, request: Request, att: Attempt) -> None:
         chat = self.endpoint == "chat"
         url = f"{self.root}/v1/{'chat/completions' if chat else 'completions'}"
         async with client.stream("POST", url, json=self.payload(request)) as resp:
-            if resp.status_code != 200:
-                body = (await resp.aread()).decode("utf-8", "replace")
-                retry_after = None
-                try:
-                    retry_after = float(resp.headers.get("retry-after", ""))
-                except ValueError:
-                    pass
-                raise _Fault(f"HTTP {resp.status_code}: {error_message(body)}",
-                             resp.status_code == 429 or resp.status_code >= 500, retry_after,
-                             status=resp.status_code)
-            ctype = resp.headers.get("content-type", "")
-            if "text/event-stream" not in ctype:
-                raise _Fault(f"expected an event stream, got {ctype or 'no content-type'} "
-                             f"({(await resp.aread())[:80]!r})", False)
-            async for data in _sse_events(resp):
-                now = time.perf_counter()
-                if data.strip() == "[DONE]":
-                    return
-                try:
-                    obj = json.loads(data)
-                except ValueError:
-                    obj = None
-                if not isinstance(obj, dict):
-                    raise _Fault(f"not an OpenAI stream event: {data[:80]!r}", False)
-                if obj.get("error"):
-                    raise _Fault(f"server error in stream: {error_message(data)}", True)
-                if isinstance(obj.get("usage"), dict):
-                    att.usage = obj["usage"]
-                metrics = obj.get("metrics")
-                if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-                    att.vllm_spec = metrics["speculative_decoding"]
-                if isinstance(obj.get("meta_info"), dict):
-                    att.meta_info = obj["meta_info"]
-                for choice in obj.get("choices") or []:
-                    if not isinstance(choice, dict):
-                        continue
-                    text, ids, n = _chunk_tokens(choice, chat)
-                    if text or n:
-                        att.chunks.append(_Chunk(now, text, ids, n))
-                    if choice.get("finish_reason"):
-                        att.finish = str(choice["finish_reason"])
-                    if isinstance(choice.get("spec_decode"), dict):
-                        att.spec = choice["spec_decode"]
-                    if isinstance(choice.get("meta_info"), dict):
-                        att.meta_info = choice["meta_info"]
+            await read_stream(resp, chat, att)
 
     async def request(self, client: httpx.AsyncClient, request: Request, arrival: float) -> Result:
         """One request with retries; never raises for a server fault."""
-        error, att = "", _Attempt(sent=time.perf_counter())
+        error, att = "", Attempt(sent=time.perf_counter())
         for attempt in range(self.retries + 1):
-            att = _Attempt(sent=time.perf_counter())
+            att = Attempt(sent=time.perf_counter())
             retryable, wait = True, 0.25 * 2 ** attempt
             try:
                 await asyncio.wait_for(self._stream(client, request, att), self.request_timeout)
-            except _Fault as f:
+            except Fault as f:
                 error, retryable = str(f), f.retryable
                 if f.retry_after is not None:
                     wait = min(f.retry_after, 30.0)
@@ -623,24 +311,10 @@ class OpenAIBackend:
         res.finish_reason, res.error = "error", error
         return res
 
-    def _result(self, request: Request, arrival: float, att: _Attempt, attempts: int) -> Result:
-        ids, times = self._tokens(att)
+    def _result(self, request: Request, arrival: float, att: Attempt, attempts: int) -> Result:
+        ids, times = output_tokens(att.chunks, att.usage, att.finish, self.tokenizer, self.eos_token_ids)
         spec = att.spec or {}
-        steps: list[StepEvent] = []
-        drafted = spec.get("drafted_per_step") or []
-        accepted = spec.get("accepted_per_step") or []
-        if len(drafted) == len(accepted):
-            emitted = spec.get("emitted_per_step") or [a + 1 for a in accepted]
-            dts = spec.get("draft_time_s_per_step") or [0.0] * len(drafted)
-            vts = spec.get("verify_time_s_per_step") or [0.0] * len(drafted)
-            steps = [StepEvent(drafted=int(d), accepted=int(a), first_rejection=-1 if a == d else int(a),
-                               emitted=int(e), draft_time_s=float(dt), verify_time_s=float(vt))
-                     for d, a, e, dt, vt in zip(drafted, accepted, emitted, dts, vts)]
-        reported = None
-        if not steps and att.vllm_spec is not None:
-            reported = vllm_acceptance(att.vllm_spec)
-        if not steps and reported is None and att.meta_info is not None:
-            reported = sglang_acceptance(att.meta_info)
+        steps, reported = per_request(spec, att.vllm_spec, att.meta_info)
         finish = {"stop": "stop", "length": "length", "abort": "error", "error": "error"}.get(
             att.finish or "", "stop")
         return Result(
@@ -651,34 +325,6 @@ class OpenAIBackend:
             error="server aborted the request" if finish == "error" else None,
             reported_acceptance=reported, extra={"attempts": attempts, "usage": att.usage, "server_finish_reason": att.finish},
         )
-
-    def _tokens(self, att: _Attempt) -> tuple[list[int], list[float]]:
-        """Output ids and one timestamp per token; a chunk of n tokens gives n equal times."""
-        chunks = att.chunks
-        if chunks and all(c.ids is not None for c in chunks):
-            ids = [i for c in chunks for i in c.ids]  # type: ignore[union-attr]
-            return ids, [c.t for c in chunks for _ in c.ids]  # type: ignore[union-attr]
-        text = "".join(c.text for c in chunks)
-        tok = self.tokenizer
-        ids = list(tok.encode(text, add_special_tokens=False)) if tok is not None else []
-        if all(c.n is not None for c in chunks):
-            counts = [int(c.n) for c in chunks]  # type: ignore[arg-type]
-        else:
-            # Token boundaries of each prefix: a chunk's tokens are what it added to the count.
-            counts, seen, cum = [], 0, ""
-            for c in chunks:
-                cum += c.text
-                n = len(tok.encode(cum, add_special_tokens=False)) if tok is not None else 0
-                counts.append(max(n - seen, 0))
-                seen = max(seen, n)
-        usage_n = (att.usage or {}).get("completion_tokens")
-        if (isinstance(usage_n, int) and usage_n == len(ids) + 1 and att.finish == "stop"
-                and self.eos_token_ids):
-            ids.append(self.eos_token_ids[0])  # the end-of-sequence token has no text
-        times = [c.t for c, n in zip(chunks, counts) for _ in range(n)][: len(ids)]
-        if chunks and len(times) < len(ids):
-            times += [chunks[-1].t] * (len(ids) - len(times))
-        return ids, times
 
     def run(self, requests: list[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
             request_rate: float | None = None, rate_seed: int = 0,
@@ -691,7 +337,8 @@ class OpenAIBackend:
         results = asyncio.run(self._run_all(requests, concurrency, request_rate, rate_seed, on_result))
         wall = time.perf_counter() - start
         after = self.scrape_metrics()
-        return results, {**self._stats(results, before, after, wall), "speculative": spec.speculative}
+        return results, {**configuration_stats(results, before, after, wall, self.token_counting),
+                         "speculative": spec.speculative}
 
     async def _run_all(self, requests: list[Request], concurrency: int, request_rate: float | None,
                        rate_seed: int, on_result) -> list[Result]:
@@ -714,19 +361,6 @@ class OpenAIBackend:
             await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
         return results  # type: ignore[return-value]
 
-    def _stats(self, results: list[Result], before, after, wall: float) -> dict[str, Any]:
-        request_spec = request_acceptance(results)
-        server_spec = counter_deltas(before, after)
-        scope = "request" if request_spec is not None else ("server" if server_spec is not None else "none")
-        sources = sorted({r.reported_acceptance.source for r in results if r.reported_acceptance is not None}
-                         | ({"specbench"} if any(r.steps for r in results) else set()))
-        return {"wall_s": wall, "requests": len(results),
-                "errors": sum(1 for r in results if r.finish_reason == "error"),
-                "acceptance_scope": scope, "acceptance_sources": sources,
-                "server_spec_decode": server_spec,
-                "request_spec_decode": request_spec, "token_counting": self.token_counting,
-                "peak_memory_bytes": None}
-
     def generate(self, request: Request, spec: SpeculativeConfig, *, arrival_time: float) -> Result:
         async def go() -> Result:
             async with self._client(1) as client:
@@ -734,137 +368,13 @@ class OpenAIBackend:
         return asyncio.run(go())
 
 
-def request_acceptance(results: Sequence[Result]) -> dict[str, Any] | None:
-    """Per-request acceptance pooled over `results`, in the shape of `counter_deltas` (so the
-    two can be set side by side); None when no result carries any. Per-position counts come
-    from step events, per-step arrays or vLLM's histogram, whichever a result has."""
-    drafts = drafted = accepted = width = 0  # width: most drafts one step proposed (k)
-    per_pos: list[int] = []
-    seen = False
-
-    def add_positions(accepted_counts: Sequence[int], times: int = 1) -> None:
-        for a in accepted_counts:
-            if a > len(per_pos):
-                per_pos.extend([0] * (a - len(per_pos)))
-            for i in range(a):
-                per_pos[i] += times
-
-    for r in results:
-        draft_steps = [s for s in r.steps if s.drafted > 0]
-        if r.steps:
-            seen = True
-            drafts += len(draft_steps)
-            drafted += sum(s.drafted for s in draft_steps)
-            accepted += sum(s.accepted for s in draft_steps)
-            add_positions([s.accepted for s in draft_steps])
-            width = max([width, *(s.drafted for s in draft_steps)])
-        elif r.reported_acceptance is not None:
-            ra = r.reported_acceptance
-            seen = True
-            drafts, drafted, accepted = drafts + ra.num_steps, drafted + ra.drafted, accepted + ra.accepted
-            if ra.accepted_per_step is not None:
-                add_positions(ra.accepted_per_step)
-                width = max([width, *(ra.drafted_per_step or ())])
-            elif ra.histogram is not None:
-                for j, n in enumerate(ra.histogram):
-                    add_positions([j], n)
-                width = max(width, len(ra.histogram) - 1)
-    if not seen:
-        return None
-    per_pos += [0] * (width - len(per_pos))
-    return with_acceptance({"num_drafts": drafts, "num_draft_tokens": drafted,
-                            "num_accepted_tokens": accepted, "num_accepted_tokens_per_pos": per_pos})
-
-
-def _fmt(v: Any, spec: str) -> str:
-    return "–" if v is None else format(v, spec)
-
-
-def acceptance_lines(configuration_stats: dict[str, dict]) -> list[str]:
-    """Console lines saying where each configuration's acceptance figures come from."""
-    lines = []
-    for config_id, info in configuration_stats.items():
-        scope = (info or {}).get("acceptance_scope")
-        srv = (info or {}).get("server_spec_decode") or {}
-        if scope == "server" and srv.get("num_drafts"):
-            lines.append(f"{config_id}: acceptance is server-wide (/metrics deltas over every request the "
-                         f"server handled, not per sample): rate {srv['acceptance_rate']:.3f}, "
-                         f"{srv['mean_acceptance_length']:.2f} tokens per step over {srv['num_drafts']} drafts")
-        elif scope == "server":
-            lines.append(f"{config_id}: the server's spec-decode counters did not move (nothing drafted)")
-        elif scope == "request" and srv.get("num_drafts"):
-            req = (info or {}).get("request_spec_decode") or {}
-            src = ", ".join((info or {}).get("acceptance_sources") or []) or "server"
-            lines.append(f"{config_id}: acceptance per request ({src}): rate {_fmt(req.get('acceptance_rate'), '.3f')}, "
-                         f"{_fmt(req.get('mean_acceptance_length'), '.2f')} tokens per step over "
-                         f"{req.get('num_drafts')} drafts; /metrics deltas: rate {_fmt(srv.get('acceptance_rate'), '.3f')}, "
-                         f"{_fmt(srv.get('mean_acceptance_length'), '.2f')} over {srv['num_drafts']} drafts")
-        elif scope == "none" and (info or {}).get("speculative"):
-            lines.append(f"{config_id}: no acceptance figures (no per-request data, no vllm:spec_decode_* "
-                         "counters on /metrics)")
-        errors = (info or {}).get("errors")
-        if errors:
-            lines.append(f"{config_id}: {errors} request(s) failed (finish_reason error; see the error column)")
-    return lines
-
-
-# --- the tokenizer, without the weights ----------------------------------------------------
-
-
-@dataclass
-class TokenizerOnly:
-    """What `specbench run` needs of the target for an HTTP backend: no weights."""
-
-    name: str
-    path: Path
-    tokenizer: Any
-    eos_token_ids: tuple[int, ...]
-    max_context: int | None
-
-
 def load_tokenizer(source: str | None, backend: OpenAIBackend, *, trust_remote_code: bool = False) -> TokenizerOnly:
-    """The tokenizer from `source` (--tokenizer / --target), else from the served model name or
-    its card's `root` when either is a local directory or catalog name. Catalog models are
-    pulled if missing (the tokenizer ships inside the model files); weights are never loaded."""
-    from transformers import AutoTokenizer, GenerationConfig
-
-    from specbench.models import catalog, fetch
-    from specbench.models.loading import eos_ids, resolve_model_path
-
-    def usable(spec: str | None) -> bool:
-        return bool(spec) and (Path(spec).expanduser().exists() or catalog.is_catalog_name(spec))
-
-    if source is None:
-        source = next((s for s in (backend.model, backend.card.get("root")) if usable(s)), None)
-        if source is None:
-            raise ConfigError(f"--backend openai needs the served model's tokenizer to build requests: pass "
-                              f"--tokenizer (catalog name or Hugging Face directory); {backend.model!r} is not "
-                              "a local path or catalog name")
-    path = Path(source).expanduser()
-    if not (path.is_dir() and not (path / "config.json").is_file()):
-        path = resolve_model_path(source)  # a tokenizer-only directory needs no config.json
-    try:
-        with fetch.quiet_transformers_progress():
-            tok = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, KeyError, ImportError) as exc:
-        raise ModelError(f"tokenizer {source!r}: could not load from {path}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
-    try:
-        gen = GenerationConfig.from_pretrained(path, local_files_only=True)
-    except OSError:
-        gen = None
-    max_context = backend.card.get("max_model_len")
-    if not isinstance(max_context, int) or max_context <= 0:
-        max_context = None
-        cfg = path / "config.json"
-        if cfg.is_file():
-            try:
-                c = json.loads(cfg.read_text())
-                c = c.get("text_config", c)
-                max_context = int(c.get("max_position_embeddings") or 0) or None
-            except (ValueError, TypeError):
-                pass
-        tok_max = getattr(tok, "model_max_length", None)
-        if isinstance(tok_max, int) and 0 < tok_max < 10**8:
-            max_context = min(max_context, tok_max) if max_context else tok_max
-    return TokenizerOnly(name=str(source), path=path, tokenizer=tok, eos_token_ids=eos_ids(gen, tok),
-                         max_context=max_context)
+    """The served model's tokenizer from `source` (--tokenizer / --target), else from the
+    served model name or its card's `root` when either is a local directory or catalog name
+    (`specbench.models.tokenizer`); the context length from the card's `max_model_len`."""
+    return load_tokenizer_only(
+        source, fallbacks=(backend.model, backend.card.get("root")),
+        served_max_context=backend.card.get("max_model_len"), trust_remote_code=trust_remote_code,
+        missing_hint=(f"--backend openai needs the served model's tokenizer to build requests: pass "
+                      f"--tokenizer (catalog name or Hugging Face directory); {backend.model!r} is not "
+                      "a local path or catalog name"))
