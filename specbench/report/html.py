@@ -200,7 +200,7 @@ SAMPLE_HEADERS = ["#", "configuration", "conc", "prompt", "category", "out tok",
 def sample_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     rows = []
     for i, r in frame.iterrows():
-        ok = r["error"] is None or (isinstance(r["error"], float) and pd.isna(r["error"]))
+        ok = fmt.missing(r["error"])
         finish = str(r["finish_reason"]) + ("" if ok else f": {r['error']}")
         div = r["first_divergence"]
         rows.append({

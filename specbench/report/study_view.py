@@ -28,6 +28,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specbench.formatting import plain
 from specbench.report import fmt
 from specbench.report.inputs import ReportInputs, StudyInput
 from specbench.report.plots import BASELINE_COLOR, Plot, _PALETTE, _style
@@ -49,8 +50,7 @@ def _family(method: Any, draft: Any) -> str:
 
 
 def _param(t: Any, name: str) -> Any:
-    v = getattr(t, f"params_{name}", None)
-    return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+    return plain(getattr(t, f"params_{name}", None))
 
 
 def describe_trial(t: Any) -> str:
