@@ -44,32 +44,26 @@ def acceptance_cells(row: pd.Series, stats: dict[str, Any] | None) -> tuple[str,
     return "–", "–", "none"
 
 
+def _table(title: str, *columns: str, words: tuple[str, ...] = ()) -> Table:
+    """A table whose first column is the configuration (folded when long) and whose other
+    columns are right-aligned numbers, except `words` (left-aligned)."""
+    t = Table(title=title, title_justify="left")
+    t.add_column("config", overflow="fold")
+    for name in columns:
+        t.add_column(name, justify="left" if name in words else "right")
+    return t
+
+
 def rich_summary_table(summary: pd.DataFrame, speedups: pd.DataFrame,
                        configuration_stats: dict[str, dict] | None = None) -> Table:
     """Console view of `summary` and `speedups`: a latency table above a throughput and
     speculation table, wrapped in one borderless grid so each stays under 120 columns.
     `configuration_stats` (run.json's, by config_id) supplies server-wide acceptance where
     the records hold none (see `acceptance_cells`)."""
-    latency = Table(title="Latency (ms: p50 / p95 / p99)", title_justify="left")
-    latency.add_column("config", overflow="fold")
-    latency.add_column("conc", justify="right")
-    latency.add_column("n", justify="right")
-    latency.add_column("err", justify="right")
-    latency.add_column("TTFT", justify="right")
-    latency.add_column("TPOT", justify="right")
-    latency.add_column("E2E", justify="right")
-
-    spec = Table(title="Throughput and speculation", title_justify="left")
-    spec.add_column("config", overflow="fold")
-    spec.add_column("conc", justify="right")
-    spec.add_column("tok/s\nper user", justify="right")
-    spec.add_column("tok/s\ntotal", justify="right")
-    spec.add_column("accept rate\ntok / req", justify="right")
-    spec.add_column("accept len\ntok / req", justify="right")
-    spec.add_column("accept\nscope")
-    spec.add_column("speedup\nTPOT", justify="right")
-    spec.add_column("speedup\ntok/s", justify="right")
-    spec.add_column("peak\nMiB", justify="right")
+    latency = _table("Latency (ms: p50 / p95 / p99)", "conc", "n", "err", "TTFT", "TPOT", "E2E")
+    spec = _table("Throughput and speculation", "conc", "tok/s\nper user", "tok/s\ntotal",
+                  "accept rate\ntok / req", "accept len\ntok / req", "accept\nscope", "speedup\nTPOT",
+                  "speedup\ntok/s", "peak\nMiB", words=("accept\nscope",))
 
     sp = speedups.set_index("config_id") if len(speedups) else None
     for _, r in summary.iterrows():

@@ -76,21 +76,22 @@ GATES = ("all", "deterministic", "none")
 VERDICTS = ("ok", "improved", "inconclusive", "regression", "n/a")
 
 
+def _items(values: list[str] | None) -> list[str]:
+    """The non-empty items of repeatable, comma-separated flag values."""
+    return [item.strip() for v in values or [] for item in str(v).split(",") if item.strip()]
+
+
 def parse_metrics(values: list[str] | None) -> list[str]:
     """`-m tpot_p50,e2e_p50 -m errors` -> names in order, duplicates dropped; default set when
     empty. Unknown names raise a ConfigError listing the valid ones."""
     if not values:
         return list(DEFAULT_METRICS)
     out: list[str] = []
-    for v in values:
-        for name in str(v).split(","):
-            name = name.strip()
-            if not name:
-                continue
-            if name not in METRICS:
-                raise ConfigError(f"--metric: unknown metric {name!r}; valid: {', '.join(METRICS)}")
-            if name not in out:
-                out.append(name)
+    for name in _items(values):
+        if name not in METRICS:
+            raise ConfigError(f"--metric: unknown metric {name!r}; valid: {', '.join(METRICS)}")
+        if name not in out:
+            out.append(name)
     if not out:
         raise ConfigError(f"--metric: no metric given; valid: {', '.join(METRICS)}")
     return out
@@ -119,30 +120,26 @@ def parse_thresholds(values: list[str] | None, metrics: list[str]) -> dict[str, 
     out = {m: METRICS[m].threshold for m in metrics}
     bare: float | None = None
     named: dict[str, float] = {}
-    for v in values or []:
-        for item in str(v).split(","):
-            item = item.strip()
-            if not item:
-                continue
-            if "=" in item:
-                name, _, value = item.partition("=")
-                name = name.strip()
-                if name not in METRICS:
-                    raise ConfigError(f"--max-regression: unknown metric {name!r}; "
-                                      f"valid: {', '.join(METRICS)}")
-                if name not in metrics:
-                    raise ConfigError(f"--max-regression: {name} is not among the compared "
-                                      f"metrics ({', '.join(metrics)}); add --metric {name}")
-                if name == "errors":
-                    value = value.strip()
-                    if not value.isdigit():
-                        raise ConfigError(f"--max-regression: errors={value!r} must be a whole "
-                                          "number of failed samples")
-                    named[name] = float(value)
-                else:
-                    named[name] = parse_fraction(value, f"--max-regression {name}")
+    for item in _items(values):
+        if "=" in item:
+            name, _, value = item.partition("=")
+            name = name.strip()
+            if name not in METRICS:
+                raise ConfigError(f"--max-regression: unknown metric {name!r}; "
+                                  f"valid: {', '.join(METRICS)}")
+            if name not in metrics:
+                raise ConfigError(f"--max-regression: {name} is not among the compared "
+                                  f"metrics ({', '.join(metrics)}); add --metric {name}")
+            if name == "errors":
+                value = value.strip()
+                if not value.isdigit():
+                    raise ConfigError(f"--max-regression: errors={value!r} must be a whole "
+                                      "number of failed samples")
+                named[name] = float(value)
             else:
-                bare = parse_fraction(item, "--max-regression")
+                named[name] = parse_fraction(value, f"--max-regression {name}")
+        else:
+            bare = parse_fraction(item, "--max-regression")
     if bare is not None:
         timing = [m for m in metrics if METRICS[m].kind == "timing"]
         if not timing:

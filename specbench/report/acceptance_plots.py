@@ -9,6 +9,9 @@ Boundary: figures from the report frame and the verdict table; numbers from
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -18,6 +21,8 @@ from specbench import analysis
 from specbench import steps as steps_mod
 from specbench.report.inputs import ReportInputs
 from specbench.report.plots import NO_SPEC, Plot, series_colors, spec_ok, style
+
+_NO_DRAFTS = "No verification step proposed draft tokens."
 
 
 def acceptance_length_histogram(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
@@ -29,8 +34,7 @@ def acceptance_length_histogram(inputs: ReportInputs, verdict: pd.DataFrame) -> 
     spec = spec_ok(inputs.frame)
     spec = spec[spec["num_steps"] > 0]
     if spec.empty:
-        plot.note = NO_SPEC if spec_ok(inputs.frame).empty else \
-            "No verification step proposed draft tokens."
+        plot.note = NO_SPEC if spec_ok(inputs.frame).empty else _NO_DRAFTS
         return plot
     colors = series_colors(verdict)
     fig = go.Figure()
@@ -48,23 +52,35 @@ def acceptance_length_histogram(inputs: ReportInputs, verdict: pd.DataFrame) -> 
     return plot
 
 
-def survival(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
-    plot = Plot("survival", "Per-position acceptance (survival)",
-                "Share of verification steps whose i-th draft token was accepted (acceptance is a "
-                "prefix, so this falls with i).")
+def _per_series(inputs: ReportInputs, verdict: pd.DataFrame,
+                trace: Callable[[str, pd.DataFrame, str | None], Any]) -> tuple[go.Figure, str | None]:
+    """A figure with one trace per speculative series (`trace(series, rows, colour)`, None
+    for a series with nothing to draw), and the note to show instead when none was drawn."""
     spec = spec_ok(inputs.frame)
     colors = series_colors(verdict)
     fig = go.Figure()
     for series, rows in spec.groupby("series", sort=False):
+        t = trace(series, rows, colors.get(series))
+        if t is not None:
+            fig.add_trace(t)
+    return fig, None if fig.data else (NO_SPEC if spec.empty else _NO_DRAFTS)
+
+
+def survival(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
+    plot = Plot("survival", "Per-position acceptance (survival)",
+                "Share of verification steps whose i-th draft token was accepted (acceptance is a "
+                "prefix, so this falls with i).")
+
+    def trace(series: str, rows: pd.DataFrame, color: str | None) -> Any:
         curve = analysis.per_position_acceptance(rows)
         if curve.size == 0:
-            continue
-        fig.add_trace(go.Scatter(x=np.arange(1, curve.size + 1), y=curve, mode="lines+markers",
-                                 name=series, line=dict(color=colors.get(series)),
-                                 hovertemplate="position %{x}: %{y:.1%}"
-                                               f"<extra>{series}</extra>"))
-    if not fig.data:
-        plot.note = NO_SPEC if spec.empty else "No verification step proposed draft tokens."
+            return None
+        return go.Scatter(x=np.arange(1, curve.size + 1), y=curve, mode="lines+markers",
+                          name=series, line=dict(color=color),
+                          hovertemplate="position %{x}: %{y:.1%}" f"<extra>{series}</extra>")
+
+    fig, plot.note = _per_series(inputs, verdict, trace)
+    if plot.note:
         return plot
     fig.update_xaxes(title_text="draft position i", dtick=1)
     fig.update_yaxes(title_text="P(accepted)", tickformat=".0%", range=[0, 1.05])
@@ -76,25 +92,23 @@ def rejection_positions(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
     plot = Plot("rejection-positions", "Where drafts are first rejected",
                 "Share of verification steps by the position of the first rejected draft token; "
                 "'none' means every draft token was accepted.")
-    spec = spec_ok(inputs.frame)
-    colors = series_colors(verdict)
-    fig = go.Figure()
-    for series, rows in spec.groupby("series", sort=False):
+
+    def trace(series: str, rows: pd.DataFrame, color: str | None) -> Any:
         pos = [np.asarray(x, dtype=int) for x in rows["rejection_positions"] if len(x)]
         if not pos:
-            continue
+            return None
         pos = np.concatenate(pos)
         k = int(rows["num_speculative_tokens"].max())
         cats = [str(i + 1) for i in range(k)] + ["none"]
         counts = np.array([(pos == i).sum() for i in range(k)] + [(pos < 0).sum()])
-        fig.add_trace(go.Bar(x=cats, y=counts / max(counts.sum(), 1), name=series,
-                             marker_color=colors.get(series), customdata=counts,
-                             hovertemplate="position %{x}: %{y:.1%} (%{customdata} steps)"
-                                           f"<extra>{series}</extra>"))
-    if not fig.data:
-        plot.note = NO_SPEC if spec.empty else "No verification step proposed draft tokens."
+        return go.Bar(x=cats, y=counts / max(counts.sum(), 1), name=series, marker_color=color,
+                      customdata=counts,
+                      hovertemplate="position %{x}: %{y:.1%} (%{customdata} steps)" f"<extra>{series}</extra>")
+
+    fig, plot.note = _per_series(inputs, verdict, trace)
+    if plot.note:
         return plot
-    kmax = int(spec["num_speculative_tokens"].max())
+    kmax = int(spec_ok(inputs.frame)["num_speculative_tokens"].max())
     fig.update_layout(barmode="group")
     fig.update_xaxes(title_text="first rejected draft position", type="category",
                      categoryorder="array",

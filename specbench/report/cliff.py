@@ -3,8 +3,8 @@ acceptance and decode speed per batch size actually reached (not only per config
 concurrency), acceptance by context length and by output position.
 
 Each plot draws the token-weighted figure as a solid line and the request-weighted one
-dashed, the latter only where the two differ by more than 2% somewhere (ENGINE.md: report
-both; long outputs otherwise dominate). Acceptance pools a configuration over concurrency
+dashed, the latter only where the two differ by more than 2% somewhere (both weightings are
+reported, as in `specbench.analysis`: long outputs otherwise dominate). Acceptance pools a configuration over concurrency
 (its series), like the other acceptance plots; speed per batch size compares a series'
 steps with the steps of the baselines it is paired with, at the same batch size.
 

@@ -28,14 +28,16 @@ def format_value(metric: str, value: float | None, n: int = 0) -> str:
     return f"{value:.3f}"
 
 
+def _amount(metric: str, x: float, spec: str, count_spec: str) -> str:
+    """A change or an allowed worsening in the metric's terms: samples for `errors`,
+    percentage points for `greedy_match`, percent of the baseline's value otherwise."""
+    if metric == "errors":
+        return format(x, count_spec)
+    return format(x * 100, spec) + (" pp" if metric == "greedy_match" else "%")
+
+
 def format_change(r: MetricResult) -> str:
-    if r.change is None:
-        return DASH
-    if r.metric == "errors":
-        return f"{r.change:+.0f}"
-    if r.metric == "greedy_match":
-        return f"{r.change * 100:+.1f} pp"
-    return f"{r.change * 100:+.1f}%"
+    return DASH if r.change is None else _amount(r.metric, r.change, "+.1f", "+.0f")
 
 
 def format_ci(r: MetricResult) -> str:
@@ -45,11 +47,7 @@ def format_ci(r: MetricResult) -> str:
 
 
 def format_threshold(r: MetricResult) -> str:
-    if r.metric == "errors":
-        return f"{r.threshold:.0f}"
-    if r.metric == "greedy_match":
-        return f"{r.threshold * 100:g} pp"
-    return f"{r.threshold * 100:g}%"
+    return _amount(r.metric, r.threshold, "g", ".0f")
 
 
 def format_verdict(r: MetricResult) -> str:
