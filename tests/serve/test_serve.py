@@ -29,8 +29,6 @@ PROMPTS = [
     {"id": "repeat", "prompt": "abc abc abc abc abc abc abc"},
     {"id": "code", "category": "code", "prompt": "def add(a, b):\n    return"},
 ]
-SERVE = ("{python} -m specbench.server --target {target} --draft {draft} -k 3 --dtype float32 "
-         "--device cpu --port {port} --served-model-name tiny")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -38,15 +36,6 @@ def specbench(*args):
     res = cli_harness.specbench(*args)
     assert res.code == 0 and "Traceback" not in res.err, res.output
     return res.out
-
-
-@pytest.fixture(scope="module")
-def server(tiny_pair):
-    launcher = ServerLauncher(SERVE, {"python": sys.executable, "target": tiny_pair[0], "draft": tiny_pair[1]},
-                              ready_timeout_s=180, env=ENV)
-    launcher.start()
-    yield launcher
-    launcher.stop()
 
 
 @pytest.fixture(scope="module")
