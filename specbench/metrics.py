@@ -16,7 +16,8 @@ Definitions follow vLLM's so numbers line up with production dashboards (see doc
   so the chunks are the runs of equal timestamps
 - acceptance rate = accepted draft tokens / drafted tokens (None when nothing was drafted)
 - mean acceptance length = 1 + accepted / verification steps that had drafts
-  (vLLM's definition: tokens per drafting step; 1.0 for the baseline)
+  (vLLM's definition: tokens per drafting step; 1.0 for the baseline); both counted by
+  `specbench.acceptance.SpecDecodingStats`
 - tokens per target pass = output tokens / target forward passes (prefill included), so
   steps that drafted nothing (no n-gram match, speculation disabled by batch size) count
 - acceptance a server reported per request without step events (`Result.reported_acceptance`:
@@ -38,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from specbench.acceptance import SpecDecodingStats
 from specbench.types import Request, Result
 
 # The keys `sample_metrics` returns; `specbench.records` checks its schema against these.
@@ -135,14 +137,13 @@ def sample_metrics(
     # Only steps that proposed drafts are verification steps in vLLM's sense; plain decode
     # steps (baseline, or an n-gram lookup that found nothing) do not enter acceptance stats.
     draft_steps = [s for s in result.steps if s.drafted > 0]
-    drafted = sum(s.drafted for s in draft_steps)
-    accepted = sum(s.accepted for s in draft_steps)
-    num_steps = len(draft_steps)
+    stats = SpecDecodingStats().observe_steps(draft_steps)
     accepted_per_step = [s.accepted for s in draft_steps]
     rejection_positions = [s.first_rejection for s in draft_steps]
     reported = result.reported_acceptance
     if not draft_steps and reported is not None:
-        drafted, accepted, num_steps = reported.drafted, reported.accepted, reported.num_steps
+        stats = SpecDecodingStats()
+        stats.add_totals(reported.num_steps, reported.drafted, reported.accepted)
         per_acc, per_draft = reported.accepted_per_step, reported.drafted_per_step
         if per_acc is not None and per_draft is not None and len(per_acc) == len(per_draft):
             accepted_per_step = list(per_acc)
@@ -173,11 +174,11 @@ def sample_metrics(
         "itl_s": itl,
         "chunk_itl_s": chunk_itl,
         "target_forward_passes": result.target_forward_passes,
-        "num_steps": num_steps,
-        "drafted_tokens": drafted,
-        "accepted_tokens": accepted,
-        "acceptance_rate": accepted / drafted if drafted else None,
-        "mean_acceptance_length": 1.0 + accepted / num_steps if num_steps else 1.0,
+        "num_steps": stats.num_drafts,
+        "drafted_tokens": stats.num_draft_tokens,
+        "accepted_tokens": stats.num_accepted_tokens,
+        "acceptance_rate": stats.acceptance_rate,
+        "mean_acceptance_length": stats.mean_acceptance_length if stats.num_drafts else 1.0,
         "tokens_per_target_pass": n_out / result.target_forward_passes if result.target_forward_passes else None,
         "accepted_per_step": accepted_per_step,
         "rejection_positions": rejection_positions,

@@ -41,6 +41,10 @@ measured TPOT speedup (median TPOT of the baseline / of the configuration, promp
 with its bootstrap interval).
 
 Boundary: records columns in, numbers out (numpy, pandas, scipy); no plots, no torch.
+
+One module of about 450 lines on purpose: the model is one set of definitions read top to
+bottom (acceptance, step cost, their combination, the measured error), each a screen or two,
+and this docstring states them all; split across files, each part would need the others'.
 """
 
 from __future__ import annotations
@@ -317,8 +321,8 @@ def stalls(frame: pd.DataFrame, overhead_s: float = 0.0) -> dict[int, float]:
     for c, g in base.groupby("concurrency"):
         waits = []
         for r in g.itertuples():
-            d = steps_mod._as_array(r.step_draft_time_s)
-            v = steps_mod._as_array(r.step_verify_time_s)
+            d = steps_mod.as_array(r.step_draft_time_s)
+            v = steps_mod.as_array(r.step_verify_time_s)
             if not len(v) or r.output_tokens < 2:
                 continue
             busy = float(np.nansum(d) + np.nansum(v)) + overhead_s * len(v)

@@ -14,7 +14,7 @@ context length, the output position and the prompt category.
   summing `share_s` over the rows of a batch counts the step once.
 
 Aggregations (`acceptance`, `time_per_token`) give, per group, both weightings the project
-reports (ENGINE.md): token-weighted figures pool the steps (`mal_tok` = 1 + accepted /
+reports (as `specbench.analysis` does): token-weighted figures pool the steps (`mal_tok` = 1 + accepted /
 drafting steps, `rate_tok` = accepted / drafted), request-weighted ones average each
 request's own figure within the group (`mal_req`, `rate_req`), because long outputs otherwise
 dominate. Only steps that proposed drafts enter acceptance (vLLM's definition).
@@ -41,7 +41,8 @@ STEP_COLUMNS = ("sample", "prompt_id", "batch_size", "context", "output_pos", "d
                 "accepted", "emitted", "draft_s", "verify_s", "share_s")
 
 
-def _as_array(x: object) -> np.ndarray:
+def as_array(x: object) -> np.ndarray:
+    """A per-step list column's entry as floats (a missing entry: empty)."""
     if x is None or (isinstance(x, float) and np.isnan(x)):
         return np.zeros(0)
     return np.asarray(x, dtype=float)  # null entries (None) become NaN
@@ -53,7 +54,7 @@ def explode(frame: pd.DataFrame, keep: Sequence[str] = ()) -> pd.DataFrame:
     per-step records (schema-1 runs, failed requests)."""
     ok = frame[analysis.ok_mask(frame)]
     cols = list(dict.fromkeys([*keep, "prompt_id"]))
-    lists = {name: [_as_array(x) for x in ok[col]] if col in ok else [np.zeros(0)] * len(ok)
+    lists = {name: [as_array(x) for x in ok[col]] if col in ok else [np.zeros(0)] * len(ok)
              for col, name in STEP_LISTS.items()}
     n = np.array([len(x) for x in lists["drafted"]], dtype=int)
     for name, arrays in lists.items():  # a backend may leave a list out: pad with NaN

@@ -30,6 +30,20 @@ class Outcome:
     def __iter__(self):  # `code, out, err = specbench(...)`
         return iter((self.code, self.out, self.err))
 
+    def refusal(self, *needles: str, alone: bool = True) -> str:
+        """Check that the command refused its input as specbench must: exit code 2, no
+        traceback, exactly one `error: ` line (with `alone`, nothing else on stderr), and every
+        needle in the message. Returns stderr with its whitespace collapsed."""
+        assert self.code == 2, self.output
+        assert "Traceback" not in self.output, self.output
+        assert len(self.error_lines) == 1 and self.error_lines[0].startswith("error: "), self.err
+        if alone:
+            assert self.err.strip().splitlines() == self.error_lines, self.err
+        msg = " ".join(self.err.split())
+        for n in needles:
+            assert n in msg, (n, msg)
+        return msg
+
 
 def specbench(*args, columns: int = 200) -> Outcome:
     out, err = io.StringIO(), io.StringIO()

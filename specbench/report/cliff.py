@@ -3,8 +3,8 @@ acceptance and decode speed per batch size actually reached (not only per config
 concurrency), acceptance by context length and by output position.
 
 Each plot draws the token-weighted figure as a solid line and the request-weighted one
-dashed, the latter only where the two differ by more than 2% somewhere (ENGINE.md: report
-both; long outputs otherwise dominate). Acceptance pools a configuration over concurrency
+dashed, the latter only where the two differ by more than 2% somewhere (both weightings are
+reported, as in `specbench.analysis`: long outputs otherwise dominate). Acceptance pools a configuration over concurrency
 (its series), like the other acceptance plots; speed per batch size compares a series'
 steps with the steps of the baselines it is paired with, at the same batch size.
 
@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 
 from specbench import steps as st
 from specbench.report.inputs import ReportInputs
-from specbench.report.plots import Plot, _NO_SPEC, _style, series_colors
+from specbench.report.plots import NO_SPEC, Plot, series_colors, style
 
 _NO_STEPS = ("The runs have no per-step records (runs written before records schema 2, or a "
              "backend that reports no steps).")
@@ -73,7 +73,7 @@ def by_batch_size(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
         plot.note = _NO_STEPS
         return plot
     if spec.empty:
-        plot.note = _NO_SPEC
+        plot.note = NO_SPEC
         return plot
     if spec["batch_size"].isna().all():
         plot.note = _NO_BATCH
@@ -118,7 +118,7 @@ def by_batch_size(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
     fig.update_yaxes(title_text="×", row=2, col=1)
     if differ:
         plot.caption += " Dashed: request-weighted (mean of each request's own figure)."
-    plot.figure = _style(fig, height=560, top=80, legend_right=True)
+    plot.figure = style(fig, height=560, top=80, legend_right=True)
     return plot
 
 
@@ -131,7 +131,7 @@ def _acceptance_by_bins(inputs: ReportInputs, verdict: pd.DataFrame, column: str
         plot.note = _NO_STEPS
         return plot
     if spec.empty:
-        plot.note = _NO_SPEC if steps["is_baseline"].all() else "No step proposed draft tokens."
+        plot.note = NO_SPEC if steps["is_baseline"].all() else "No step proposed draft tokens."
         return plot
     edges = edges_fn(spec[column])
     if len(edges) < 3:
@@ -149,7 +149,7 @@ def _acceptance_by_bins(inputs: ReportInputs, verdict: pd.DataFrame, column: str
     fig.update_yaxes(title_text="acceptance rate", tickformat=".0%", range=[0, 1.05])
     if differ:
         plot.caption += " Dashed: request-weighted (mean of each request's own rate in the bin)."
-    plot.figure = _style(fig, height=380)
+    plot.figure = style(fig, height=380)
     return plot
 
 

@@ -1,29 +1,13 @@
-"""Number formatting shared by the report's sentences and tables (and used as Jinja filters).
-Missing values (None, NaN) print as an en dash, never as 'nan'."""
+"""Number formatting of the report's sentences and tables (and its Jinja filters): the
+project's shared formats (`specbench.formatting`: the dash, `missing`, `ms`) plus the
+report's own ratios, intervals, percentages and memory sizes. Missing values (None, NaN)
+print as an en dash, never as 'nan'."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-DASH = "–"
-
-
-def missing(v: Any) -> bool:
-    if v is None:
-        return True
-    try:
-        return math.isnan(float(v))
-    except (TypeError, ValueError):
-        return False
-
-
-def ms(seconds: Any) -> str:
-    """Seconds as milliseconds, about three significant digits: 1234, 123, 12.3, 1.23."""
-    if missing(seconds):
-        return DASH
-    v = float(seconds) * 1e3
-    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+from specbench.formatting import DASH, missing, ms  # noqa: F401  (the report's filters use them as fmt.*)
 
 
 def times(x: Any) -> str:

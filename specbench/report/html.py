@@ -28,7 +28,7 @@ from markupsafe import Markup
 from specbench import analysis
 from specbench.errors import ReportError
 from specbench.records import atomic_write, package_version
-from specbench.report import fmt, model_view, plots, study_view, verdict
+from specbench.report import fmt, model_view, plots, study_tables, study_view, verdict
 from specbench.report.inputs import ReportInputs, RunInput
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -200,7 +200,7 @@ SAMPLE_HEADERS = ["#", "configuration", "conc", "prompt", "category", "out tok",
 def sample_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     rows = []
     for i, r in frame.iterrows():
-        ok = r["error"] is None or (isinstance(r["error"], float) and pd.isna(r["error"]))
+        ok = fmt.missing(r["error"])
         finish = str(r["finish_reason"]) + ("" if ok else f": {r['error']}")
         div = r["first_divergence"]
         rows.append({
@@ -253,7 +253,7 @@ def _run_block(run: RunInput, rid: str, inputs: ReportInputs) -> dict[str, Any]:
     configs = ", ".join(dict.fromkeys(str(c) for c in run.frame["config_id"]))
     summary = f"{rid} · {configs}" + (f" · study {sweep.get('study')}, trial {sweep.get('trial')}"
                                       if sweep else "")
-    return {"id": study_view.run_anchor(rid), "summary": summary,
+    return {"id": study_tables.run_anchor(rid), "summary": summary,
             "status": str(run.meta.get("status", "unknown")), "rows": run_header(run, rid)}
 
 
@@ -263,14 +263,14 @@ def _study_block(study: Any, inputs: ReportInputs, table: pd.DataFrame) -> dict[
     t = study.trials
     counts = t["state"].value_counts().to_dict() if len(t) and "state" in t else {}
     return {
-        "name": study.name, "id": "study-" + study_view.slug(study.name),
+        "name": study.name, "id": "study-" + study_tables.slug(study.name),
         "storage": study.storage, "directory": str(study.study_dir) if study.study_dir else None,
         "objectives": ", ".join(f"{o} ({d})" for o, d in zip(study.objectives, study.directions)),
         "counts": ", ".join(f"{n} {s.lower()}" for s, n in counts.items()) or "no trials",
         "notes": study.notes, "items": items,
-        "trial_headers": study_view.TRIAL_HEADERS, "trials": study_view.trial_rows(study, inputs),
-        "profile": study_view.profile_rows(study, inputs),
-        "serving": study_view.serving_snippets(study),
+        "trial_headers": study_tables.TRIAL_HEADERS, "trials": study_tables.trial_rows(study, inputs),
+        "profile": study_tables.profile_rows(study, inputs),
+        "serving": study_tables.serving_snippets(study),
     }
 
 
@@ -323,7 +323,7 @@ def safe_file_name(text: str) -> str:
 
 def default_out(inputs: ReportInputs) -> Path:
     if inputs.studies:
-        return DEFAULT_REPORTS_DIR / f"study-{safe_file_name(study_view.slug(inputs.studies[0].name))}.html"
+        return DEFAULT_REPORTS_DIR / f"study-{safe_file_name(study_tables.slug(inputs.studies[0].name))}.html"
     return DEFAULT_REPORTS_DIR / f"{safe_file_name(inputs.run_ids[0])}.html"
 
 

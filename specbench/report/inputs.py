@@ -39,6 +39,7 @@ from typing import Any
 import pandas as pd
 
 from specbench.errors import ConfigError, RecordsError
+from specbench.formatting import same
 from specbench.records import SAMPLES_FILE, read_run
 
 
@@ -163,12 +164,6 @@ def _check_mixed(runs: list[RunInput], ids: list[str]) -> None:
                           "to report them together")
 
 
-def _same_rate(a: Any, b: Any) -> bool:
-    if pd.isna(a) or pd.isna(b):
-        return bool(pd.isna(a) and pd.isna(b))
-    return float(a) == float(b)
-
-
 def _pair(frame: pd.DataFrame, baseline_run: str | None,
           groups: dict[str, str] | None = None) -> dict[str, str | None]:
     groups = groups or {}
@@ -195,7 +190,7 @@ def _pair(frame: pd.DataFrame, baseline_run: str | None,
                 f"run {c.source} has no baseline and runs {', '.join(sources_with_base)} each "
                 "have one; pass --baseline RUN to choose the reference")
         match = pool[(pool["concurrency"] == c.concurrency)
-                     & pool["request_rate"].map(lambda r, rate=c.request_rate: _same_rate(r, rate))]
+                     & pool["request_rate"].map(lambda r, rate=c.request_rate: same(r, rate))]
         pairs[c.label] = str(match["label"].iloc[0]) if len(match) else None
     return pairs
 

@@ -19,7 +19,7 @@ from specbench import speedup_model as sm
 from specbench.errors import RecordsError
 from specbench.report import fmt
 from specbench.report.inputs import ReportInputs
-from specbench.report.plots import Plot, _PALETTE, _style
+from specbench.report.plots import PALETTE, SPEEDUP_COLORBAR, Plot, style
 
 N_BOOT = 1000
 
@@ -76,7 +76,7 @@ def parity(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
     fams = list(dict.fromkeys(pts["family"]))
     for i, fam in enumerate(fams):
         g = pts[pts["family"] == fam]
-        color = _PALETTE[i % len(_PALETTE)]
+        color = PALETTE[i % len(PALETTE)]
         err = dict(type="data", symmetric=False, array=(g["measured_hi"] - g["measured"]).tolist(),
                    arrayminus=(g["measured"] - g["measured_lo"]).tolist(), thickness=1, width=3)
         custom = np.stack([g["label"], g["error"].map(_err), g["heldout_error"].map(_err),
@@ -98,7 +98,7 @@ def parity(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
                              line=dict(color="#888", dash="dot"), hoverinfo="skip"))
     fig.update_xaxes(title_text="predicted TPOT speedup (×)", range=[lo, hi])
     fig.update_yaxes(title_text="measured TPOT speedup (×)", range=[lo, hi])
-    plot.figure = _style(fig, height=460)
+    plot.figure = style(fig, height=460)
     plot.caption += (f" Mean absolute error: {_err(ev.fit_error)} fitted on everything, "
                      f"{_err(ev.heldout_error)} held out ({len(pts)} configurations).")
     rows = [["configuration", "measured", "95% CI", "predicted", "error", "held out", "error"]]
@@ -157,8 +157,7 @@ def prediction(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
             x=[f"k={k}" for k in ks], y=[f"c={c}" for c in concs], z=z, text=text,
             texttemplate="%{text}", customdata=hover, hovertemplate="%{customdata}<extra></extra>",
             colorscale="RdBu", zmid=0, showscale=(i == len(fams)),
-            colorbar=dict(title="speedup", tickvals=np.log([0.5, 0.8, 1, 1.25, 2]).tolist(),
-                          ticktext=["0.5×", "0.8×", "1×", "1.25×", "2×"])), row=1, col=i)
+            colorbar=SPEEDUP_COLORBAR), row=1, col=i)
         for (f, k, c) in done:
             if f == fam and k in ks and c in concs:
                 fig.add_shape(type="rect", xref=f"x{i if i > 1 else ''}", yref=f"y{i if i > 1 else ''}",
@@ -169,7 +168,7 @@ def prediction(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
         fig.update_yaxes(title_text="concurrency" if i == 1 else None, row=1, col=i)
     for tr in fig.data:
         tr.zmin, tr.zmax = -span, span
-    plot.figure = _style(fig, height=max(320, 120 + 40 * len(concs)))
+    plot.figure = style(fig, height=max(320, 120 + 40 * len(concs)))
     plot.tables = [parameter_rows(model), next_rows(model, pts, ks, concs)]
     return plot
 

@@ -1,7 +1,7 @@
-"""The study section of a report: the search (optimization history, parameter importances,
-the Pareto front of a multi-objective study), the k x concurrency speedup heatmap built from
-the trials, the trial table, and the recommended profile with the serving configurations
-ready to paste, each value next to the trial and run it came from.
+"""The study section's figures: the search (optimization history, parameter importances, the
+Pareto front of a multi-objective study) and the k x concurrency speedup heatmap built from
+the trials. The trial table, the recommended profile and the serving configurations are
+`specbench.report.study_tables`.
 
 - Parameter importances are Optuna's own (`optuna.importance.get_param_importances`) with
   `PedAnovaImportanceEvaluator` (deterministic, no scikit-learn; fANOVA needs it), over the
@@ -13,13 +13,11 @@ ready to paste, each value next to the trial and run it came from.
   interval and the number of prompts paired from the verdict table; infeasible (over the
   memory budget) and failed trials are marked as such.
 
-Boundary: plots and table rows; numbers from the verdict table, the trials and the profile.
+Boundary: plots; numbers from the verdict table, the trials and the profile.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import warnings
 from typing import Any
 
@@ -30,62 +28,9 @@ from plotly.subplots import make_subplots
 
 from specbench.report import fmt
 from specbench.report.inputs import ReportInputs, StudyInput
-from specbench.report.plots import BASELINE_COLOR, Plot, _PALETTE, _style
+from specbench.report.plots import BASELINE_COLOR, PALETTE, SPEEDUP_COLORBAR, Plot, style
+from specbench.report.study_tables import describe_trial, family, measured, param, slug, trials
 from specbench.report.verdict import CONFIDENCE
-
-
-def run_anchor(run_id: str) -> str:
-    return "run-" + re.sub(r"[^A-Za-z0-9_-]+", "_", str(run_id))
-
-
-def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]+", "_", name)
-
-
-def _family(method: Any, draft: Any) -> str:
-    from specbench.speedup_model import family_of
-
-    return family_of(str(method), draft if isinstance(draft, str) else None)
-
-
-def _param(t: Any, name: str) -> Any:
-    v = getattr(t, f"params_{name}", None)
-    return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
-
-
-def describe_trial(t: Any) -> str:
-    method = _param(t, "method")
-    c = _param(t, "concurrency")
-    c = int(c) if c is not None else c
-    if method is None:
-        return "–"
-    if method == "none":
-        return f"baseline c={c}"
-    draft = _param(t, "draft")
-    d = f" ({str(draft).rsplit('/', 1)[-1]})" if draft else ""
-    return f"{method}{d} k={int(_param(t, 'num_speculative_tokens'))} c={c}"
-
-
-_TRIAL_DEFAULTS = {"number": None, "state": None, "run_id": None, "run_dir": None, "host": None,
-                   "config_id": None, "feasible": True, "constraint": None, "fail_reason": None,
-                   "duplicate_of": None, "values_0": np.nan}
-
-
-def _trials(study: StudyInput) -> pd.DataFrame:
-    """The study's trial table with every column this module reads (hand-built tables may
-    lack some)."""
-    t = study.trials.copy()
-    for col, default in _TRIAL_DEFAULTS.items():
-        if col not in t:
-            t[col] = default
-    t["feasible"] = t["feasible"].fillna(True).astype(bool)
-    return t
-
-
-def _measured(trials: pd.DataFrame) -> pd.DataFrame:
-    """Trials that ran their own measurement (complete or failed), not reuses."""
-    dup = trials["duplicate_of"] if "duplicate_of" in trials else pd.Series(None, index=trials.index)
-    return trials[dup.isna() & trials["state"].isin(["COMPLETE", "FAIL"])]
 
 
 # --------------------------------------------------------------------------------------
@@ -99,7 +44,7 @@ def optimization_history(study: StudyInput) -> Plot:
                 "feasible value so far (line). Grey diamonds: the baseline trials; hollow grey: "
                 "infeasible (over the memory budget); small: a trial that reused another "
                 "trial's measurement.")
-    t = _trials(study)
+    t = trials(study)
     done = t[(t["state"] == "COMPLETE") & t["values_0"].notna()]
     if done.empty:
         plot.note = "No trial has completed yet."
@@ -117,9 +62,9 @@ def optimization_history(study: StudyInput) -> Plot:
         kw = dict(row=i + 1, col=1)
         base = g["params_method"].eq("none") if "params_method" in g else pd.Series(False, index=g.index)
         for mask, label, marker in (
-                (feas & ~reused & ~base, "trial", dict(color=_PALETTE[0], size=9)),
+                (feas & ~reused & ~base, "trial", dict(color=PALETTE[0], size=9)),
                 (feas & ~reused & base, "baseline trial", dict(color=BASELINE_COLOR, size=9, symbol="diamond")),
-                (feas & reused, "reused trial", dict(color=_PALETTE[0], size=5)),
+                (feas & reused, "reused trial", dict(color=PALETTE[0], size=5)),
                 (~feas, "infeasible trial", dict(color=BASELINE_COLOR, size=9, symbol="circle-open"))):
             if not mask.any():
                 continue
@@ -135,7 +80,7 @@ def optimization_history(study: StudyInput) -> Plot:
                                  hovertemplate="best after trial %{x}: %{y:.4g}<extra></extra>"), **kw)
         fig.update_yaxes(title_text=names[i] if n_obj == 1 else None, **kw)
     fig.update_xaxes(title_text="trial", row=n_obj, col=1)
-    plot.figure = _style(fig, height=260 + 160 * n_obj, top=50 if n_obj > 1 else 40,
+    plot.figure = style(fig, height=260 + 160 * n_obj, top=50 if n_obj > 1 else 40,
                          legend_right=n_obj > 1)
     return plot
 
@@ -188,11 +133,11 @@ def param_importance(study: StudyInput) -> Plot:
         return plot
     items = sorted(got.items(), key=lambda kv: kv[1])
     fig = go.Figure(go.Bar(x=[v for _, v in items], y=[k for k, _ in items], orientation="h",
-                           marker_color=_PALETTE[0], text=[f"{v:.2f}" for _, v in items],
+                           marker_color=PALETTE[0], text=[f"{v:.2f}" for _, v in items],
                            textposition="auto",
                            hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
     fig.update_xaxes(title_text="importance", range=[0, 1])
-    plot.figure = _style(fig, height=max(220, 120 + 40 * len(items)))
+    plot.figure = style(fig, height=max(220, 120 + 40 * len(items)))
     return plot
 
 
@@ -219,7 +164,7 @@ def pareto_front(study: StudyInput) -> Plot:
     if study.study is None:
         plot.note = "The study itself is not loaded."
         return plot
-    t = _measured(_trials(study))
+    t = measured(trials(study))
     t = t[(t["state"] == "COMPLETE") & t["feasible"]]
     if t.empty:
         plot.note = "No feasible trial has completed yet."
@@ -232,7 +177,7 @@ def pareto_front(study: StudyInput) -> Plot:
     rest = t[~t["number"].isin(front)]
     on = t[t["number"].isin(front)].sort_values("values_0")
     for g, label, marker, mode in ((rest, "trial", dict(color="#9aa5b1", size=8), "markers"),
-                                   (on, "Pareto front", dict(color=_PALETTE[0], size=10), "lines+markers")):
+                                   (on, "Pareto front", dict(color=PALETTE[0], size=10), "lines+markers")):
         if g.empty:
             continue
         fig.add_trace(go.Scatter(
@@ -250,7 +195,7 @@ def pareto_front(study: StudyInput) -> Plot:
         plot.caption += " (No profile.yaml next to the study: nothing is starred.)"
     fig.update_xaxes(title_text=f"{names[0]} ({study.directions[0]})")
     fig.update_yaxes(title_text=f"{names[1]} ({study.directions[1]})")
-    plot.figure = _style(fig, height=420)
+    plot.figure = style(fig, height=420)
     return plot
 
 
@@ -270,12 +215,12 @@ def heatmap_cells(study: StudyInput, inputs: ReportInputs, verdict: pd.DataFrame
     labels = trial_labels(inputs)
     v = verdict.set_index("label")
     rows = []
-    for t in _measured(_trials(study)).itertuples():
-        method = _param(t, "method")
+    for t in measured(trials(study)).itertuples():
+        method = param(t, "method")
         if method in (None, "none"):
             continue
-        row = {"family": _family(method, _param(t, "draft")), "k": int(_param(t, "num_speculative_tokens")),
-               "concurrency": int(_param(t, "concurrency")), "trial": int(t.number), "state": t.state,
+        row = {"family": family(method, param(t, "draft")), "k": int(param(t, "num_speculative_tokens")),
+               "concurrency": int(param(t, "concurrency")), "trial": int(t.number), "state": t.state,
                "feasible": bool(t.feasible), "reason": t.fail_reason, "run_id": t.run_id,
                "speedup": np.nan, "lo": np.nan, "hi": np.nan, "n": 0, "label": None}
         label = labels.get(str(t.run_id)) if isinstance(t.run_id, str) else None
@@ -339,8 +284,7 @@ def trial_heatmap(study: StudyInput, inputs: ReportInputs, verdict: pd.DataFrame
             x=[f"k={k}" for k in ks], y=[f"c={c}" for c in concs], z=z, text=text,
             texttemplate="%{text}", customdata=hover, hovertemplate="%{customdata}<extra></extra>",
             colorscale="RdBu", zmid=0, zmin=-span, zmax=span, showscale=(i == len(fams)),
-            colorbar=dict(title="speedup", tickvals=np.log([0.5, 0.8, 1, 1.25, 2]).tolist(),
-                          ticktext=["0.5×", "0.8×", "1×", "1.25×", "2×"])), row=1, col=i)
+            colorbar=SPEEDUP_COLORBAR), row=1, col=i)
         if bad_x:
             fig.add_trace(go.Scatter(x=bad_x, y=bad_y, mode="markers", name="infeasible",
                                      marker=dict(symbol="x-thin-open", size=40, color="#333",
@@ -348,108 +292,8 @@ def trial_heatmap(study: StudyInput, inputs: ReportInputs, verdict: pd.DataFrame
                                      hoverinfo="skip", showlegend=False), row=1, col=i)
         fig.update_xaxes(title_text="k", row=1, col=i)
         fig.update_yaxes(title_text="concurrency" if i == 1 else None, row=1, col=i)
-    plot.figure = _style(fig, height=max(300, 140 + 70 * cells["concurrency"].nunique()))
+    plot.figure = style(fig, height=max(300, 140 + 70 * cells["concurrency"].nunique()))
     return plot
-
-
-# --------------------------------------------------------------------------------------
-# Tables
-
-
-TRIAL_HEADERS = ["trial", "state", "configuration", "objective", "feasible", "reused", "failure reason",
-                 "run"]
-
-
-def trial_rows(study: StudyInput, inputs: ReportInputs) -> list[dict[str, Any]]:
-    present = set(inputs.run_ids)
-    rows = []
-    names = study.objectives or [f"objective {i}" for i in range(len(study.directions))]
-    for t in _trials(study).sort_values("number").itertuples():
-        values = ", ".join(f"{n} {getattr(t, f'values_{i}'):.4g}" for i, n in enumerate(names)
-                           if not fmt.missing(getattr(t, f"values_{i}", None)))
-        feasible = "yes" if t.feasible else (
-            f"no: {t.constraint:+.2f} GiB over budget" if not fmt.missing(t.constraint) else "no")
-        run = t.run_id if isinstance(t.run_id, str) else None
-        rows.append({
-            "number": int(t.number), "state": t.state, "config": describe_trial(t),
-            "objective": values or "–",
-            "feasible": feasible if t.state == "COMPLETE" else "–",
-            "reused": f"= trial {int(t.duplicate_of)}" if not fmt.missing(t.duplicate_of) else "",
-            "reason": t.fail_reason or "", "run": run,
-            "anchor": run_anchor(run) if run and run in present else None,
-            "where": None if not run or run in present else (f"on {t.host}" if t.host else "not here"),
-        })
-    return rows
-
-
-def _ev_link(ev: dict[str, Any] | None, present: set[str], role: str) -> dict[str, Any] | None:
-    if not ev:
-        return None
-    run = ev.get("run_id")
-    return {"role": role, "trial": ev.get("trial"), "run": run,
-            "anchor": run_anchor(run) if run in present else None}
-
-
-def profile_rows(study: StudyInput, inputs: ReportInputs) -> list[dict[str, Any]]:
-    """(field, value, evidence) rows of the profile: every value next to its trial and run."""
-    prof = study.profile
-    if not prof:
-        return []
-    present = set(inputs.run_ids)
-    rows: list[dict[str, Any]] = []
-    bands = prof.get("bands") or []
-    first = bands[0] if bands else {}
-    first_ev = _ev_link(first.get("speculative"), present, "best speculative")
-    rows.append({"field": "recommendation", "value": prof.get("recommendation"),
-                 "why": "from the bands below", "ev": []})
-    cfg = prof.get("speculative_config") or {}
-    for key in ("method", "model", "num_speculative_tokens"):
-        if key in cfg:
-            rows.append({"field": f"speculative_config.{key}", "value": cfg[key],
-                         "why": f"best speculative configuration at concurrency "
-                                f"{first.get('measured_at_concurrency')}",
-                         "ev": [first_ev] if first_ev else []})
-    dbbs = prof.get("disable_by_batch_size") or {}
-    ev = [e for e in (_ev_link(dbbs.get("last_paying"), present, "last paying"),
-                      _ev_link(dbbs.get("first_not_paying"), present, "first not paying")) if e]
-    rows.append({"field": "disable_by_batch_size", "value": dbbs.get("value"),
-                 "why": dbbs.get("why", ""), "ev": ev})
-    for b in bands:
-        bs = b["batch_size"]
-        what = (f"{b['profile']}" + (f" {b.get('method')} k={b.get('num_speculative_tokens')}"
-                                     if b["profile"] == "speculative" else ""))
-        ev = [e for e in (_ev_link(b.get("speculative"), present, "speculative"),
-                          _ev_link(b.get("baseline"), present, "baseline")) if e]
-        rows.append({"field": f"batch size {bs['min']}–{bs['max'] if bs['max'] is not None else '∞'}",
-                     "value": what, "why": b.get("why", ""), "ev": ev})
-    return rows
-
-
-def serving_snippets(study: StudyInput) -> dict[str, Any] | None:
-    """The paste-ready serving configurations of the study's profile."""
-    if not study.profile:
-        return None
-    import yaml
-
-    from specbench.sweep.serving import serving_profiles, vllm_flag
-
-    try:
-        s = serving_profiles(study.profile)
-    except (KeyError, TypeError, ValueError) as exc:
-        return {"error": f"profile.yaml cannot be turned into serving configurations: {exc}",
-                "vllm": None, "vllm_legacy": None, "sglang": None, "rollout": None, "bands": [],
-                "notes": []}
-    import shlex
-
-    return {
-        "error": None,
-        "vllm": vllm_flag(s["vllm"]) if s["vllm"] else None,
-        "vllm_json": json.dumps(s["vllm"], indent=2) if s["vllm"] else None,
-        "vllm_legacy": vllm_flag(s["vllm_legacy"]) if s["vllm_legacy"] else None,
-        "sglang": shlex.join(s["sglang"]) if s["sglang"] else None,
-        "rollout": yaml.safe_dump(s["rollout"], sort_keys=False, allow_unicode=True, width=100),
-        "bands": s["bands"], "notes": s["notes"],
-    }
 
 
 STUDY_PLOTS = (optimization_history, param_importance, pareto_front)

@@ -40,10 +40,6 @@ VERDICT_COLUMNS = [
 ]
 
 
-def _ratio(a: float, b: float) -> float:
-    return float(a) / float(b) if not (fmt.missing(a) or fmt.missing(b)) and b else float("nan")
-
-
 def _tpot_prompts(df: pd.DataFrame) -> set[str]:
     return set(df.loc[analysis.ok_mask(df) & df["tpot_s"].notna(), "prompt_id"])
 
@@ -98,15 +94,15 @@ def verdict_table(inputs: ReportInputs, *, n_boot: int = N_BOOT, seed: int = 0,
                     base_df, spec_df, metric="tpot_s", stat="median", n_boot=n_boot, seed=seed,
                     confidence=confidence)
             except RecordsError:  # fewer than two paired prompts: a point estimate only
-                point, lo, hi = _ratio(b["tpot_p50_s"], s["tpot_p50_s"]), nan, nan
+                point, lo, hi = analysis.ratio(b["tpot_p50_s"], s["tpot_p50_s"]), nan, nan
             row.update(tpot_speedup=point, tpot_speedup_lo=lo, tpot_speedup_hi=hi,
-                       e2e_p50_speedup=_ratio(b["e2e_p50_s"], s["e2e_p50_s"]),
-                       output_tps_speedup=_ratio(s["output_tps"], b["output_tps"]),
+                       e2e_p50_speedup=analysis.ratio(b["e2e_p50_s"], s["e2e_p50_s"]),
+                       output_tps_speedup=analysis.ratio(s["output_tps"], b["output_tps"]),
                        outcome=analysis.outcome(point, lo, hi))
             if not (fmt.missing(s["peak_memory_bytes"]) or fmt.missing(b["peak_memory_bytes"])):
                 delta = float(s["peak_memory_bytes"]) - float(b["peak_memory_bytes"])
                 row["memory_delta_bytes"] = delta
-                row["memory_delta_frac"] = _ratio(delta, b["peak_memory_bytes"])
+                row["memory_delta_frac"] = analysis.ratio(delta, b["peak_memory_bytes"])
         rows.append(row)
     out = pd.DataFrame(rows, columns=VERDICT_COLUMNS)
     # Baselines first within each concurrency; otherwise keep run order (stable sort).

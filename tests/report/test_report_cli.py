@@ -11,17 +11,6 @@ from report_helpers import specbench, synthetic_run
 from specbench.records import SAMPLES_FILE, read_run
 
 
-def refused(res, *needles: str) -> str:
-    assert res.code == 2, res.output
-    assert "Traceback" not in res.output
-    lines = res.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.err
-    msg = " ".join(res.err.split())
-    for n in needles:
-        assert n in msg, (n, msg)
-    return msg
-
-
 def test_report_writes_one_html_file(synthetic, tmp_path):
     out = tmp_path / "reports" / "syn.html"
     res = specbench("report", synthetic, "--out", out, "--n-boot", "300")
@@ -76,20 +65,20 @@ def test_report_of_a_real_tiny_run(tiny_run, tmp_path):
 
 def test_missing_path_is_refused(tmp_path):
     missing = tmp_path / "no-such-run"
-    refused(specbench("report", missing, "--out", tmp_path / "r.html"), str(missing), "no run at")
+    specbench("report", missing, "--out", tmp_path / "r.html").refusal(str(missing), "no run at")
     assert not (tmp_path / "r.html").exists()
 
 
 def test_directory_that_is_not_a_run_is_refused(tmp_path):
     (tmp_path / "notes").mkdir()
-    refused(specbench("report", tmp_path / "notes", "--out", tmp_path / "r.html"),
-            "is not a specbench run", SAMPLES_FILE)
+    specbench("report", tmp_path / "notes", "--out", tmp_path / "r.html").refusal(
+        "is not a specbench run", SAMPLES_FILE)
 
 
 def test_file_that_is_not_parquet_is_refused(tmp_path):
     bad = tmp_path / "samples.parquet"
     bad.write_text("not parquet")
-    refused(specbench("report", bad, "--out", tmp_path / "r.html"), "not a readable Parquet file")
+    specbench("report", bad, "--out", tmp_path / "r.html").refusal("not a readable Parquet file")
 
 
 def test_parquet_with_missing_columns_names_them(synthetic, tmp_path):
@@ -98,8 +87,7 @@ def test_parquet_with_missing_columns_names_them(synthetic, tmp_path):
     path = tmp_path / "cut" / SAMPLES_FILE
     path.parent.mkdir()
     pq.write_table(cut, path)
-    msg = refused(specbench("report", path.parent, "--out", tmp_path / "r.html"),
-                  "missing column(s)")
+    msg = specbench("report", path.parent, "--out", tmp_path / "r.html").refusal("missing column(s)")
     assert "ttft_s" in msg and "accepted_per_step" in msg
 
 
@@ -107,8 +95,8 @@ def test_mixed_workloads_are_refused_without_allow_mixed(synthetic, tmp_path):
     other = synthetic_run(tmp_path / "he-run", workload="high-entropy", kind="high-entropy",
                           n_prompts=6, seed=1)
     out = tmp_path / "mixed.html"
-    refused(specbench("report", synthetic, other, "--out", out), "different workloads",
-            "real", "high-entropy", "--allow-mixed")
+    specbench("report", synthetic, other, "--out", out).refusal("different workloads",
+                                                                "real", "high-entropy", "--allow-mixed")
     assert not out.exists()
     res = specbench("report", synthetic, other, "--allow-mixed", "--out", out, "--n-boot", "200")
     assert res.code == 0, res.output
@@ -122,16 +110,16 @@ def test_mixed_workloads_are_refused_without_allow_mixed(synthetic, tmp_path):
 
 def test_baseline_without_baseline_rows_is_refused(synthetic, tmp_path):
     nobase = synthetic_run(tmp_path / "nobase", baseline=False, n_prompts=6)
-    refused(specbench("report", synthetic, "--baseline", nobase, "--out", tmp_path / "r.html"),
-            "--baseline", "no baseline rows")
+    specbench("report", synthetic, "--baseline", nobase, "--out", tmp_path / "r.html").refusal(
+        "--baseline", "no baseline rows")
 
 
 def test_out_must_be_html(synthetic, tmp_path):
-    refused(specbench("report", synthetic, "--out", tmp_path / "r.txt"), "--out", ".html")
+    specbench("report", synthetic, "--out", tmp_path / "r.txt").refusal("--out", ".html")
 
 
 def test_no_paths_is_refused(tmp_path):
-    refused(specbench("report", "--out", tmp_path / "r.html"), "at least one run")
+    specbench("report", "--out", tmp_path / "r.html").refusal("at least one run")
 
 
 def _with_run_id(run_dir, where, run_id):
@@ -166,5 +154,5 @@ def test_a_run_id_from_the_records_never_leaves_the_reports_directory(synthetic,
 
 
 def test_an_out_that_cannot_be_written_is_refused_in_one_line(synthetic):
-    refused(specbench("report", synthetic, "--out", "/proc/specbench-report.html", "--n-boot", "200"),
-            "/proc/specbench-report.html", "cannot write there")
+    specbench("report", synthetic, "--out", "/proc/specbench-report.html", "--n-boot", "200").refusal(
+        "/proc/specbench-report.html", "cannot write there")

@@ -19,7 +19,7 @@ from report_helpers import specbench
 from specbench import analysis
 from specbench.records import read_run
 from specbench.report import build_report, load_inputs
-from specbench.report import study_view, verdict
+from specbench.report import study_tables, study_view, verdict
 
 
 @pytest.fixture(scope="module")
@@ -99,14 +99,14 @@ def test_importance_figure_equals_optunas_get_param_importances(inputs):
 
 def test_trial_table_rows_say_what_each_trial_measured(inputs):
     st = inputs.studies[0]
-    rows = {r["number"]: r for r in study_view.trial_rows(st, inputs)}
+    rows = {r["number"]: r for r in study_tables.trial_rows(st, inputs)}
     for t in st.study.trials:
         r = rows[t.number]
         assert r["state"] == "COMPLETE" and r["objective"] == f"speedup {t.values[0]:.4g}"
         p = t.params
         want = (f"baseline c={p['concurrency']}" if p["method"] == "none" else
                 f"draft_model (draft) k={p['num_speculative_tokens']} c={p['concurrency']}")
-        assert r["config"] == want and r["anchor"] == study_view.run_anchor(t.user_attrs["run_id"])
+        assert r["config"] == want and r["anchor"] == study_tables.run_anchor(t.user_attrs["run_id"])
 
 
 def test_every_trial_links_to_its_runs_section(page, inputs):
@@ -134,13 +134,13 @@ def test_page_has_the_search_the_profile_and_paste_ready_configs(page, inputs):
 
 def test_profile_values_carry_their_trial_and_run(page, inputs):
     prof = inputs.studies[0].profile
-    rows = study_view.profile_rows(inputs.studies[0], inputs)
+    rows = study_tables.profile_rows(inputs.studies[0], inputs)
     band_rows = [r for r in rows if r["field"].startswith("batch size")]
     assert len(band_rows) == len(prof["bands"]) == 2
     for r, band in zip(band_rows, prof["bands"]):
         trials = {e["trial"] for e in r["ev"]}
         assert band["baseline"]["trial"] in trials and band["speculative"]["trial"] in trials
-        assert all(e["anchor"] == study_view.run_anchor(e["run"]) for e in r["ev"])
+        assert all(e["anchor"] == study_tables.run_anchor(e["run"]) for e in r["ev"])
 
 
 def test_infeasible_and_failed_trials_are_marked(edited_study, tiny_study):

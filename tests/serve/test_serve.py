@@ -20,9 +20,8 @@ import pytest
 
 import cli_harness
 
-from specbench.backends.launcher import ServerLauncher, render
+from specbench.backends.launcher import ServerLauncher
 from specbench.backends.openai import parse_prometheus, spec_decode_counters
-from specbench.errors import BackendError, ConfigError
 
 FAST = ["--warmup", "0", "--max-new-tokens", "12"]
 PROMPTS = [
@@ -30,8 +29,6 @@ PROMPTS = [
     {"id": "repeat", "prompt": "abc abc abc abc abc abc abc"},
     {"id": "code", "category": "code", "prompt": "def add(a, b):\n    return"},
 ]
-SERVE = ("{python} -m specbench.server --target {target} --draft {draft} -k 3 --dtype float32 "
-         "--device cpu --port {port} --served-model-name tiny")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -39,15 +36,6 @@ def specbench(*args):
     res = cli_harness.specbench(*args)
     assert res.code == 0 and "Traceback" not in res.err, res.output
     return res.out
-
-
-@pytest.fixture(scope="module")
-def server(tiny_pair):
-    launcher = ServerLauncher(SERVE, {"python": sys.executable, "target": tiny_pair[0], "draft": tiny_pair[1]},
-                              ready_timeout_s=180, env=ENV)
-    launcher.start()
-    yield launcher
-    launcher.stop()
 
 
 @pytest.fixture(scope="module")
@@ -290,64 +278,7 @@ def test_client_hanging_up_mid_stream_does_not_wedge_the_server(server):
         pytest.fail("the abandoned request is still running")
 
 
-# ---- the launcher ------------------------------------------------------------------------
-
-
-def test_template_is_split_before_substitution_and_keeps_json_braces():
-    argv = render("serve {target} --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": {k}}'",
-                  {"target": "my model; rm -rf /", "k": 4})
-    assert argv == ["serve", "my model; rm -rf /", "--speculative-config",
-                    '{"method": "ngram", "num_speculative_tokens": 4}']
-    with pytest.raises(ConfigError, match=r"no value for \{draft\}"):
-        render("serve {draft}", {"target": "x"})
-
-
-def test_launcher_reports_a_server_that_exits_early():
-    launcher = ServerLauncher("{python} -c 'import sys; print(\"boom\"); sys.exit(3)' {port}",
-                              {"python": sys.executable}, ready_timeout_s=60)
-    with pytest.raises(BackendError, match="exited with code 3"):
-        launcher.start()
-    with pytest.raises(ConfigError, match="no-such-server-binary"):
-        ServerLauncher("no-such-server-binary --port {port}").start()
-
-
-GROUP_SERVER = """
-import http.server, subprocess, sys
-# a worker that ignores SIGTERM and outlives its parent, as a slow-to-exit engine process would
-child = subprocess.Popen([sys.executable, "-c",
-                          "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
-open(sys.argv[2], "w").write(str(child.pid))
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
-def test_stop_returns_once_the_whole_process_group_is_gone(tmp_path):
-    script, pidfile = tmp_path / "srv.py", tmp_path / "child.pid"
-    script.write_text(GROUP_SERVER)
-    launcher = ServerLauncher("{python} {script} {port} {pidfile}",
-                              {"python": sys.executable, "script": script, "pidfile": pidfile}, ready_timeout_s=60)
-    launcher.start()
-    child = int(pidfile.read_text())
-    try:
-        assert _alive(child)
-        launcher.stop(timeout_s=1.0)  # the parent dies of SIGTERM at once; the worker needs SIGKILL
-        assert not _alive(child)
-    finally:
-        if _alive(child):
-            os.kill(child, 9)
+# ---- launched from a server command template ----------------------------------------------
 
 
 def test_launched_ngram_server_serves_its_configuration_and_stops(tiny_pair, prompts, tmp_path):

@@ -6,32 +6,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
-import sys
 
 import httpx
 import pytest
 
-from specbench.backends.launcher import ServerLauncher
 from specbench.backends.openai import parse_prometheus
 from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.models.loading import load_model
 
-SERVE = ("{python} -m specbench.server --target {target} --draft {draft} -k 3 --dtype float32 "
-         "--device cpu --port {port} --served-model-name tiny")
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 PROMPTS = [[(5 * i + j) % 250 + 3 for j in range(4 + 3 * i)] for i in range(8)]
 MAX_TOKENS = 48  # long enough that 8 requests sent together overlap for most of their steps
-
-
-@pytest.fixture(scope="module")
-def server(tiny_pair):
-    launcher = ServerLauncher(SERVE, {"python": sys.executable, "target": tiny_pair[0], "draft": tiny_pair[1]},
-                              ready_timeout_s=180, env=ENV)
-    launcher.start()
-    yield launcher
-    launcher.stop()
 
 
 @pytest.fixture(scope="module")

@@ -7,29 +7,15 @@ does not arrive within --read-timeout gets 408, an idle connection is closed."""
 
 from __future__ import annotations
 
-import os
-import sys
 
 import httpx
 import pytest
 
 import serve_load
-from specbench.backends.launcher import ServerLauncher
 
 READ_TIMEOUT_S = 1.0
-SERVE = ("{python} -m specbench.server --target {target} --draft {draft} -k 3 --dtype float32 --device cpu "
-         "--port {port} --served-model-name tiny --read-timeout " + str(READ_TIMEOUT_S))
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+SERVE_FLAGS = f"--read-timeout {READ_TIMEOUT_S}"  # added to the `server` fixture's command (conftest)
 CASES = serve_load.cases(READ_TIMEOUT_S)
-
-
-@pytest.fixture(scope="module")
-def server(tiny_pair):
-    launcher = ServerLauncher(SERVE, {"python": sys.executable, "target": tiny_pair[0], "draft": tiny_pair[1]},
-                              ready_timeout_s=180, env=ENV)
-    launcher.start()
-    yield launcher
-    launcher.stop()
 
 
 def test_the_catalogue_covers_every_category():

@@ -9,30 +9,16 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 
 import httpx
-import pytest
 
 import serve_load
-from specbench.backends.launcher import ServerLauncher
 
-SERVE = ("{python} -m specbench.server --target {target} --draft {draft} -k 3 --dtype float32 --device cpu "
-         "--port {port} --served-model-name tiny --max-concurrency 300")
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+SERVE_FLAGS = "--max-concurrency 300"  # added to the `server` fixture's command (conftest)
 SOAK_S = float(os.environ.get("SPECBENCH_SOAK_S", "20"))
 LONG = {"prompt": [5, 6, 7], "max_tokens": 450, "ignore_eos": True, "temperature": 0}
-
-
-@pytest.fixture(scope="module")
-def server(tiny_pair):
-    launcher = ServerLauncher(SERVE, {"python": sys.executable, "target": tiny_pair[0], "draft": tiny_pair[1]},
-                              ready_timeout_s=180, env=ENV)
-    launcher.start()
-    yield launcher
-    launcher.stop()
 
 
 def delta(after: dict, before: dict) -> dict:

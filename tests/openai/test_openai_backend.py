@@ -433,15 +433,6 @@ def prompts(tmp_path_factory) -> Path:
     return path
 
 
-def one_error_line(code, out, err, *needles):
-    assert code == 2, out + err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    text = " ".join(err.split())
-    for n in needles:
-        assert n in text, (n, err)
-
-
 def test_cli_records_faults_per_sample_and_server_wide_acceptance(fake, prompts, tiny_pair, tiny_tokenizer, tmp_path):
     marker = tiny_tokenizer.encode("FAIL", add_special_tokens=False)
     srv = fake(rules=[(marker, "500")])
@@ -481,11 +472,11 @@ def test_cli_table_shows_per_request_acceptance_from_vllm(fake, prompts, tiny_pa
 
 def test_cli_refuses_an_undeclared_speculating_server(fake, prompts, tiny_pair):
     srv = fake()
-    one_error_line(*specbench("run", "--backend", "openai", "--base-url", srv.url, "--tokenizer", tiny_pair[0],
-                              "--workload", prompts, *FAST), "speculates with k=3", "--method")
-    one_error_line(*specbench("run", "--backend", "openai", "--base-url", srv.url, "--tokenizer", tiny_pair[0],
-                              "--workload", prompts, "--method", "ngram", "-k", "4", *FAST),
-                   "-k 4", "drafts 3 tokens per step")
+    specbench("run", "--backend", "openai", "--base-url", srv.url, "--tokenizer", tiny_pair[0],
+              "--workload", prompts, *FAST).refusal("speculates with k=3", "--method", alone=False)
+    specbench("run", "--backend", "openai", "--base-url", srv.url, "--tokenizer", tiny_pair[0],
+              "--workload", prompts, "--method", "ngram", "-k", "4", *FAST,
+              ).refusal("-k 4", "drafts 3 tokens per step", alone=False)
 
 
 def test_cli_baseline_server_needs_no_declaration(fake, prompts, tiny_pair, tmp_path):
@@ -499,25 +490,25 @@ def test_cli_baseline_server_needs_no_declaration(fake, prompts, tiny_pair, tmp_
 
 def test_cli_model_not_served_lists_the_served_ones(fake, prompts):
     srv = fake(models=("alpha", "beta"))
-    one_error_line(*specbench("run", "--backend", "openai", "--base-url", srv.url, "--model", "gamma",
-                              "--workload", prompts), "--model 'gamma'", "served: alpha, beta")
-    one_error_line(*specbench("run", "--backend", "openai", "--base-url", srv.url, "--workload", prompts),
-                   "--model is needed", "alpha, beta")
+    specbench("run", "--backend", "openai", "--base-url", srv.url, "--model", "gamma",
+              "--workload", prompts).refusal("--model 'gamma'", "served: alpha, beta", alone=False)
+    specbench("run", "--backend", "openai", "--base-url", srv.url, "--workload", prompts,
+              ).refusal("--model is needed", "alpha, beta", alone=False)
 
 
 def test_cli_unreachable_url(prompts):
-    one_error_line(*specbench("run", "--backend", "openai", "--base-url", f"http://127.0.0.1:{closed_port()}",
-                              "--workload", prompts), "cannot reach")
-    one_error_line(*specbench("run", "--backend", "openai", "--base-url", "ftp://x", "--workload", prompts),
-                   "--base-url", "not an http(s) URL")
-    one_error_line(*specbench("run", "--backend", "openai", "--workload", prompts), "needs --base-url")
+    specbench("run", "--backend", "openai", "--base-url", f"http://127.0.0.1:{closed_port()}",
+              "--workload", prompts).refusal("cannot reach", alone=False)
+    specbench("run", "--backend", "openai", "--base-url", "ftp://x", "--workload", prompts,
+              ).refusal("--base-url", "not an http(s) URL", alone=False)
+    specbench("run", "--backend", "openai", "--workload", prompts).refusal("needs --base-url", alone=False)
 
 
 def test_cli_missing_api_key_variable_and_the_key_is_sent(fake, prompts, tiny_pair, tmp_path, monkeypatch):
     srv = fake(speculates=False)
     monkeypatch.delenv("SPECBENCH_TEST_KEY", raising=False)
-    one_error_line(*specbench("run", "--backend", "openai", "--base-url", srv.url, "--api-key-env",
-                              "SPECBENCH_TEST_KEY", "--workload", prompts), "SPECBENCH_TEST_KEY", "not set")
+    specbench("run", "--backend", "openai", "--base-url", srv.url, "--api-key-env",
+              "SPECBENCH_TEST_KEY", "--workload", prompts).refusal("SPECBENCH_TEST_KEY", "not set", alone=False)
     monkeypatch.setenv("SPECBENCH_TEST_KEY", "sk-test-123")
     code, out, err = specbench("run", "--backend", "openai", "--base-url", srv.url, "--api-key-env",
                                "SPECBENCH_TEST_KEY", "--tokenizer", tiny_pair[0], "--workload", prompts,
@@ -529,18 +520,18 @@ def test_cli_missing_api_key_variable_and_the_key_is_sent(fake, prompts, tiny_pa
 
 def test_cli_refuses_a_server_that_is_not_openai(fake, prompts):
     srv = fake(models_html=True)
-    one_error_line(*specbench("run", "--backend", "openai", "--base-url", srv.url, "--workload", prompts),
-                   "not an OpenAI-compatible server")
+    specbench("run", "--backend", "openai", "--base-url", srv.url, "--workload", prompts,
+              ).refusal("not an OpenAI-compatible server", alone=False)
 
 
 def test_cli_needs_a_tokenizer_source(fake, prompts):
     srv = fake(speculates=False)
-    one_error_line(*specbench("run", "--backend", "openai", "--base-url", srv.url, "--workload", prompts, *FAST),
-                   "--tokenizer")
+    specbench("run", "--backend", "openai", "--base-url", srv.url, "--workload", prompts, *FAST,
+              ).refusal("--tokenizer", alone=False)
 
 
 def test_cli_openai_flags_need_the_openai_backend(prompts):
-    one_error_line(*specbench("run", "--base-url", "http://127.0.0.1:1", "--workload", prompts),
-                   "need --backend openai")
-    one_error_line(*specbench("run", "--backend", "openai", "--base-url", "http://127.0.0.1:1",
-                              "--endpoint", "embeddings", "--workload", prompts), "--endpoint")
+    specbench("run", "--base-url", "http://127.0.0.1:1", "--workload", prompts,
+              ).refusal("need --backend openai", alone=False)
+    specbench("run", "--backend", "openai", "--base-url", "http://127.0.0.1:1",
+              "--endpoint", "embeddings", "--workload", prompts).refusal("--endpoint", alone=False)

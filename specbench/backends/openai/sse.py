@@ -1,0 +1,157 @@
+"""One streamed OpenAI response read into an `Attempt`: the server-sent events split into their
+`data:` payloads, each JSON event's choices turned into timed chunks (text, token ids when the
+server gives them: `token_ids` as vLLM's `return_token_ids` and `specbench serve`, else
+`token_id:N` logprobs as vLLM's `return_tokens_as_token_ids`), and what rides on the events
+kept as the server sent it: usage, `specbench serve`'s `spec_decode`, vLLM's
+`metrics.speculative_decoding`, SGLang's `meta_info`. A malformed stream raises `Fault`.
+
+Boundary: an httpx response in, an `Attempt` out; no retries, no `Result`s.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+_TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
+
+
+class Fault(Exception):
+    """A request failed; `retryable` for 429/5xx/timeouts/dropped streams."""
+
+    def __init__(self, message: str, retryable: bool, retry_after: float | None = None,
+                 status: int | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status = status
+
+
+@dataclass
+class Chunk:
+    t: float  # perf_counter when the event arrived
+    text: str
+    ids: list[int] | None  # exact token ids, when the server gave them
+    n: int | None  # tokens in this chunk, when the server said (token_ids or logprobs)
+
+
+@dataclass
+class Attempt:
+    sent: float
+    chunks: list[Chunk] = field(default_factory=list)
+    finish: str | None = None
+    usage: dict | None = None
+    spec: dict | None = None  # specbench serve's per-step `spec_decode`
+    vllm_spec: dict | None = None  # vLLM's `metrics.speculative_decoding`
+    meta_info: dict | None = None  # SGLang's `meta_info`
+
+
+def error_message(body: str) -> str:
+    """The message of an OpenAI/vLLM error body (`{"error": {"message"}}` or
+    `{"message"}`), else the body's first line."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"]).splitlines()[0][:300]
+        if isinstance(err, str):
+            return err[:300]
+    first = body.strip().splitlines()[0] if body.strip() else "(empty body)"
+    return first[:300]
+
+
+async def sse_events(resp: httpx.Response):
+    """The `data:` payloads of a server-sent event stream, one per event."""
+    data: list[str] = []
+    async for line in resp.aiter_lines():
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data:
+        yield "\n".join(data)
+
+
+def chunk_tokens(choice: dict, chat: bool) -> tuple[str, list[int] | None, int | None]:
+    """(text, token ids or None, token count or None) of one streamed choice."""
+    if chat:
+        text = (choice.get("delta") or {}).get("content") or ""
+    else:
+        text = choice.get("text") or ""
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+        return text, list(ids), len(ids)
+    lp = choice.get("logprobs")
+    if isinstance(lp, dict):
+        toks = lp.get("tokens") if not chat else [c.get("token") for c in (lp.get("content") or [])
+                                                   if isinstance(c, dict)]
+        if isinstance(toks, list):
+            parsed = [_TOKEN_ID.match(t) if isinstance(t, str) else None for t in toks]
+            if toks and all(parsed):
+                return text, [int(m.group(1)) for m in parsed], len(toks)
+            return text, None, len(toks)
+    return text, None, None
+
+
+async def read_stream(resp: httpx.Response, chat: bool, att: Attempt) -> None:
+    """Fill `att` from a streamed response until `[DONE]` or the end of the stream; `Fault`
+    for an HTTP error status, a body that is not an event stream, a malformed event or an
+    error event."""
+    if resp.status_code != 200:
+        body = (await resp.aread()).decode("utf-8", "replace")
+        retry_after = None
+        try:
+            retry_after = float(resp.headers.get("retry-after", ""))
+        except ValueError:
+            pass
+        raise Fault(f"HTTP {resp.status_code}: {error_message(body)}",
+                    resp.status_code == 429 or resp.status_code >= 500, retry_after,
+                    status=resp.status_code)
+    ctype = resp.headers.get("content-type", "")
+    if "text/event-stream" not in ctype:
+        raise Fault(f"expected an event stream, got {ctype or 'no content-type'} "
+                    f"({(await resp.aread())[:80]!r})", False)
+    async for data in sse_events(resp):
+        now = time.perf_counter()
+        if data.strip() == "[DONE]":
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            raise Fault(f"not an OpenAI stream event: {data[:80]!r}", False)
+        if obj.get("error"):
+            raise Fault(f"server error in stream: {error_message(data)}", True)
+        if isinstance(obj.get("usage"), dict):
+            att.usage = obj["usage"]
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+            att.vllm_spec = metrics["speculative_decoding"]
+        if isinstance(obj.get("meta_info"), dict):
+            att.meta_info = obj["meta_info"]
+        for choice in obj.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            text, ids, n = chunk_tokens(choice, chat)
+            if text or n:
+                att.chunks.append(Chunk(now, text, ids, n))
+            if choice.get("finish_reason"):
+                att.finish = str(choice["finish_reason"])
+            if isinstance(choice.get("spec_decode"), dict):
+                att.spec = choice["spec_decode"]
+            if isinstance(choice.get("meta_info"), dict):
+                att.meta_info = choice["meta_info"]

@@ -1,0 +1,92 @@
+"""What the OpenAI backend says about one configuration beside its samples: the entry of
+run.json's `configuration_stats` (where acceptance came from, per-request figures pooled
+and the server-wide /metrics deltas side by side, errors, how tokens were counted) and the
+console lines that word it.
+
+Acceptance scope: "request" when any response carried per-request figures (`specbench
+serve`'s steps, vLLM's per-request metrics, SGLang's counters), "server" when only /metrics
+moved (the deltas count every request the server handled meanwhile), "none" otherwise.
+
+Boundary: `Result`s and counter dicts in, a dict and lines of text out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from specbench.acceptance import SpecDecodingStats
+from specbench.backends.openai.prometheus import counter_deltas
+from specbench.formatting import dash_or
+from specbench.types import Result
+
+
+def request_acceptance(results: Sequence[Result]) -> dict[str, Any] | None:
+    """Per-request acceptance pooled over `results`, in the shape of `counter_deltas` (so the
+    two can be set side by side); None when no result carries any. Per-position counts come
+    from step events, per-step arrays or vLLM's histogram, whichever a result has."""
+    stats = SpecDecodingStats()
+    seen = False
+    for r in results:
+        if r.steps:
+            seen = True
+            stats.observe_steps(r.steps)
+        elif r.reported_acceptance is not None:
+            ra = r.reported_acceptance
+            seen = True
+            stats.add_totals(ra.num_steps, ra.drafted, ra.accepted)
+            if ra.accepted_per_step is not None:
+                for a in ra.accepted_per_step:
+                    stats.observe_accepted(a)
+                # positions up to the longest draft, accepted or not
+                stats.observe_accepted(0, max(ra.drafted_per_step or (), default=0), count=0)
+            elif ra.histogram is not None:  # index j: drafts that accepted exactly j
+                for j, n in enumerate(ra.histogram):
+                    stats.observe_accepted(j, count=n)
+    if not seen:
+        return None
+    return stats.to_dict()
+
+
+def configuration_stats(results: list[Result], before: dict | None, after: dict | None, wall: float,
+                        token_counting: str) -> dict[str, Any]:
+    """The configuration's run.json entry, from its results and the /metrics scrapes around it."""
+    request_spec = request_acceptance(results)
+    server_spec = counter_deltas(before, after)
+    scope = "request" if request_spec is not None else ("server" if server_spec is not None else "none")
+    sources = sorted({r.reported_acceptance.source for r in results if r.reported_acceptance is not None}
+                     | ({"specbench"} if any(r.steps for r in results) else set()))
+    return {"wall_s": wall, "requests": len(results),
+            "errors": sum(1 for r in results if r.finish_reason == "error"),
+            "acceptance_scope": scope, "acceptance_sources": sources,
+            "server_spec_decode": server_spec,
+            "request_spec_decode": request_spec, "token_counting": token_counting,
+            "peak_memory_bytes": None}
+
+
+def acceptance_lines(configuration_stats: dict[str, dict]) -> list[str]:
+    """Console lines saying where each configuration's acceptance figures come from."""
+    lines = []
+    for config_id, info in configuration_stats.items():
+        scope = (info or {}).get("acceptance_scope")
+        srv = (info or {}).get("server_spec_decode") or {}
+        if scope == "server" and srv.get("num_drafts"):
+            lines.append(f"{config_id}: acceptance is server-wide (/metrics deltas over every request the "
+                         f"server handled, not per sample): rate {srv['acceptance_rate']:.3f}, "
+                         f"{srv['mean_acceptance_length']:.2f} tokens per step over {srv['num_drafts']} drafts")
+        elif scope == "server":
+            lines.append(f"{config_id}: the server's spec-decode counters did not move (nothing drafted)")
+        elif scope == "request" and srv.get("num_drafts"):
+            req = (info or {}).get("request_spec_decode") or {}
+            src = ", ".join((info or {}).get("acceptance_sources") or []) or "server"
+            lines.append(f"{config_id}: acceptance per request ({src}): rate {dash_or(req.get('acceptance_rate'), '.3f')}, "
+                         f"{dash_or(req.get('mean_acceptance_length'), '.2f')} tokens per step over "
+                         f"{req.get('num_drafts')} drafts; /metrics deltas: rate {dash_or(srv.get('acceptance_rate'), '.3f')}, "
+                         f"{dash_or(srv.get('mean_acceptance_length'), '.2f')} over {srv['num_drafts']} drafts")
+        elif scope == "none" and (info or {}).get("speculative"):
+            lines.append(f"{config_id}: no acceptance figures (no per-request data, no vllm:spec_decode_* "
+                         "counters on /metrics)")
+        errors = (info or {}).get("errors")
+        if errors:
+            lines.append(f"{config_id}: {errors} request(s) failed (finish_reason error; see the error column)")
+    return lines

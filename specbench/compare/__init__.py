@@ -1,0 +1,32 @@
+"""Regression gate: compare a current run against a baseline run, per configuration, and say
+whether it got worse (`specbench compare`).
+
+The point of the gate is to compare a *change* (target or draft model, engine version, dtype,
+k, method), so only the measurement setup has to match; everything else is reported.
+
+- `catalog`: the metrics (timing ones decided by a paired bootstrap, deterministic ones as
+  values with a tight tolerance) and the parsing of their flags;
+- `comparable`: what must match for two runs to be compared, and what may differ;
+- `gate`: `compare_runs`, a verdict per (configuration, metric);
+- `result`: `MetricResult`, `Comparison` (outcome, exit code 0 / 1 / 2);
+- `render`: one renderer per output format (JSON, JUnit XML, Markdown, a rich table).
+
+Boundary: records DataFrames and run metadata in (`records.read_run`), a `Comparison` and its
+renderings out. Only `specbench.cli.compare` prints and picks the exit code
+(`Comparison.exit_code`).
+"""
+
+from specbench.compare.catalog import (ACCEPTANCE_THRESHOLD, DEFAULT_METRICS, GATES, METRICS, TIMING_THRESHOLD,
+                                       VERDICTS, Metric, parse_fraction, parse_metrics, parse_thresholds)
+from specbench.compare.comparable import info_differences, pair_configs, setup_differences
+from specbench.compare.gate import compare_runs
+from specbench.compare.render import (RENDERERS, SUFFIX_FORMATS, format_change, format_ci, format_threshold,
+                                      format_value, format_verdict, rich_table, to_dict, to_json, to_junit,
+                                      to_markdown)
+from specbench.compare.result import Comparison, MetricResult, NotComparableError
+
+__all__ = ["ACCEPTANCE_THRESHOLD", "Comparison", "DEFAULT_METRICS", "GATES", "METRICS", "Metric", "MetricResult",
+           "NotComparableError", "RENDERERS", "SUFFIX_FORMATS", "TIMING_THRESHOLD", "VERDICTS", "compare_runs",
+           "format_change", "format_ci", "format_threshold", "format_value", "format_verdict", "info_differences",
+           "pair_configs", "parse_fraction", "parse_metrics", "parse_thresholds", "rich_table", "setup_differences",
+           "to_dict", "to_json", "to_junit", "to_markdown"]

@@ -1,0 +1,248 @@
+"""The regression gate's decisions: for each pair of configurations (`comparable.pair_configs`)
+and each metric (`catalog`), the baseline's and the current run's value, the change and a
+verdict (ok, improved, inconclusive, regression, n/a).
+
+- Timing metrics are noisy, so each is decided with a paired bootstrap over the shared prompt
+  ids (`analysis.paired_bootstrap_speedup`, ratio current / baseline of a statistic of the
+  per-prompt values). A regression needs both: the point estimate worse than the allowed
+  regression, and the confidence interval's better end still worse than `min_effect` (the
+  change is real, not noise). Worse than allowed but not significant is "inconclusive" and
+  does not fail.
+- Deterministic metrics (`acceptance_rate`, `mean_acceptance_length`, `greedy_match`,
+  `errors`) repeat exactly on one machine with fixed models and seeds, so they are compared as
+  values with a tight tolerance: a drafter change that lowers acceptance is a regression even
+  when timing noise hides it. `greedy_match` (greedy outputs identical token for token) is only
+  gated when the target model and dtype are the same in both runs.
+
+Change is always the relative change of the metric's value, current / baseline - 1 (absolute
+for `greedy_match`, in fraction of prompts, and `errors`, in samples); "worse" takes the
+metric's direction into account (a higher TPOT, a lower acceptance rate).
+
+Boundary: records DataFrames and run metadata (`records.read_run`) in, a `Comparison`
+(`specbench.compare.result`) out; what must match is `specbench.compare.comparable`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specbench import analysis
+from specbench.compare.catalog import DEFAULT_METRICS, GATES, METRICS, Metric
+from specbench.compare.comparable import config_keys, fmt_ids, info_differences, pair_configs, setup_differences
+from specbench.compare.result import Comparison, MetricResult
+from specbench.errors import ConfigError, RecordsError
+from specbench.formatting import plain
+
+
+def _with_derived(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    e2e = df["e2e_s"].astype(float)
+    df["_output_tps"] = df["output_tokens"].astype(float) / e2e.where(e2e > 0)
+    return df
+
+
+def _worse(change: float, better: str) -> float:
+    return change if better == "lower" else -change
+
+
+def _timing(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, threshold: float,
+            min_effect: float, n_boot: int, seed: int, confidence: float) -> dict[str, Any]:
+    col = metric.column
+    bv = analysis.per_prompt(b, col)
+    cv = analysis.per_prompt(c, col)
+    shared = bv.index.intersection(cv.index)
+    n = len(shared)
+    f = np.median if metric.stat == "median" else np.mean
+    base_val = float(f(bv.loc[shared])) if n else float("nan")
+    cur_val = float(f(cv.loc[shared])) if n else float("nan")
+    out: dict[str, Any] = {"baseline": base_val, "current": cur_val, "n": n}
+    try:
+        # paired_bootstrap_speedup(x, y) = stat(x) / stat(y) with pairs resampled by prompt:
+        # passing (current, baseline) gives the ratio current / baseline and its interval.
+        point, lo, hi = analysis.paired_bootstrap_speedup(
+            c, b, metric=col, stat=metric.stat, n_boot=n_boot, seed=seed, confidence=confidence)
+    except RecordsError:
+        return {**out, "verdict": "n/a", "note": f"needs >= 2 prompts with a value in both "
+                f"runs, found {n}"}
+    if not all(map(np.isfinite, (point, lo, hi))):
+        return {**out, "verdict": "n/a", "note": "not finite (zero or missing baseline values)"}
+    change, ci = point - 1.0, (lo - 1.0, hi - 1.0)
+    worse = _worse(change, metric.better)
+    # the end of the interval most favourable to "no regression"
+    worse_low = min(_worse(ci[0], metric.better), _worse(ci[1], metric.better))
+    worse_high = max(_worse(ci[0], metric.better), _worse(ci[1], metric.better))
+    if worse > threshold and worse_low > min_effect:
+        verdict, note = "regression", ""
+    elif worse > threshold:
+        verdict = "inconclusive"
+        note = (f"not significant: at the CI's better end {worse_low * 100:+.1f}% worse, "
+                f"under the {min_effect * 100:g}% min effect")
+    elif -worse > threshold and -worse_high > min_effect:
+        verdict, note = "improved", ""
+    else:
+        verdict, note = "ok", ""
+    return {**out, "change": change, "ci_low": ci[0], "ci_high": ci[1], "verdict": verdict,
+            "note": note}
+
+
+def _acceptance(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, shared: list[str],
+                threshold: float) -> dict[str, Any]:
+    col = {"acceptance_rate": "acceptance_rate_tok",
+           "mean_acceptance_length": "mean_acceptance_length_tok"}[metric.name]
+    if not shared:
+        return {"baseline": None, "current": None, "n": 0, "verdict": "n/a",
+                "note": "no prompt succeeded in both runs"}
+    # one configuration each, so summarize() gives one row: pooled (token-weighted) figures
+    bs = analysis.summarize(b[b["prompt_id"].isin(shared)]).iloc[0]
+    cs = analysis.summarize(c[c["prompt_id"].isin(shared)]).iloc[0]
+    base_val, cur_val = float(bs[col]), float(cs[col])
+    out: dict[str, Any] = {"baseline": base_val, "current": cur_val, "n": len(shared)}
+    if bs["drafted_tokens"] == 0 or not np.isfinite(base_val):
+        return {**out, "verdict": "n/a", "note": "nothing was drafted in the baseline"}
+    if not np.isfinite(cur_val):
+        cur_val = 0.0 if metric.name == "acceptance_rate" else 1.0  # drafted nothing at all
+        out["current"] = cur_val
+    change = cur_val / base_val - 1.0
+    worse = _worse(change, metric.better)
+    verdict = ("regression" if worse > threshold + 1e-12 else
+               "improved" if -worse > threshold + 1e-12 else "ok")
+    return {**out, "change": change, "verdict": verdict}
+
+
+def _greedy_match(b: pd.DataFrame, c: pd.DataFrame, shared: list[str],
+                  threshold: float) -> dict[str, Any]:
+    temps = b.groupby("prompt_id")["temperature"].first()
+    greedy = [p for p in shared if temps.get(p) == 0]
+    if not greedy:
+        return {"baseline": None, "current": None, "n": 0, "verdict": "n/a",
+                "note": "no greedy prompts"}
+    bo = b.groupby("prompt_id")["output_token_ids"].first()
+    co = c.groupby("prompt_id")["output_token_ids"].first()
+    differ = [p for p in greedy if list(bo[p]) != list(co[p])]
+    frac = 1.0 - len(differ) / len(greedy)
+    change = frac - 1.0
+    verdict = "regression" if -change > threshold + 1e-12 else "ok"
+    note = f"{len(differ)} differ ({fmt_ids(differ)})" if differ else ""
+    return {"baseline": 1.0, "current": frac, "n": len(greedy), "change": change,
+            "verdict": verdict, "note": note}
+
+
+def _errors(b: pd.DataFrame, c: pd.DataFrame, prompts: set[str], threshold: float) -> dict:
+    nb = int((~analysis.ok_mask(b[b["prompt_id"].isin(prompts)])).sum())
+    nc = int((~analysis.ok_mask(c[c["prompt_id"].isin(prompts)])).sum())
+    change = float(nc - nb)
+    verdict = ("regression" if change > threshold else
+               "improved" if change < 0 else "ok")
+    return {"baseline": float(nb), "current": float(nc), "n": len(prompts), "change": change,
+            "verdict": verdict}
+
+
+def compare_runs(
+    baseline: tuple[pd.DataFrame, dict],
+    current: tuple[pd.DataFrame, dict],
+    *,
+    metrics: list[str] | tuple[str, ...] = DEFAULT_METRICS,
+    thresholds: dict[str, float] | None = None,
+    min_effect: float = 0.01,
+    gate: str = "all",
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    allow_config_diff: bool = False,
+    paths: tuple[str, str] = ("", ""),
+) -> Comparison:
+    """Compare two runs ((samples, metadata) as `records.read_run` returns them).
+
+    `thresholds` maps metric -> allowed worsening (defaults: `Metric.threshold`);
+    `gate` picks which metrics can fail: all, deterministic (timings are reported only) or
+    none. The returned `Comparison` has `reasons` when the runs are not comparable, else
+    one `MetricResult` per (configuration pair, metric)."""
+    metrics = list(metrics)
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ConfigError(f"--metric: unknown metric {unknown[0]!r}; valid: {', '.join(METRICS)}")
+    if gate not in GATES:
+        raise ConfigError(f"--gate must be one of {', '.join(GATES)}, got {gate!r}")
+    if n_boot < 100:
+        raise ConfigError(f"--n-boot must be >= 100 bootstrap resamples, got {n_boot}")
+    if not 0.5 <= confidence < 1:
+        raise ConfigError(f"--confidence must be in [0.5, 1), got {confidence}")
+    if min_effect < 0:
+        raise ConfigError(f"--min-effect must be >= 0, got {min_effect}")
+    thr = {m: METRICS[m].threshold for m in metrics} | (thresholds or {})
+
+    (bdf, bmeta), (cdf, cmeta) = baseline, current
+    def run_info(df: pd.DataFrame, meta: dict, path: str) -> dict[str, Any]:
+        run_id = meta.get("run_id") or (plain(df["run_id"].iloc[0]) if len(df) else None)
+        return {"path": path, "run_id": run_id, "created_at": meta.get("created_at"),
+                "status": meta.get("status")}
+
+    comp = Comparison(
+        baseline=run_info(bdf, bmeta, paths[0]), current=run_info(cdf, cmeta, paths[1]),
+        settings={"metrics": metrics, "thresholds": {m: thr[m] for m in metrics},
+                  "min_effect": min_effect, "gate": gate, "n_boot": n_boot, "seed": seed,
+                  "confidence": confidence, "allow_config_diff": allow_config_diff},
+    )
+    for name, df in (("baseline", bdf), ("current", cdf)):
+        if not len(df):
+            comp.reasons.append(f"the {name} run has no samples")
+    if comp.reasons:
+        return comp
+    comp.differences = info_differences(bmeta, cmeta)
+
+    bkeys, ckeys = config_keys(bdf), config_keys(cdf)
+    pairs, only_b, only_c = pair_configs(bkeys, ckeys, allow_config_diff)
+    if not pairs:
+        comp.reasons.append(f"no configuration in common (baseline: {', '.join(bkeys)}; "
+                            f"current: {', '.join(ckeys)})")
+    elif (only_b or only_c) and not allow_config_diff:
+        parts = ([f"only in baseline: {', '.join(only_b)}"] if only_b else []) + \
+                ([f"only in current: {', '.join(only_c)}"] if only_c else [])
+        comp.reasons.append(f"configurations differ ({'; '.join(parts)}); pass "
+                            "--allow-config-diff to compare the ones in common and pair the "
+                            "rest by concurrency")
+    comp.unmatched = [f"{c} (baseline only)" for c in only_b] + \
+                     [f"{c} (current only)" for c in only_c]
+    comp.reasons += setup_differences(bdf, bmeta, cdf, cmeta, pairs)
+    if comp.reasons:
+        return comp
+
+    changed = {d["field"] for d in comp.differences}
+    greedy_ungated = [f for f in ("target", "dtype") if f in changed]
+    bdf, cdf = _with_derived(bdf), _with_derived(cdf)
+    for bc, cc in pairs:
+        b = bdf[bdf["config_id"] == bc]
+        c = cdf[cdf["config_id"] == cc]
+        label = bc if bc == cc else f"{bc} -> {cc}"
+        speculative = not (bool(b["is_baseline"].iloc[0]) and bool(c["is_baseline"].iloc[0]))
+        ok_b = set(b.loc[analysis.ok_mask(b), "prompt_id"])
+        ok_c = set(c.loc[analysis.ok_mask(c), "prompt_id"])
+        shared_ok = sorted(ok_b & ok_c)
+        for name in metrics:
+            m = METRICS[name]
+            if m.speculative_only and not speculative:
+                continue
+            if m.kind == "timing":
+                r = _timing(m, b, c, thr[name], min_effect, n_boot, seed, confidence)
+            elif name in ("acceptance_rate", "mean_acceptance_length"):
+                r = _acceptance(m, b, c, shared_ok, thr[name])
+            elif name == "greedy_match":
+                r = _greedy_match(b, c, shared_ok, thr[name])
+            else:
+                r = _errors(b, c, set(b["prompt_id"]), thr[name])
+            gated = gate == "all" or (gate == "deterministic" and m.kind == "deterministic")
+            note = r.get("note", "")
+            if name == "greedy_match" and greedy_ungated:
+                gated = False
+                note = "; ".join(filter(None, [note, f"not gated: {' and '.join(greedy_ungated)} "
+                                                     "differ"]))
+            comp.results.append(MetricResult(
+                config=label, baseline_config=bc, current_config=cc, metric=name, kind=m.kind,
+                better=m.better, baseline=plain(r.get("baseline")), current=plain(r.get("current")),
+                change=plain(r.get("change")), ci_low=plain(r.get("ci_low")),
+                ci_high=plain(r.get("ci_high")), threshold=thr[name], verdict=r["verdict"],
+                gated=gated, n=int(r.get("n", 0)), note=note))
+    return comp
