@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from specbench.config import RunConfig
 from specbench.formatting import plain, same
 
 
@@ -105,27 +106,31 @@ def setup_differences(base_df: pd.DataFrame, base_meta: dict, cur_df: pd.DataFra
             reasons.append(f"sampling differs: {col} on {len(bad)} prompt(s) (e.g. {p}: "
                            f"baseline {plain(b_s.at[p, col])}, current {plain(c_s.at[p, col])})")
 
-    bcfg, ccfg = base_meta.get("config") or {}, cur_meta.get("config") or {}
+    bcfg, ccfg = _config(base_meta), _config(cur_meta)
     flags = list(_SETUP_FLAGS)
     if base_df["seed"].isna().any() or cur_df["seed"].isna().any():
         flags.append("seed")  # request seeds are derived from the run seed and the prompt id
-    for key in flags:
-        if key in bcfg and key in ccfg and not same(bcfg[key], ccfg[key]):
-            reasons.append(f"run setting {key} differs (baseline {bcfg[key]!r}, "
-                           f"current {ccfg[key]!r})")
+    for key in flags:  # a setting an older run did not record (None) is not compared
+        b, c = getattr(bcfg, key), getattr(ccfg, key)
+        if b is not None and c is not None and not same(b, c):
+            reasons.append(f"run setting {key} differs (baseline {b!r}, current {c!r})")
     return reasons
 
 
+def _config(meta: dict) -> RunConfig:
+    return RunConfig.from_dict(meta.get("config"))
+
+
 def _info_fields(meta: dict) -> dict[str, Any]:
-    cfg = meta.get("config") or {}
+    cfg = _config(meta)
     out = {
-        "target": cfg.get("target"),
-        "draft": cfg.get("draft"),
-        "ngram": cfg.get("ngram") if cfg.get("method") == "ngram" else None,
-        "dtype": cfg.get("dtype_resolved", cfg.get("dtype")),
+        "target": cfg.target,
+        "draft": cfg.draft,
+        "ngram": list(cfg.ngram) if cfg.method == "ngram" and cfg.ngram is not None else None,
+        "dtype": cfg.dtype_used,
         "device": meta.get("device"),
-        "backend": cfg.get("backend"),
-        "warmup": cfg.get("warmup"),
+        "backend": cfg.backend,
+        "warmup": cfg.warmup,
         "git_revision": meta.get("git_revision"),
         "hostname": meta.get("hostname"),
     }

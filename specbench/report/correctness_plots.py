@@ -79,7 +79,7 @@ def batch_sizes(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
         ["source", "run_config_id"])["label"]
     rows = []
     for run, rid in zip(inputs.runs, inputs.run_ids):
-        stats = (run.meta.get("config") or {}).get("configuration_stats") or {}
+        stats = run.config.configuration_stats
         for config_id, info in stats.items():
             hist = (info or {}).get("batch_sizes") or {}
             if (rid, config_id) not in label_of.index or not hist:

@@ -27,7 +27,9 @@ from markupsafe import Markup
 
 from specbench import analysis
 from specbench.errors import ReportError
-from specbench.records import atomic_write, package_version
+from specbench.config import RunConfig
+from specbench.atomic import atomic_write
+from specbench.records import package_version
 from specbench.report import fmt, model_view, plots, study_tables, study_view, verdict
 from specbench.report.inputs import ReportInputs, RunInput
 
@@ -50,7 +52,7 @@ def _env() -> jinja2.Environment:
 # Header: what was run
 
 
-def _sampling(df: pd.DataFrame, cfg: dict[str, Any]) -> str:
+def _sampling(df: pd.DataFrame, cfg: RunConfig) -> str:
     combos = df.drop_duplicates("prompt_id")[["temperature", "top_p", "top_k", "max_new_tokens"]]
     distinct = combos.drop_duplicates()
 
@@ -67,7 +69,7 @@ def _sampling(df: pd.DataFrame, cfg: dict[str, Any]) -> str:
     tokens = sorted(set(int(x) for x in combos["max_new_tokens"]))
     cap = (f"max {tokens[0]} new tokens" if len(tokens) == 1
            else f"max {tokens[0]}–{tokens[-1]} new tokens")
-    eos = "; EOS ignored" if cfg.get("ignore_eos") else ""
+    eos = "; EOS ignored" if cfg.ignore_eos else ""
     if len(distinct[["temperature", "top_p", "top_k"]].drop_duplicates()) == 1:
         r = distinct.iloc[0]
         return f"{one(r['temperature'], r['top_p'], r['top_k'])}, {cap}{eos}"
@@ -139,20 +141,20 @@ def cliff_note(inputs: ReportInputs) -> dict[str, str] | None:
 def run_header(run: RunInput, run_id: str) -> list[tuple[str, str]]:
     """(field, value) pairs describing one run, from its run.json metadata and its rows."""
     meta, df = run.meta, run.frame
-    cfg = meta.get("config") or {}
+    cfg = run.config
     versions = meta.get("versions") or {}
     drafts = sorted(str(d) for d in df["draft_model"].dropna().unique())
     workloads = df.drop_duplicates("workload")
     concs = sorted(set(int(c) for c in df["concurrency"]))
     rate = df["request_rate"].dropna()
-    dtype = cfg.get("dtype_resolved") or cfg.get("dtype")
+    dtype = cfg.dtype_used
     rev = meta.get("git_revision")
     status = str(meta.get("status", "unknown"))
     rows = [
         ("run", run_id),
         ("status", status if status == "complete" else f"{status} (some configurations may be "
                                                         "incomplete)"),
-        ("target model", str(cfg.get("target", "?"))),
+        ("target model", str(cfg.target or "?")),
         ("draft model", ", ".join(drafts) if drafts else "–"),
         ("method", _methods(df)),
         ("workload", "; ".join(f"{w.workload} ({w.workload_kind}), "
@@ -237,7 +239,7 @@ def _figure_html(plot: plots.Plot) -> Markup:
 
 def default_title(inputs: ReportInputs) -> str:
     workloads = ", ".join(dict.fromkeys(str(w) for w in inputs.frame["workload"]))
-    targets = ", ".join(dict.fromkeys(str((r.meta.get("config") or {}).get("target", "?"))
+    targets = ", ".join(dict.fromkeys(str(r.config.target or "?")
                                       for r in inputs.runs))
     study = (" · study " + ", ".join(st.name for st in inputs.studies)) if inputs.studies else ""
     return f"Speculative decoding on {workloads} · {targets}{study}"
@@ -248,8 +250,7 @@ def _item(p: plots.Plot) -> dict[str, Any]:
 
 
 def _run_block(run: RunInput, rid: str, inputs: ReportInputs) -> dict[str, Any]:
-    cfg = run.meta.get("config") or {}
-    sweep = cfg.get("sweep") or {}
+    sweep = run.config.sweep or {}
     configs = ", ".join(dict.fromkeys(str(c) for c in run.frame["config_id"]))
     summary = f"{rid} · {configs}" + (f" · study {sweep.get('study')}, trial {sweep.get('trial')}"
                                       if sweep else "")

@@ -38,6 +38,7 @@ from typing import Any
 
 import pandas as pd
 
+from specbench.config import RunConfig
 from specbench.errors import ConfigError, RecordsError
 from specbench.formatting import same
 from specbench.records import SAMPLES_FILE, read_run
@@ -54,6 +55,11 @@ class RunInput:
     @property
     def run_id(self) -> str:
         return str(self.meta.get("run_id") or self.path.name)
+
+    @property
+    def config(self) -> RunConfig:
+        """run.json's configuration, typed (older runs read with what they have)."""
+        return RunConfig.from_dict(self.meta.get("config"))
 
 
 @dataclass
@@ -151,7 +157,7 @@ def _check_mixed(runs: list[RunInput], ids: list[str]) -> None:
     for r, rid in zip(runs, ids):
         for w in pd.unique(r.frame["workload"]):
             workloads.setdefault(str(w), []).append(rid)
-        target = (r.meta.get("config") or {}).get("target")
+        target = r.config.target
         if target is not None:
             targets.setdefault(str(target), []).append(rid)
     if len(workloads) > 1:

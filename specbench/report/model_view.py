@@ -38,7 +38,7 @@ def evaluation(inputs: ReportInputs, verdict: pd.DataFrame) -> sm.Evaluation | s
     else:
         measured = sm.measured_points(inputs.frame, inputs.pairs, label="label", n_boot=N_BOOT)
         stats = [s for r in inputs.runs
-                 for s in ((r.meta.get("config") or {}).get("configuration_stats") or {}).values()]
+                 for s in r.config.configuration_stats.values()]
         overhead = sm.overhead_per_step(stats)
         try:
             got = sm.evaluate(steps, measured, overhead_s=overhead,

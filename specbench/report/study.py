@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from specbench.config import RunConfig
 from specbench.errors import ConfigError, RecordsError
 from specbench.records import RUN_FILE, SAMPLES_FILE
 from specbench.report import inputs
@@ -61,7 +62,7 @@ def _read_profile(study_dir: Path | None) -> dict[str, Any] | None:
 def _sweep_meta(study_dir: Path) -> dict[str, Any]:
     for run_json in sorted((study_dir / "runs").glob(f"*/{RUN_FILE}")):
         try:
-            sweep = (json.loads(run_json.read_text()).get("config") or {}).get("sweep")
+            sweep = RunConfig.from_dict(json.loads(run_json.read_text()).get("config")).sweep
         except (OSError, json.JSONDecodeError):
             continue
         if sweep:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specbench.config import RunConfig
 from specbench.sweep.space import Point
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.summary import headline, stored_summary
@@ -67,26 +68,26 @@ def baseline_outputs_from(study_dir: Path, baseline_trial: Any) -> dict[str, lis
 
 
 def run_config(spec: SweepSpec, config: Any, workload: Any, *, backend: str, number: int,
-               worker: str | None, host: str) -> dict[str, Any]:
-    """run.json's `config` for one trial: the keys `specbench run` writes, for the trial's one
+               worker: str | None, host: str) -> RunConfig:
+    """run.json's configuration for one trial: what `specbench run` records, for the trial's one
     configuration (`config`, a `runner.Configuration`), and `sweep`, which names the study,
     the trial and the host that measured it."""
     sc = config.spec
-    return {
-        "target": spec.target, "draft": sc.draft, "method": sc.method,
-        "num_speculative_tokens": [sc.num_speculative_tokens], "ngram": [sc.ngram_min, sc.ngram_max],
-        "workload": workload.name, "workload_kind": workload.kind, "num_prompts": len(workload.prompts),
-        "sampling": spec.sampling.overrides, "seed": spec.sampling.seed,
-        "ignore_eos": spec.sampling.ignore_eos, "concurrency": [config.concurrency],
-        "request_rate": config.request_rate, "disable_by_batch_size": sc.disable_by_batch_size,
-        "dynamic_k": sc.dynamic_k, "warmup": spec.workload.warmup, "device": spec.engine.device,
-        "dtype": spec.engine.dtype, "backend": backend, "baseline": config.is_baseline,
-        "chat_template": spec.workload.chat_template,
-        "truncate": spec.workload.truncate, "configurations": [config.config_id],
+    return RunConfig(
+        target=spec.target, draft=sc.draft, method=sc.method,
+        num_speculative_tokens=(sc.num_speculative_tokens,), ngram=(sc.ngram_min, sc.ngram_max),
+        workload=workload.name, workload_kind=workload.kind, num_prompts=len(workload.prompts),
+        sampling=spec.sampling.overrides, seed=spec.sampling.seed,
+        ignore_eos=spec.sampling.ignore_eos, concurrency=(config.concurrency,),
+        request_rate=config.request_rate, disable_by_batch_size=sc.disable_by_batch_size,
+        dynamic_k=sc.dynamic_k, warmup=spec.workload.warmup, device=spec.engine.device,
+        dtype=spec.engine.dtype, backend=backend, baseline=config.is_baseline,
+        chat_template=spec.workload.chat_template,
+        truncate=spec.workload.truncate, configurations=(config.config_id,),
         # host: also run.json's `hostname`; here so a run names its study, trial and host together
-        "sweep": {"study": spec.study.name, "storage": display_url(spec.storage_url), "trial": number,
-                  "objectives": list(spec.objectives), "host": host, "worker": worker},
-    }
+        sweep={"study": spec.study.name, "storage": display_url(spec.storage_url), "trial": number,
+               "objectives": list(spec.objectives), "host": host, "worker": worker},
+    )
 
 
 def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir: Path,
@@ -127,13 +128,13 @@ def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path,
     metadata = RunMetadata.collect(run_id, {})
     metadata.config = run_config(spec, config, session.workload, number=number, worker=worker,
                                  host=metadata.hostname,
-                                 backend="openai" if launcher is not None else "embedded")
+                                 backend="openai" if launcher is not None else "embedded").to_dict()
     metadata.device = backend.device_name
     if launcher is not None:
-        metadata.config["openai"] = backend.describe()
-        metadata.config["server"] = {"command": shlex.join(launcher.argv), "log": str(launcher.log_path)}
+        metadata.note(openai=backend.describe(),
+                      server={"command": shlex.join(launcher.argv), "log": str(launcher.log_path)})
     else:
-        metadata.config["dtype_resolved"] = session.dtype_name
+        metadata.note(dtype_resolved=session.dtype_name)
     writer = RunWriter(run_dir, metadata)
     outputs: dict[str, list[int]] | None = {} if config.is_baseline else baseline_outputs
     events.trial_started(number, config.config_id, len(session.requests))
