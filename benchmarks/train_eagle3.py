@@ -52,7 +52,7 @@ from specbench.engine.model import ModelRunner
 from specbench.models.eagle3 import default_aux_layers, save_head
 from specbench.models.eagle3_train import head_config_for, init_head, select_vocabulary, ttt_loss
 from specbench.models.loading import load_model
-from specbench.records import atomic_write
+from specbench.atomic import atomic_write
 from specbench.workload import build_requests, load_workload
 
 QUIET_POLL_S = 20.0  # how often a paused run looks at the lock again

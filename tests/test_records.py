@@ -129,7 +129,7 @@ def test_flush_is_atomic_and_leaves_no_temp_file(tmp_path, monkeypatch):
         where.write(b"PAR1 partial garbage")
         raise OSError("disk full")
 
-    monkeypatch.setattr(records.pq, "write_table", broken)
+    monkeypatch.setattr(records.files.pq, "write_table", broken)
     with pytest.raises(OSError):
         w.flush()
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted(files)

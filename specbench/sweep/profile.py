@@ -337,7 +337,7 @@ def write_profile(path: Path, profile: dict[str, Any]) -> dict[str, Path]:
     returns."""
     import yaml
 
-    from specbench.records import atomic_write
+    from specbench.atomic import atomic_write
 
     header = ("# Recommended serving profile written by `specbench sweep`.\n"
               "# Every number is measured: trial = Optuna trial number, run_id/run_dir = the run\n"

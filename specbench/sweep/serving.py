@@ -226,7 +226,7 @@ def write_serving(profile_path: Path, profile: dict[str, Any]) -> dict[str, Path
     nothing to say (speculation never pays) are removed so an old one cannot mislead."""
     import yaml
 
-    from specbench.records import atomic_write
+    from specbench.atomic import atomic_write
 
     serving = serving_profiles(profile)
     written: dict[str, Path] = {}

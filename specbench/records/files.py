@@ -1,0 +1,272 @@
+"""Run files: `atomic_write`, `RunWriter` (journal per sample, samples.parquet and run.json
+rewritten atomically on flush) and `read_run`, which also recovers a run from its journal.
+
+Boundary: bytes on disk for the schema (`records.schema`) and metadata (`records.metadata`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from specbench.atomic import _chmod_umask, atomic_write
+from specbench.errors import RecordsError
+from specbench.records.metadata import RunMetadata, _utc_now
+from specbench.records.schema import (
+    _REQUIRED_NON_NULL,
+    COLUMNS,
+    JOURNAL_FILE,
+    METADATA_KEY,
+    RUN_FILE,
+    SAMPLES_FILE,
+    SCHEMA,
+    added_since,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# --------------------------------------------------------------------------------------
+# Writing
+
+
+class RunWriter:
+    """Writes a run directory: every sample durable as it completes, the Parquet file atomic.
+
+    `add()` appends each row to an Arrow IPC journal (`.samples.journal.arrows`, carrying the
+    run metadata in its schema) and hands it to the OS at once, so a run killed with SIGKILL
+    keeps every sample that had completed; the journal is fsynced at most a second after a
+    row. `flush()` (after each configuration) rewrites `samples.parquet` and `run.json`
+    atomically with every row so far; `close(complete=...)` writes them a last time with the
+    run's status and removes the journal. `read_run` recovers a run whose writer never
+    closed (status `killed`) from its journal.
+
+    The directory is created and probed for writability up front, before any model loads.
+    With `overwrite`, the previous records stay until the first flush that has rows replaces
+    them atomically. Files get the process umask's permissions, like any other output.
+    """
+
+    def __init__(self, run_dir: Path, metadata: RunMetadata, overwrite: bool = False) -> None:
+        self.run_dir = Path(run_dir)
+        self.metadata = metadata
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise RecordsError(f"run directory {self.run_dir} exists and is not a directory")
+        self.previous_rows = 0  # rows of the run being overwritten, still on disk until the first flush
+        if self.run_dir.is_dir() and any(self.run_dir.iterdir()):
+            if not overwrite:
+                raise RecordsError(
+                    f"run directory {self.run_dir} already exists and is not empty; "
+                    "pass --overwrite to replace it or choose another --out"
+                )
+            try:
+                self.previous_rows = pq.ParquetFile(self.samples_path).metadata.num_rows
+            except (OSError, pa.ArrowException):
+                self.previous_rows = 0
+        self._created = not self.run_dir.exists()
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=self.run_dir, prefix=".write-probe-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise RecordsError(f"--out {self.run_dir}: cannot write there ({exc.strerror or exc})") from None
+        self.metadata.status = "running"
+        self.metadata.pid = os.getpid()
+        self._tables: list[pa.Table] = []
+        self._closed = False
+        self._journal: Any = None
+        self._journal_file: Any = None
+        self._synced_at = 0.0
+
+    @property
+    def samples_path(self) -> Path:
+        return self.run_dir / SAMPLES_FILE
+
+    @property
+    def journal_path(self) -> Path:
+        return self.run_dir / JOURNAL_FILE
+
+    @property
+    def num_rows(self) -> int:
+        return sum(t.num_rows for t in self._tables)
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        """Validate rows (dicts keyed by `COLUMNS`) and append them to the journal now; they
+        reach samples.parquet on the next flush."""
+        if not rows:
+            return
+        for i, row in enumerate(rows):
+            missing = [c for c in COLUMNS if c not in row]
+            unknown = [c for c in row if c not in SCHEMA.names]
+            if missing or unknown:
+                raise ValueError(f"row {i}: missing columns {missing}, unknown columns {unknown}")
+            nulls = [c for c in _REQUIRED_NON_NULL if row[c] is None]
+            if nulls:
+                raise ValueError(f"row {i}: null in non-nullable columns {sorted(nulls)}")
+        # Converting now surfaces a type error at the row that caused it, not at flush time.
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        self._tables.append(table)
+        self._journal_append(table)
+
+    def _journal_append(self, table: pa.Table) -> None:
+        if self._journal is None:
+            self._journal_file = open(self.journal_path, "wb")
+            _chmod_umask(self.journal_path)
+            self._journal = pa.ipc.new_stream(self._journal_file, self._schema_with_metadata())
+        self._journal.write_table(table)
+        self._journal_file.flush()  # in the OS now: a killed process loses nothing
+        now = time.monotonic()
+        if now - self._synced_at >= 1.0:  # on disk within about a second, even if the machine dies
+            os.fsync(self._journal_file.fileno())
+            self._synced_at = now
+
+    def _schema_with_metadata(self) -> pa.Schema:
+        payload = json.dumps(self.metadata.to_dict(), sort_keys=True).encode()
+        return SCHEMA.with_metadata({METADATA_KEY: payload})
+
+    def flush(self) -> None:
+        """Write `samples.parquet` and `run.json` with every row added so far."""
+        if not self._tables and self.samples_path.exists():
+            return  # no new rows yet: keep the records being overwritten until there are
+        schema = self._schema_with_metadata()
+        if self._tables:
+            table = pa.concat_tables(self._tables).replace_schema_metadata(schema.metadata)
+            self._tables = [table.replace_schema_metadata(None)]
+        else:
+            table = schema.empty_table()
+        atomic_write(self.samples_path, lambda fh: pq.write_table(table, fh))
+        text = json.dumps(self.metadata.to_dict(), indent=2, sort_keys=True) + "\n"
+        atomic_write(self.run_dir / RUN_FILE, lambda fh: fh.write(text.encode()))
+
+    def close(self, complete: bool) -> None:
+        """Record whether the run completed or was interrupted, write everything, drop the
+        journal. A run closed before its first sample leaves the directory as it was (and
+        removes it if this writer created it)."""
+        self.metadata.status = "complete" if complete else "interrupted"
+        self.metadata.finished_at = _utc_now()
+        if self._tables or complete:
+            self.flush()
+        if self._journal is not None:
+            self._journal.close()
+            self._journal_file.close()
+            self._journal = None
+        self.journal_path.unlink(missing_ok=True)
+        if self._created and not any(self.run_dir.iterdir()):
+            self.run_dir.rmdir()
+        self._closed = True
+
+    def abandon(self) -> None:
+        """Nothing was measured (setup failed): leave the directory as it was found."""
+        if self._tables:
+            raise RuntimeError("abandon() after samples were added; close() instead")
+        if self._journal is not None:
+            self._journal.close()
+            self._journal_file.close()
+            self._journal = None
+        self.journal_path.unlink(missing_ok=True)
+        if self._created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
+            self.run_dir.rmdir()
+        self._closed = True
+
+    def __enter__(self) -> "RunWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self._closed:
+            self.close(complete=exc_type is None)
+
+
+def _read_journal(path: Path) -> tuple[pa.Table | None, dict[str, Any] | None]:
+    """Every complete batch of a journal (a killed writer may have left a torn last one)."""
+    batches, schema = [], None
+    try:
+        with open(path, "rb") as fh:
+            reader = pa.ipc.open_stream(fh)
+            schema = reader.schema
+            while True:
+                try:
+                    batches.append(reader.read_next_batch())
+                except StopIteration:
+                    break
+    except (pa.ArrowException, OSError):
+        pass  # torn or empty: keep what was read
+    if schema is None:
+        return None, None
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    meta = json.loads(raw) if raw else None
+    return pa.Table.from_batches(batches, schema=schema.remove_metadata()), meta
+
+
+def _process_alive(meta: dict[str, Any]) -> bool:
+    pid = meta.get("pid")
+    if not pid or meta.get("hostname") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------
+# Reading
+
+
+def _recover(journal: Path) -> tuple["pd.DataFrame", dict[str, Any]] | None:
+    """A run whose writer never closed: its journal holds every sample it completed (the
+    Parquet file, if any, only those of finished configurations, or another run's)."""
+    table, meta = _read_journal(journal)
+    if table is None or meta is None:
+        return None
+    if meta.get("status") == "running" and not _process_alive(meta):
+        meta["status"] = "killed"
+    meta["recovered_from_journal"] = table.num_rows
+    return table.to_pandas(), meta
+
+
+def read_run(path: Path | str) -> tuple["pd.DataFrame", dict[str, Any]]:
+    """Load a run: `path` is a run directory or a Parquet file written by `RunWriter`.
+    Returns (one row per sample, run metadata dict)."""
+    path = Path(path)
+    file = path / SAMPLES_FILE if path.is_dir() else path
+    journal = file.parent / JOURNAL_FILE
+    if journal.is_file():
+        recovered = _recover(journal)
+        if recovered is not None:
+            return recovered
+    if not file.is_file():
+        if path.is_dir():
+            raise RecordsError(f"{path} is not a specbench run: it has no {SAMPLES_FILE}")
+        raise RecordsError(f"no run at {path} (expected a run directory or a {SAMPLES_FILE} file)")
+    try:
+        table = pq.read_table(file)
+    except (pa.ArrowException, OSError) as exc:
+        raise RecordsError(f"{file} is not a readable Parquet file ({exc})") from None
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise RecordsError(f"{file} is not a specbench run: its Parquet metadata has no 'specbench' key")
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError:
+        raise RecordsError(f"{file}: the 'specbench' metadata is not valid JSON") from None
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    added = added_since(int(meta.get("schema_version", 1)))
+    if added:
+        # Columns added since: filled with nulls, so older runs stay readable.
+        for name in [c for c in missing if c in added]:
+            field_ = SCHEMA.field(name)
+            fill = (pa.array([0] * table.num_rows, field_.type) if name == "repeat"  # one pass = repeat 0
+                    else pa.nulls(table.num_rows, field_.type))
+            table = table.append_column(field_, fill)
+        missing = [c for c in missing if c not in added]
+    if missing:
+        raise RecordsError(f"{file} is missing column(s): {', '.join(missing)}")
+    return table.to_pandas(), meta
