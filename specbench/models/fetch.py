@@ -16,6 +16,9 @@ Cache layout (root: $SPECBENCH_CACHE, default ~/.cache/specbench):
     gguf/<name>.gguf           the assembled, verified GGUF (kept: llama.cpp servers can use it)
     models/<name>/             the converted model directory
     models/gguf-<stem>-<key>/  conversions of user-supplied .gguf files
+
+About 420 lines in one module on purpose: pulling and converting share the cache layout above
+and the write-then-rename rule; split in two, each half would restate both.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,15 @@ def resolve_dtype(cfg: EngineConfig, device: torch.device) -> torch.dtype:
 # --- paths ---------------------------------------------------------------------------------
 
 
+def _converted(spec: str, dest: Path, make: Callable[[], Path], done: str, pull_missing: bool) -> Path:
+    """`dest` if it is converted already, else `make()` it (or, without `pull_missing`, say how)."""
+    if fetch.is_converted(dest):
+        return dest
+    if not pull_missing:
+        raise ModelError(f"model {spec!r} is not {done} yet; run `specbench models pull {spec}`")
+    return make()
+
+
 def resolve_model_path(spec: str, pull_missing: bool = True) -> Path:
     """The local Hugging Face directory for `spec`.
 
@@ -93,19 +103,10 @@ def resolve_model_path(spec: str, pull_missing: bool = True) -> Path:
                 f"model {spec!r}: not a .gguf file; pass a catalog name, a Hugging Face model "
                 "directory or a .gguf file"
             )
-        dest = fetch.user_gguf_dir(path)
-        if fetch.is_converted(dest):
-            return dest
-        if not pull_missing:
-            raise ModelError(f"model {spec!r} is not converted yet; run `specbench models pull {spec}`")
-        return fetch.convert_user_gguf(path)
+        return _converted(spec, fetch.user_gguf_dir(path), lambda: fetch.convert_user_gguf(path),
+                          "converted", pull_missing)
     if catalog.is_catalog_name(spec):
-        dest = fetch.converted_dir(spec)
-        if fetch.is_converted(dest):
-            return dest
-        if not pull_missing:
-            raise ModelError(f"model {spec!r} is not pulled yet; run `specbench models pull {spec}`")
-        return fetch.pull(spec)
+        return _converted(spec, fetch.converted_dir(spec), lambda: fetch.pull(spec), "pulled", pull_missing)
     raise ModelError(
         f"model {spec!r}: no such file or directory; pass a catalog name "
         f"({', '.join(catalog.names())}), a Hugging Face model directory or a .gguf file"

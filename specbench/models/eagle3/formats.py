@@ -1,213 +1,27 @@
-"""EAGLE-3 draft heads: the module, the two public on-disk formats, loading and checks.
+"""The two public EAGLE-3 checkpoint formats: read, check, fit to a target, save, describe.
 
-An EAGLE-3 head is one decoder layer that drafts from the target's own hidden states:
-
-    fc          Linear(3 * H_target -> H, no bias), applied to the target's features only: the
-                residual stream at three target layers, concatenated per position
-    layers.0    one decoder layer whose attention input is [input_layernorm(token embedding),
-                hidden_norm(hidden)] (2H wide: q/k/v read 2H, o_proj writes H); the residual
-                is the hidden state (after hidden_norm when `norm_before_residual` is set);
-                then a SwiGLU MLP, as in a llama layer
-    norm        the final RMSNorm, before `lm_head`
-    lm_head     Linear(H -> draft vocabulary); draft id i is target id i + d2t[i], and t2d marks
-                the target ids the draft vocabulary covers
-
-The token embedding is the target's (the head may ship its own `embed_tokens`). Later draft
-steps feed back the layer's own output before `norm` in place of the target's features.
-
-Feature layers: layer id i means the INPUT of target decoder layer i (the residual stream
-before it runs), as vLLM, SGLang and the original EAGLE-3 code collect them; the default is
-(2, L // 2, L - 3) for an L-layer target. `specbench.engine.model.ModelRunner.set_capture`
-captures exactly these.
-
-Formats (both from a local directory, safetensors or a PyTorch .bin read with
-`weights_only=True`; nothing from the directory is ever executed):
-
-- `speculators` (vllm-project/speculators): config.json with `speculators_model_type:
-  "eagle3"`, a llama decoder config under `transformer_layer_config`, `draft_vocab_size`,
-  `norm_before_residual` (true when absent, as vLLM reads it), `target_hidden_size`,
-  `eagle_aux_hidden_state_layer_ids`, `speculators_config`; weights `fc.weight`,
-  `layers.0.*`, `norm.weight`, `lm_head.weight`, `d2t`, `t2d`.
-- `eagle3` (the original EAGLE-3 release): a llama-style config.json with `draft_vocab_size`
-  (layer ids, when given, under `eagle_config`); weights `midlayer.*` in place of `layers.0.*`;
-  `norm_before_residual` false when absent.
-
-Boundary: tensors and files; the drafting loop lives in specbench.engine.drafters.eagle3.
+Boundary: files and tensors for `specbench.models.eagle3.module`; nothing from a head
+directory is executed (safetensors, or a .bin read with `weights_only=True`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from specbench.errors import ModelError
-
-FORMATS = ("speculators", "eagle3")
-SPECULATORS_TYPE = "eagle3"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
-# keys a speculators checkpoint may carry that inference does not use
-_IGNORED_KEYS = ("verifier_lm_head.weight", "verifier_norm.weight")
-
-
-def default_aux_layers(num_layers: int) -> tuple[int, ...]:
-    """vLLM's and EAGLE-3's default feature layers for an L-layer target: early, middle, late."""
-    return (2, num_layers // 2, num_layers - 3)
-
-
-@dataclass(frozen=True)
-class HeadConfig:
-    """What a head is, read from its config.json (sizes in elements)."""
-
-    hidden_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    rms_norm_eps: float
-    hidden_act: str
-    vocab_size: int  # the target vocabulary the head was trained for (t2d's length)
-    draft_vocab_size: int
-    target_hidden_size: int
-    norm_before_residual: bool
-    aux_layers: tuple[int, ...] | None  # None = the target's default (default_aux_layers)
-    rope: dict[str, Any] = field(default_factory=dict)  # llama rope keys (rope_theta, ...)
-    max_position_embeddings: int = 32768
-    format: str = "speculators"
-    speculative_tokens: int | None = None  # what the checkpoint was trained/tuned for
-    verifier: str | None = None  # the target named by the checkpoint
-
-    def layer_config(self) -> Any:
-        """A transformers LlamaConfig for the decoder layer (MLP, rotary embedding)."""
-        from transformers import LlamaConfig
-
-        return LlamaConfig(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
-                           num_key_value_heads=self.num_key_value_heads, head_dim=self.head_dim,
-                           intermediate_size=self.intermediate_size, rms_norm_eps=self.rms_norm_eps,
-                           hidden_act=self.hidden_act, vocab_size=self.vocab_size, num_hidden_layers=1,
-                           max_position_embeddings=self.max_position_embeddings, **self.rope)
-
-
-# --------------------------------------------------------------------------------------
-# The module
-
-# attend(q, k, v) -> [n, M, heads, head_dim]: the caller decides which keys a query sees
-# (the engine: a slot KV cache; training: the training-time-test pattern).
-Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-class Eagle3Attention(nn.Module):
-    def __init__(self, cfg: HeadConfig, bias: bool):
-        super().__init__()
-        h2, hd = 2 * cfg.hidden_size, cfg.head_dim
-        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, hd
-        self.q_proj = nn.Linear(h2, self.heads * hd, bias=bias)
-        self.k_proj = nn.Linear(h2, self.kv_heads * hd, bias=bias)
-        self.v_proj = nn.Linear(h2, self.kv_heads * hd, bias=bias)
-        self.o_proj = nn.Linear(self.heads * hd, cfg.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-        n, m, _ = x.shape
-        q = self.q_proj(x).view(n, m, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(n, m, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(n, m, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        out = attend(q, k, v)  # [n, M, heads, head_dim]
-        return self.o_proj(out.reshape(n, m, self.heads * self.head_dim))
-
-
-class Eagle3Layer(nn.Module):
-    def __init__(self, cfg: HeadConfig, bias: bool):
-        super().__init__()
-        from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
-
-        h, eps = cfg.hidden_size, cfg.rms_norm_eps
-        self.norm_before_residual = cfg.norm_before_residual
-        self.input_layernorm = LlamaRMSNorm(h, eps=eps)
-        self.hidden_norm = LlamaRMSNorm(h, eps=eps)
-        self.self_attn = Eagle3Attention(cfg, bias)
-        self.post_attention_layernorm = LlamaRMSNorm(h, eps=eps)
-        self.mlp = LlamaMLP(cfg.layer_config())
-
-    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                attend: Attend) -> torch.Tensor:
-        """The layer's output before the head's final norm: what the next draft step reads."""
-        normed = self.hidden_norm(hidden)
-        residual = normed if self.norm_before_residual else hidden
-        x = torch.cat([self.input_layernorm(embeds), normed], dim=-1)
-        h = residual + self.self_attn(x, cos, sin, attend)
-        return h + self.mlp(self.post_attention_layernorm(h))
-
-
-class Eagle3Head(nn.Module):
-    """fc + one EAGLE-3 decoder layer + norm + lm_head over the draft vocabulary."""
-
-    def __init__(self, cfg: HeadConfig, *, attention_bias: bool = False, own_embedding: bool = False):
-        super().__init__()
-        from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
-
-        self.config = cfg
-        n_aux = len(cfg.aux_layers) if cfg.aux_layers else 3
-        self.fc = nn.Linear(n_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
-        self.layers = nn.ModuleList([Eagle3Layer(cfg, attention_bias)])
-        self.norm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
-        self.rotary = LlamaRotaryEmbedding(cfg.layer_config())
-        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
-        self.register_buffer("t2d", torch.zeros(cfg.vocab_size, dtype=torch.bool))
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if own_embedding else None
-        self._shared_embedding: list[nn.Module] = []  # the target's, not a submodule (not saved)
-        self.aux_layers: tuple[int, ...] = tuple(cfg.aux_layers or ())
-
-    # ---- wiring ----------------------------------------------------------------------
-
-    def share_embedding(self, embedding: nn.Module) -> None:
-        """Use the target's token embedding (unless the head ships its own)."""
-        self._shared_embedding = [embedding]
-
-    def embed(self, target_ids: torch.Tensor) -> torch.Tensor:
-        module = self.embed_tokens if self.embed_tokens is not None else self._shared_embedding[0]
-        return module(target_ids)
-
-    @property
-    def draft_ids(self) -> torch.Tensor:
-        """Target id of each draft id: i + d2t[i]."""
-        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
-
-    def set_vocabulary(self, target_ids: Sequence[int] | torch.Tensor) -> None:
-        """Make the draft vocabulary these target ids (ascending), filling d2t and t2d."""
-        ids = torch.as_tensor(target_ids, dtype=torch.long).sort().values
-        assert ids.numel() == self.config.draft_vocab_size, (ids.numel(), self.config.draft_vocab_size)
-        self.d2t.copy_(ids - torch.arange(ids.numel()))
-        self.t2d.zero_()
-        self.t2d[ids] = True
-
-    # ---- compute ---------------------------------------------------------------------
-
-    def project(self, features: torch.Tensor) -> torch.Tensor:
-        """The target's concatenated features [.., len(aux) * H_target] -> [.., H]."""
-        return self.fc(features)
-
-    def decode(self, target_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-               attend: Attend) -> torch.Tensor:
-        """One layer pass over tokens [n, M] (target ids) and hidden [n, M, H] at rotary
-        positions [n, M]; returns the layer output before the final norm [n, M, H]."""
-        embeds = self.embed(target_ids).to(hidden.dtype)
-        cos, sin = self.rotary(hidden, positions)
-        return self.layers[0](embeds, hidden, cos, sin, attend)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Draft-vocabulary logits from layer outputs."""
-        return self.lm_head(self.norm(hidden))
-
+from specbench.models.eagle3.module import (
+    _IGNORED_KEYS,
+    FORMATS,
+    SPECULATORS_TYPE,
+    WEIGHT_FILES,
+    Eagle3Head,
+    HeadConfig,
+    default_aux_layers,
+)
 
 # --------------------------------------------------------------------------------------
 # Reading a head directory
@@ -478,7 +292,7 @@ def save_head(head: Eagle3Head, path: str | Path, *, fmt: str = "speculators", w
     config.json as is (for example how the head was trained)."""
     from safetensors.torch import save
 
-    from specbench.records import atomic_write
+    from specbench.atomic import atomic_write
 
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}")
