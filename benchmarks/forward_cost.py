@@ -11,8 +11,9 @@ shapes (rows x new tokens after a fixed cached context) in interleaved rounds:
   compiled  torch.compile (inductor, freezing: inductor prepacks and fuses itself) of the
             eager forward; compile time is printed separately (optional: --paths)
 
-Beside them: the memory-bandwidth floor, weight bytes / measured read bandwidth (the time
-any pass over a few tokens must take just to stream the weights once).
+Beside them: the memory-bandwidth floor, streamed weight bytes / measured read bandwidth (the
+time any pass over a few tokens must take just to stream the weights once; the input embedding
+table is left out, since a pass reads only its tokens' rows of it).
 
     python benchmarks/forward_cost.py                          # 1.5B target, bf16 where native
     python benchmarks/forward_cost.py --dtype float32 --paths eager,packed,runner
@@ -37,6 +38,16 @@ from specbench.models.loading import load_model
 
 
 VOCAB = 256  # token ids drawn below this (any model's vocabulary is larger)
+
+
+def streamed_bytes(model) -> int:
+    """Weight bytes one forward pass must read: every parameter except the input embedding
+    table, of which a pass reads only the rows of its tokens (unless the LM head shares it)."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if head is None or emb.weight is not head.weight:
+        total -= emb.weight.numel() * emb.weight.element_size()
+    return total
 
 
 def read_bandwidth(n_bytes: int = 2 << 30) -> float:
@@ -106,7 +117,7 @@ def main() -> None:
     for name in names:
         loaded = load_model(args.model, cfg)
         model, dtype = loaded.model, loaded.dtype
-        weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        weight_bytes = streamed_bytes(model)
         if name == "eager":
             paths[name] = HFPath(model)
         elif name == "packed":
@@ -124,7 +135,7 @@ def main() -> None:
             raise SystemExit(f"unknown path {name!r}; valid: eager, packed, runner, compiled")
     bw = read_bandwidth()
     gc.collect()
-    console.print(f"{args.model}: {weight_bytes / 1e9:.2f} GB of weights ({str(dtype).replace('torch.', '')}), "
+    console.print(f"{args.model}: {weight_bytes / 1e9:.2f} GB of weights read per pass ({str(dtype).replace('torch.', '')}), "
                   f"read bandwidth {bw / 1e9:.1f} GB/s, floor {weight_bytes / bw * 1e3:.1f} ms, "
                   f"{torch.get_num_threads()} threads, context {args.context}")
 

@@ -70,7 +70,8 @@ def check_study(study: optuna.Study, out: Path, concurrency: tuple[int, ...],
     failed trials whose worker lost the storage after measuring; their run directories may
     be on disk, linked to no trial."""
     trials = study.trials
-    assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    unfinished = [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert not unfinished, [(t.number, t.state.name, t.params, t.user_attrs.get("worker")) for t in trials]
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
 
     # no configuration measured twice: one measuring trial per key, one run directory each
