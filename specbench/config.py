@@ -33,6 +33,7 @@ DRAFTED_METHODS = ("draft_model", "eagle3")  # the methods that take a --draft (
 _NGRAM_NO_DRAFT = "--draft cannot be used with method 'ngram' (prompt lookup needs no model)"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+INT32_MAX = 2**31 - 1  # the records store counts such as top_k as int32
 COMPILE_MODES = ("off", "auto", "on")
 
 
@@ -98,8 +99,8 @@ class SamplingParams:
             raise ConfigError(f"--temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not (isinstance(self.top_p, (int, float)) and 0.0 < self.top_p <= 1.0):  # NaN fails too
             raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ConfigError(f"--top-k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 <= self.top_k <= INT32_MAX:
+            raise ConfigError(f"--top-k must be between 0 (off) and {INT32_MAX}, got {self.top_k}")
         if self.max_new_tokens < 1:
             raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
 
@@ -257,6 +258,9 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
     k = obj.get("num_speculative_tokens", 0 if method == "none" else DEFAULT_NUM_SPECULATIVE_TOKENS)
     if not isinstance(k, int) or isinstance(k, bool):
         raise ConfigError(f"--speculative-config: num_speculative_tokens must be an integer, got {k!r}")
+    if k < 1 and method != "none":
+        raise ConfigError(f"--speculative-config: num_speculative_tokens must be >= 1 for method "
+                          f"{raw_method!r}, got {k}")
     return SpeculativeConfig(
         method=method,
         num_speculative_tokens=k,

@@ -50,8 +50,9 @@ def main() -> None:
         from rich.markup import escape
 
         # Escaped: messages quote TOML sections and JSON ([space], {...}) that rich would eat.
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
-                                   soft_wrap=True)
+        # emoji=False: a device such as cuda:abc: must not turn into an emoji
+        Console(stderr=True, emoji=False).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
+                                                soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -31,6 +31,7 @@ def compare(
     """Compare CURRENT against BASELINE per configuration: exit 0 if nothing regressed, 1 on a
     regression, 2 when the runs are not comparable (the message names what differs)."""
     from specbench import compare as cmp
+    from specbench.atomic import atomic_write
     from specbench.records import read_run
 
     # ---- validate every flag before reading anything -------------------------------------
@@ -47,6 +48,11 @@ def compare(
         if kind is None:
             raise ConfigError(f"--output {path}: unknown suffix {path.suffix!r}; use "
                               f"{', '.join(cmp.SUFFIX_FORMATS)}")
+        for run in (baseline, current):  # a run's own files are records, never a report
+            run_dir = (run if run.is_dir() else run.parent).resolve()
+            if path.resolve().parent == run_dir or run_dir in path.resolve().parents:
+                raise ConfigError(f"--output {path} is inside the run directory {run}; "
+                                  "write the report outside the runs it compares")
         outputs.append((path, kind))
 
     base_run = read_run(baseline)
@@ -59,7 +65,8 @@ def compare(
     for path, kind in outputs:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(cmp.RENDERERS[kind](result))
+            text = cmp.RENDERERS[kind](result)
+            atomic_write(path, lambda fh, text=text: fh.write(text.encode()))
         except OSError as exc:
             raise ConfigError(f"--output {path}: cannot write ({exc.strerror or exc})") from None
 

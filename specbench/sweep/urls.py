@@ -8,6 +8,10 @@ PostgreSQL driver) is `specbench.sweep.storage`'s job, so nothing here imports O
 
 from __future__ import annotations
 
+import re
+
+from specbench.errors import ConfigError
+
 JOURNAL_PREFIX = "journal:"
 SQLITE_PREFIX = "sqlite:///"
 
@@ -16,6 +20,10 @@ def storage_url(url: str) -> str:
     """An RDB URL or `journal:PATH` as given; a bare path means a SQLite file there."""
     if url.startswith(JOURNAL_PREFIX) or "://" in url:
         return url
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(?!\\)", url)
+    if scheme and len(scheme.group(1)) > 1:  # sqlite:x.db, postgresql:host: a URL missing its //
+        raise ConfigError(f"--storage {url!r} looks like a URL without '//': use sqlite:///PATH.db, "
+                          "postgresql://user@host/db, journal:PATH or a plain file path")
     return f"{SQLITE_PREFIX}{url}"
 
 

@@ -173,6 +173,16 @@ def test_bad_flags_are_refused_in_one_line(runs, args, needles):
     assert_refused(specbench("compare", runs["base"], runs["rerun"], *args), *needles)
 
 
+def test_an_output_inside_a_compared_run_is_refused_and_the_run_kept(runs):
+    run_json = runs["rerun"] / RUN_FILE
+    before = run_json.read_bytes()
+    for target in (run_json, runs["base"] / "gate.json", runs["rerun"] / "sub" / "gate.md"):
+        assert_refused(specbench("compare", runs["base"], runs["rerun"], "-o", target),
+                       "--output", "inside the run directory")
+    assert run_json.read_bytes() == before
+    assert not (runs["base"] / "gate.json").exists()
+
+
 def test_a_path_that_is_not_a_run_is_refused(runs, tmp_path):
     assert_refused(specbench("compare", tmp_path / "nope", runs["rerun"]), "no run at",
                    str(tmp_path / "nope"))

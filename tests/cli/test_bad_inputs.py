@@ -1,0 +1,92 @@
+"""Bad inputs a hostile pass over the command line found slipping through (tracebacks, a
+silent write to a bad place, messages that hid what was typed): each is refused in one line
+that names what is wrong, before anything is measured."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cli_harness import specbench
+from specbench.sweep.urls import storage_url
+from specbench.errors import ConfigError
+
+
+@pytest.fixture
+def broken_target(tiny_pair, tmp_path) -> callable:
+    def make(name: str, edit) -> Path:
+        d = tmp_path / name
+        shutil.copytree(tiny_pair[0], d)
+        edit(d)
+        return d
+    return make
+
+
+def _weights(d: Path) -> Path:
+    return next(d.glob("*.safetensors"))
+
+
+@pytest.mark.parametrize("name, edit, needles", [
+    ("listconfig", lambda d: (d / "config.json").write_text("[]"), ["could not load from", "listconfig"]),
+    ("truncweights", lambda d: _weights(d).write_bytes(_weights(d).read_bytes()[:1000]),
+     ["could not load from", "truncweights"]),
+    ("garbageweights", lambda d: _weights(d).write_bytes(b"\xff" * 4096), ["could not load from", "garbageweights"]),
+])
+def test_a_broken_model_directory_is_one_line(broken_target, tmp_path, name, edit, needles):
+    target = broken_target(name, edit)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hello"}) + "\n")
+    specbench("run", "--target", target, "--method", "ngram", "-k", "2", "--workload", prompts,
+              "--max-new-tokens", "4", "--warmup", "0", "--out", tmp_path / "out").refusal(*needles, alone=False)
+
+
+def test_models_info_on_a_config_that_is_not_an_object(broken_target):
+    target = broken_target("listconfig", lambda d: (d / "config.json").write_text("[]"))
+    specbench("models", "info", target).refusal("config.json", "JSON object", "list")
+
+
+def test_an_unwritable_model_cache_is_named(tmp_path, monkeypatch):
+    gguf = tmp_path / "garbage.gguf"
+    gguf.write_bytes(b"GGUF" + b"\x00" * 64)
+    blocker = tmp_path / "file"
+    blocker.write_text("a file, not a directory")
+    monkeypatch.setenv("SPECBENCH_CACHE", str(blocker / "cache"))
+    specbench("models", "pull", gguf).refusal("cannot create the model cache directory",
+                                              str(blocker / "cache"), "$SPECBENCH_CACHE")
+
+
+def test_top_k_beyond_what_the_records_hold_is_refused(tiny_pair, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hello"}) + "\n")
+    out = tmp_path / "out"
+    specbench("run", "--target", tiny_pair[0], "--draft", tiny_pair[1], "--workload", prompts,
+              "--top-k", "99999999999", "--out", out).refusal("--top-k", "2147483647")
+    assert not out.exists()
+
+
+def test_a_device_with_colons_is_shown_as_typed(tmp_path):
+    msg = specbench("run", "--device", "cuda:abc:", "--out", tmp_path / "o").output
+    assert "cuda:abc" in msg and "Traceback" not in msg, msg
+
+
+def test_speculative_config_with_a_negative_k_names_the_json_field(tmp_path):
+    specbench("run", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": -1}',
+              "--out", tmp_path / "o").refusal("--speculative-config", "num_speculative_tokens", ">= 1")
+
+
+def test_serve_refuses_an_empty_host():
+    specbench("serve", "--host", "", "--port", "0").refusal("--host", "127.0.0.1")
+
+
+@pytest.mark.parametrize("url", ["sqlite:/relative.db", "postgresql:host/db"])
+def test_a_storage_url_missing_its_slashes_is_refused(url):
+    with pytest.raises(ConfigError, match="without '//'"):
+        storage_url(url)
+
+
+@pytest.mark.parametrize("path", ["studies/x.db", "/abs/x.db", "x.db"])
+def test_plain_paths_still_mean_sqlite_files(path):
+    assert storage_url(path) == "sqlite:///" + path
