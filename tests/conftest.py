@@ -14,6 +14,31 @@ import tiny  # noqa: E402
 # The tests run tiny models whose ops are far too small to gain from a second thread.
 torch.set_num_threads(1)
 
+# The modules that take most of the full suite's minutes (servers, databases, vLLM, the
+# statistical tests, subprocess kills). `pytest -m "not slow"` leaves them out: the fast lane
+# for local work. The full suite (the README's test command, and CI) runs everything.
+SLOW_MODULES = frozenset({
+    "cli/test_run_concurrency.py", "cli/test_run_durability.py",
+    "engine/test_batching.py", "engine/test_eagle3.py", "engine/test_eagle3_training.py",
+    "engine/test_lossless_sampling.py",
+    "openai/test_openai_backend.py",
+    "report/test_report_browser.py", "report/test_report_cli.py",
+    "serve/test_serve.py", "serve/test_serve_batching.py", "serve/test_serve_hostile.py",
+    "serve/test_serve_load.py",
+    "sweep/test_sweep_journal.py", "sweep/test_sweep_postgres.py", "sweep/test_sweep_run.py",
+    "sweep/test_sweep_server.py", "sweep/test_sweep_serving.py", "sweep/test_sweep_vllm.py",
+    "sweep/test_sweep_workers.py",
+})
+_TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config, items):
+    missing = SLOW_MODULES - {p.relative_to(_TESTS).as_posix() for p in _TESTS.rglob("test_*.py")}
+    assert not missing, f"SLOW_MODULES names modules that do not exist: {sorted(missing)}"
+    for item in items:
+        if Path(item.fspath).relative_to(_TESTS).as_posix() in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:

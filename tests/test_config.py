@@ -69,7 +69,7 @@ def test_the_knobs_and_vllms_disable_by_batch_size_name():
     ('{"method": "medusa"}', ["unknown method 'medusa'", "draft_model", "prompt_lookup"]),
     ('{"method": "ngram", "num_speculative_tokens": "4"}', ["num_speculative_tokens", "integer", "'4'"]),
     ('{"method": "ngram", "num_speculative_tokens": true}', ["num_speculative_tokens", "integer", "True"]),
-    ('{"method": "ngram", "num_speculative_tokens": -1}', ["--num-speculative-tokens", ">= 0"]),
+    ('{"method": "ngram", "num_speculative_tokens": -1}', ["--speculative-config", "num_speculative_tokens", ">= 1"]),
     ('{"method": "ngram", "prompt_lookup_min": 3, "prompt_lookup_max": 2}', ["ngram_min <= ngram_max", "3..2"]),
     ('{"method": "ngram", "model": "m"}', ["--draft", "ngram"]),
     ('{"method": "eagle3"}', ["eagle3", "head"]),
