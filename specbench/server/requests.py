@@ -19,7 +19,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from specbench.config import SamplingParams
+from specbench.config import INT32_MAX, SamplingParams
 from specbench.errors import ConfigError
 from specbench.server.text import SharedTokenizer
 
@@ -248,7 +248,8 @@ class RequestParser:
             raise ApiError(400, "stop_token_ids must be a list of token ids", param="stop_token_ids")
         try:
             sampling = SamplingParams(
-                temperature=temperature, top_p=top_p, top_k=max(top_k, 0),  # vLLM: -1 = off
+                # vLLM: -1 = off; a k past any vocabulary keeps every token, which is off too
+                temperature=temperature, top_p=top_p, top_k=0 if top_k > INT32_MAX else max(top_k, 0),
                 seed=secrets.randbelow(2**31) if seed is None else seed,
                 max_new_tokens=max_tokens, stop_token_ids=tuple(stop_ids), ignore_eos=ignore_eos)
         except ConfigError as exc:  # checked above; a rule SamplingParams adds still answers 400

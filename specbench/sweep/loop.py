@@ -26,8 +26,6 @@ from specbench.sweep.trials import (
     TrialFailed,
     all_measured,
     enqueue_pending,
-    retry_mark,
-    settled_keys,
 )
 from specbench.sweep.workers import Worker
 
@@ -40,19 +38,18 @@ def _lost(exc: BaseException) -> bool:
 
 
 def wait_for_others(study: optuna.Study, spec: SweepSpec, worker: Worker, events: Events) -> bool:
-    """While configurations are unmeasured and other workers' trials run: wait, failing stale
-    trials (which Optuna queues again). True when a queued trial is there to run."""
+    """While other workers' trials run: wait, failing stale trials (which Optuna queues
+    again). True when a queued trial is there to run; False once no trial is queued or
+    running. A queued trial whose configuration is measured already takes the stored outcome
+    at once, so the study ends with every trial finished: none left running for a worker
+    that died, none queued for nobody (two workers may both queue a lost trial again)."""
     noted = False
     while True:
         enqueue_pending(study, spec)  # fails stale trials first; queues interrupted ones
         trials = study.get_trials(deepcopy=False)
         if any(t.state == TrialState.WAITING for t in trials):
             return True
-        if all_measured(study, spec):
-            return False
-        done = settled_keys(trials, retry_mark(study))
-        running = [t for t in trials if t.state == TrialState.RUNNING
-                   and t.user_attrs.get("config_key") not in (None, *done)]
+        running = [t for t in trials if t.state == TrialState.RUNNING]
         if not running:
             return False
         if not noted:
@@ -111,7 +108,7 @@ def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Pat
                             f"(no heartbeat reached the storage for {spec.study.grace_period_s} s) and is "
                             "measured again there; going on[/]")
                 continue
-            if budget or all_measured(study, spec) or not wait_for_others(study, spec, worker, events):
+            if budget or not wait_for_others(study, spec, worker, events):
                 break
     except StorageError:
         raise  # the storage is gone: marking this worker done would only wait for it again

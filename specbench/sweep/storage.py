@@ -113,6 +113,7 @@ class SweepStorage(BaseStorage, BaseHeartbeat):
         self._beating: set[int] = set()  # trials this process runs (it beats for them)
         self._down = False  # the storage stopped answering (a call or a heartbeat saw it)
         self._back_at: float | None = None  # monotonic time it answered again
+        self._beat_down_since: float | None = None  # a heartbeat found it unreachable then
         self._gave_up = False  # a call already waited retry_s in vain: the next ones try once
         with warnings.catch_warnings():  # experimental since Optuna 2.8
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -168,10 +169,19 @@ class SweepStorage(BaseStorage, BaseHeartbeat):
         except optuna.exceptions.UpdateFinishedTrialError:
             return  # failed as stale elsewhere meanwhile; the trial's own writes will say so
         except Exception as exc:  # noqa: BLE001
-            if _transient(exc) is None:
+            cause = _transient(exc)
+            if cause is None:
                 raise
+            if self._beat_down_since is None:  # said once per outage, from the heartbeat thread
+                self._beat_down_since = time.monotonic()
+                self.on_event(f"study storage {display_url(self.url)} unreachable (heartbeat: "
+                              f"{type(cause).__name__}: {first_line(cause)}); the trial goes on")
             self._down = True
             return
+        if self._beat_down_since is not None:
+            self.on_event(f"study storage {display_url(self.url)} answers again after "
+                          f"{time.monotonic() - self._beat_down_since:.1f} s (heartbeat)")
+            self._beat_down_since = None
         self._up()
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:

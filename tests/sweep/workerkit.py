@@ -64,6 +64,9 @@ def tpot_p50(run_dir: Path) -> float:
     return float(np.percentile(ok, 50))
 
 
+_SHOWN = ("worker", "run_id", "duplicate_of", "fail_reason", "ticket", "config_key")
+
+
 def check_study(study: optuna.Study, out: Path, concurrency: tuple[int, ...],
                 n_prompts: int = len(PROMPTS), unrecorded: set[int] = frozenset()) -> list:
     """Invariants of a finished study shared by workers; returns its trials. `unrecorded`:
@@ -83,7 +86,9 @@ def check_study(study: optuna.Study, out: Path, concurrency: tuple[int, ...],
     assert linked <= on_disk
     for name in on_disk - linked:  # only where a worker lost the storage after measuring
         number = int(name.split("-t", 1)[1][:4])
-        assert number in unrecorded and trials[number].state == TrialState.FAIL, name
+        assert number in unrecorded and trials[number].state == TrialState.FAIL, (name, [
+            (t.number, t.state.name, t.params, {k: v for k, v in t.user_attrs.items() if k in _SHOWN},
+             t.system_attrs.get("retry_history")) for t in trials])
     by_number = {t.number: t for t in measured}
 
     # the baseline exists at every concurrency
