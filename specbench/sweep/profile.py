@@ -233,6 +233,7 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
             "batch_size": {"min": prev + 1, "max": None if i == len(lv) - 1 else x.concurrency},
             "measured_at_concurrency": x.concurrency,
             "profile": "speculative" if speculative else "baseline",
+            "pays": bool(x.pays),  # this band alone (the paired-interval rule); `profile` stops at the first that does not
         }
         prev = x.concurrency
         if speculative:

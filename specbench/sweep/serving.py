@@ -53,7 +53,9 @@ def _family(cfg: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _pays(band: dict[str, Any], min_speedup: float) -> bool:
-    return band.get("gain") is not None and band["gain"] > min_speedup and bool(band.get("speculative"))
+    """The profile's own verdict for the band (`specbench.analysis.outcome`: the paired
+    interval wholly above the minimum speedup), never the point estimate alone."""
+    return bool(band.get("pays")) and bool(band.get("speculative"))
 
 
 def _end(band: dict[str, Any]) -> int:
@@ -74,8 +76,7 @@ def bands_table(profile: dict[str, Any]) -> tuple[list[list[int]], list[dict[str
         if fam is None:
             reason = "speculation pays at no measured concurrency"
         elif not _pays(b, min_speedup):
-            reason = (f"does not pay (gain {b['gain']:.3f}x <= {min_speedup:g}x)" if b.get("gain") is not None
-                      else b.get("why", "not measured"))
+            reason = b.get("why") or "not measured"
         elif _family(cfg) != fam:
             reason = (f"best here is {cfg.get('method')} ({cfg.get('draft')}), another drafter than the "
                       "schedule's; vLLM's table changes only K")

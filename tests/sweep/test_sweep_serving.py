@@ -41,6 +41,16 @@ def test_bands_cover_every_batch_size_up_to_the_highest_concurrency():
     assert s["vllm"]["model"] == "d"
 
 
+def test_a_band_whose_interval_does_not_clear_the_minimum_gets_k_0_whatever_its_point_gain():
+    prof = profile_for(PAYS_UP_TO_4)
+    assert prof["bands"][1]["gain"] > 1 and prof["bands"][1]["pays"]
+    prof["bands"][1]["pays"] = False  # as a 1.2x point with a 95% CI of [0.9, 1.5] is judged
+    prof["bands"][1]["why"] = "speculation does not pay (paired TPOT speedup 1.2x, 95% CI [0.9, 1.5])"
+    s = serving_profiles(prof)
+    assert s["vllm"]["num_speculative_tokens_per_batch_size"] == [[1, 1, 4], [2, 4, 0], [5, 16, 0]]
+    assert "95% CI" in s["bands"][1]["why"]
+
+
 def test_a_band_that_pays_again_higher_up_gets_its_k_back():
     s = serving_profiles(profile_for({(2, 1): 1.3, (2, 4): 0.9, (4, 16): 1.2}))
     assert s["vllm"]["num_speculative_tokens_per_batch_size"] == [[1, 1, 2], [2, 4, 0], [5, 16, 4]]
