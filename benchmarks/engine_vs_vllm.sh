@@ -7,6 +7,9 @@
 # baseline server and a vLLM draft-model server, each measured by `specbench run --backend
 # openai` and stopped. It ends with a table of TPOT p50, total tok/s and acceptance side by
 # side, with the vLLM / engine ratios and each engine's draft-vs-baseline speedup.
+# vLLM runs without its prefix cache (on by default): the warm-up and each configuration send
+# the same prompts, so a cached prefix would time a prefill that never ran; the embedded
+# engine has no prefix cache.
 #
 #   benchmarks/engine_vs_vllm.sh --vllm-python ~/venvs/vllm/bin/python
 #   benchmarks/engine_vs_vllm.sh --vllm-python P --target DIR --draft DIR --dtype float32 \
@@ -98,7 +101,8 @@ start_vllm() {  # start_vllm NAME [vLLM flags...]: a vLLM server on 127.0.0.1:$P
     VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=$KV_GIB VLLM_CPU_OMP_THREADS_BIND=nobind \
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} HF_HUB_OFFLINE=1 LD_PRELOAD="$PRELOAD${LD_PRELOAD:+:$LD_PRELOAD}" \
         setsid "$VLLM_PYTHON" -m vllm.entrypoints.openai.api_server --model "$TARGET_DIR" --dtype "$DTYPE" \
-        --host 127.0.0.1 --port "$PORT" --max-model-len "$MAX_MODEL_LEN" "$@" >"$OUT/vllm-$name.log" 2>&1 &
+        --host 127.0.0.1 --port "$PORT" --max-model-len "$MAX_MODEL_LEN" --no-enable-prefix-caching \
+        "$@" >"$OUT/vllm-$name.log" 2>&1 &
     VLLM_PID=$!
     for _ in $(seq 1 900); do
         if ! kill -0 "$VLLM_PID" 2>/dev/null; then
