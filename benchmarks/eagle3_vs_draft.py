@@ -4,8 +4,8 @@ model and the head, one run directory (the records `specbench run` writes, so `s
 report` and `specbench compare` read it as any run).
 
 Prints the run's summary table (acceptance, TPOT, speedups vs the paired baseline) and what
-drafting costs per step for each method. With --pause-while PATH it waits between
-configurations while PATH exists.
+drafting costs per step for each method. The configurations run interleaved (ABBA blocks), as
+`specbench run` runs them. With --pause-while PATH it waits to start while PATH exists.
 
     python benchmarks/eagle3_vs_draft.py --head /work/heads/qwen2.5-coder-1.5b-eagle3
     python benchmarks/eagle3_vs_draft.py --head DIR -k 3 --num-prompts 6 --max-new-tokens 64 --out runs/e3-vs-dm
@@ -27,7 +27,7 @@ from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
 from specbench.models.eagle3 import describe, load_head
 from specbench.models.loading import check_same_tokenizer, load_model
 from specbench.records import RunMetadata, RunWriter, default_run_dir, make_run_id, read_run
-from specbench.runner import plan, run_configuration
+from specbench.runner import plan, run_plan
 from specbench.workload import build_requests, load_workload
 
 def main() -> None:
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--pause-while", type=Path, default=None, metavar="PATH",
-                    help="wait between configurations while PATH exists; off by default")
+                    help="wait to start while PATH exists; off by default")
     args = ap.parse_args()
 
     console = Console(stderr=True)
@@ -82,18 +82,18 @@ def main() -> None:
     base = SamplingParams(seed=args.seed, max_new_tokens=args.max_new_tokens)
     requests, _ = build_requests(wl, tgt.tokenizer, base, max_context=tgt.max_context,
                                  overrides={"max_new_tokens": args.max_new_tokens})
-    baseline_outputs: dict[str, list[int]] = {}
-    for c in configs:
-        lock = args.pause_while  # someone is timing a benchmark on this machine: wait between configurations
-        if lock is not None and lock.exists():
-            console.print(f"[yellow]{lock} exists: waiting before {c.config_id}[/]")
-            while lock.exists():
-                time.sleep(20)
-        t = time.perf_counter()
-        _, info = run_configuration(be, requests, c, run_id=metadata.run_id, writer=writer, warmup=args.warmup,
-                                    baseline_outputs=baseline_outputs, rate_seed=args.seed)
-        console.print(f"{c.config_id}: {time.perf_counter() - t:.1f} s (draft {info['draft_s']:.2f} s, "
-                      f"verify {info['verify_s']:.2f} s over {info['steps']} steps)")
+    lock = args.pause_while  # someone is timing a benchmark on this machine: wait for it
+    if lock is not None and lock.exists():
+        console.print(f"[yellow]{lock} exists: waiting[/]")
+        while lock.exists():
+            time.sleep(20)
+    # Interleaved (ABBA blocks over the configurations at each concurrency), so a drift of the
+    # machine hits the baseline, the draft model and the head alike.
+    stats = run_plan(be, requests, configs, run_id=metadata.run_id, writer=writer, warmup=args.warmup,
+                     seed=args.seed)
+    for cid, info in stats.items():
+        console.print(f"{cid}: draft {info['draft_s']:.2f} s, verify {info['verify_s']:.2f} s "
+                      f"over {info['steps']} steps")
     writer.close(complete=True)
 
     df, _ = read_run(run_dir)
