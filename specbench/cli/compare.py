@@ -50,7 +50,7 @@ def compare(
                               f"{', '.join(cmp.SUFFIX_FORMATS)}")
         for run in (baseline, current):  # a run's own files are records, never a report
             run_dir = (run if run.is_dir() else run.parent).resolve()
-            if path.resolve().parent == run_dir or run_dir in path.resolve().parents:
+            if run_dir in path.resolve().parents:
                 raise ConfigError(f"--output {path} is inside the run directory {run}; "
                                   "write the report outside the runs it compares")
         outputs.append((path, kind))

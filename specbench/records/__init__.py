@@ -17,7 +17,7 @@ they never compute metrics or summaries (that is `specbench.analysis`).
 """
 
 from specbench.atomic import atomic_write, umask_mode  # re-exported: records were their first home
-from specbench.records.files import RunWriter, _read_journal, read_run
+from specbench.records.files import RunWriter, read_run
 from specbench.records.metadata import (
     RunMetadata,
     default_run_dir,
@@ -40,5 +40,4 @@ from specbench.records.schema import (
 
 __all__ = ["COLUMNS", "DEFAULT_RUNS_DIR", "JOURNAL_FILE", "METADATA_KEY", "RUN_FILE", "SAMPLES_FILE", "SCHEMA",
            "SCHEMA_VERSION", "RunMetadata", "RunWriter", "added_since", "atomic_write", "column_docs",
-           "default_run_dir", "make_row", "make_run_id", "package_version", "read_run", "umask_mode",
-           "_read_journal"]
+           "default_run_dir", "make_row", "make_run_id", "package_version", "read_run", "umask_mode"]

@@ -17,11 +17,12 @@ SQLITE_PREFIX = "sqlite:///"
 
 
 def storage_url(url: str) -> str:
-    """An RDB URL or `journal:PATH` as given; a bare path means a SQLite file there."""
+    """An RDB URL or `journal:PATH` as given; a bare path means a SQLite file there. A
+    scheme without its `//` is refused rather than taken for a file name."""
     if url.startswith(JOURNAL_PREFIX) or "://" in url:
         return url
-    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(?!\\)", url)
-    if scheme and len(scheme.group(1)) > 1:  # sqlite:x.db, postgresql:host: a URL missing its //
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
+    if scheme and len(scheme.group(1)) > 1:  # sqlite:x.db, postgresql:host (C:\x.db is a path)
         raise ConfigError(f"--storage {url!r} looks like a URL without '//': use sqlite:///PATH.db, "
                           "postgresql://user@host/db, journal:PATH or a plain file path")
     return f"{SQLITE_PREFIX}{url}"

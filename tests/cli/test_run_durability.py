@@ -43,7 +43,7 @@ def wait_for_samples(proc: subprocess.Popen, out: Path, n: int, timeout: float =
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
-        table, _ = records._read_journal(out / records.JOURNAL_FILE) if (out / records.JOURNAL_FILE).exists() else (None, None)
+        table, _ = records.files._read_journal(out / records.JOURNAL_FILE) if (out / records.JOURNAL_FILE).exists() else (None, None)
         if table is not None and table.num_rows >= n:
             return table.num_rows
         time.sleep(0.05)
