@@ -32,9 +32,17 @@ from specbench.sweep.workers import Worker
 
 def _lost(exc: BaseException) -> bool:
     """The trial in flight was failed as stale by another worker meanwhile (its heartbeats did
-    not reach the storage for the grace period): Optuna refuses to update it."""
-    return isinstance(exc, optuna.exceptions.UpdateFinishedTrialError) or (
-        isinstance(exc, ValueError) and str(exc).startswith("Cannot tell a FAIL trial"))
+    not reach the storage for the grace period): Optuna refuses to update it. When the
+    objective itself succeeded, Optuna's own bookkeeping then fails an internal assertion
+    while that refusal propagates, so the refusal is looked for along the exception chain."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, optuna.exceptions.UpdateFinishedTrialError) or (
+                isinstance(exc, ValueError) and str(exc).startswith("Cannot tell a FAIL trial")):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def wait_for_others(study: optuna.Study, spec: SweepSpec, worker: Worker, events: Events) -> bool:
@@ -100,7 +108,7 @@ def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Pat
             try:
                 study.optimize(objective, n_trials=left, timeout=timeout, catch=(TrialFailed,),
                                callbacks=[after_trial, *callbacks], gc_after_trial=False)
-            except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as exc:
+            except (optuna.exceptions.UpdateFinishedTrialError, ValueError, AssertionError) as exc:
                 if not _lost(exc):
                     raise
                 ran += 1  # it took its place in this worker's budget
