@@ -5,8 +5,11 @@
 # same number of tokens), concurrency 1 and 4, baseline and draft_model k=4. One script, one
 # machine, back to back: the embedded engine first (one `specbench run`), then a vLLM
 # baseline server and a vLLM draft-model server, each measured by `specbench run --backend
-# openai` and stopped. It ends with a table of TPOT p50, total tok/s and acceptance side by
-# side, with the vLLM / engine ratios and each engine's draft-vs-baseline speedup.
+# openai` and stopped, then the embedded engine again (engine, vLLM, engine: drift of the
+# machine during the run shows as a difference between the two engine runs, and the engine
+# figures compared are their mean). It ends with a table of TPOT p50, total tok/s and
+# acceptance side by side, with the vLLM / engine ratios and each engine's
+# draft-vs-baseline speedup.
 # vLLM runs without its prefix cache (on by default): the warm-up and each configuration send
 # the same prompts, so a cached prefix would time a prefill that never ran; the embedded
 # engine has no prefix cache.
@@ -79,8 +82,11 @@ COMMON=(--workload "$WORKLOAD" --num-prompts "$NUM_PROMPTS" --max-new-tokens "$M
         --temperature 0 --seed 0 --warmup 1 --concurrency 1,4)
 
 echo "== embedded engine: baseline + draft_model k=4 ($DTYPE)"
-"$SPECBENCH" run --target "$TARGET_DIR" --draft "$DRAFT_DIR" --method draft_model -k 4 --dtype "$DTYPE" \
-    --device cpu "${COMMON[@]}" --out "$OUT/engine"
+run_engine() {
+    "$SPECBENCH" run --target "$TARGET_DIR" --draft "$DRAFT_DIR" --method draft_model -k 4 --dtype "$DTYPE" \
+        --device cpu "${COMMON[@]}" --out "$1"
+}
+run_engine "$OUT/engine"
 
 VLLM_PID=
 stop_vllm() {
@@ -130,6 +136,9 @@ start_vllm draft_model-k4 --per-request-spec-decode-metrics detailed \
     --method draft_model -k 4 --draft "$DRAFT_DIR" "${COMMON[@]}" --out "$OUT/vllm-draft_model-k4"
 stop_vllm
 
+echo "== the embedded engine again"
+run_engine "$OUT/engine-again"
+
 "$PY" - "$OUT" "$DTYPE" "$VLLM_PYTHON" <<'EOF'
 """The side-by-side table: one row per (configuration, concurrency), engine and vLLM."""
 import json
@@ -157,13 +166,17 @@ def summaries(*dirs):
     return pd.concat(rows, ignore_index=True).set_index(["method", "concurrency"]), stats
 
 
-engine, engine_stats = summaries(out / "engine")
+first, engine_stats = summaries(out / "engine")
+again, _ = summaries(out / "engine-again")
+engine = first.copy()
+for col in ("tpot_p50_s", "output_tps"):  # the figures compared: the mean of the two engine runs
+    engine[col] = (first[col] + again[col]) / 2
 vllm, vllm_stats = summaries(out / "vllm-baseline", out / "vllm-draft_model-k4")
 cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
            platform.processor() or "unknown CPU")
 vllm_version = subprocess.run([vllm_python, "-c", "import vllm; print(vllm.__version__)"],
                               capture_output=True, text=True).stdout.strip()
-console = Console(width=170)
+console = Console(width=200)
 console.print(f"CPU: {cpu} ({len(open('/proc/cpuinfo').read().split('processor')) - 1} logical cores); "
               f"dtype {dtype}; vLLM {vllm_version}; greedy, --ignore-eos; records under {out}")
 
@@ -193,9 +206,9 @@ def acceptance(s, stats):
     return "– (none)"
 
 
-t = Table(title="embedded engine vs vLLM (ratios: vLLM / engine)", title_justify="left")
+t = Table(title="embedded engine (mean of its two runs) vs vLLM (ratios: vLLM / engine)", title_justify="left")
 for col in ("config", "conc", "TPOT p50 ms\nengine", "TPOT p50 ms\nvLLM", "TPOT\nvLLM/eng",
-            "tok/s total\nengine", "tok/s total\nvLLM", "tok/s\nvLLM/eng",
+            "tok/s total\nengine", "tok/s total\nvLLM", "tok/s\nvLLM/eng", "engine runs\nTPOT · tok/s",
             "accept rate · len\nengine", "accept rate · len\nvLLM"):
     t.add_column(col, justify="left" if col.startswith(("config", "accept")) else "right",
                  no_wrap=col.startswith("accept"))
@@ -208,6 +221,8 @@ for key in sorted(engine.index, key=lambda k: (k[0] != "none", k[1])):
               fmt(ratio(v["tpot_p50_s"], e["tpot_p50_s"]), ".3g"),
               fmt(e["output_tps"], ".1f"), fmt(v["output_tps"], ".1f"),
               fmt(ratio(v["output_tps"], e["output_tps"]), ".3g"),
+              f"{ms(first.loc[key, 'tpot_p50_s'])}, {ms(again.loc[key, 'tpot_p50_s'])} · "
+              f"{fmt(first.loc[key, 'output_tps'], '.1f')}, {fmt(again.loc[key, 'output_tps'], '.1f')}",
               acceptance(e, engine_stats), acceptance(v, vllm_stats))
 console.print(t)
 for name, s in (("engine", engine), ("vLLM", vllm)):

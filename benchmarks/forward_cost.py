@@ -7,7 +7,11 @@ shapes (rows x new tokens after a fixed cached context) in interleaved rounds:
   packed    the same forward with every linear prepacked into oneDNN's blocked layout
             (specbench.engine.model.pack_linears: what the engine runs on CPU by default)
   runner    the engine's ModelRunner on the packed weights: slot KV cache, per-row
-            positions, slot attention (what an engine step actually calls)
+            positions, slot attention
+  fused     the runner with the decoder layers fused (specbench.engine.fused: stacked
+            q/k/v and gate/up GEMMs, SiLU, gate product and residual adds as oneDNN
+            post-ops): what an engine step calls on CPU by default, where the architecture
+            is one it fuses
   compiled  torch.compile (inductor, freezing: inductor prepacks and fuses itself) of the
             eager forward; compile time is printed separately (optional: --paths)
 
@@ -16,7 +20,8 @@ time any pass over a few tokens must take just to stream the weights once; the i
 table is left out, since a pass reads only its tokens' rows of it).
 
     python benchmarks/forward_cost.py                          # 1.5B target, bf16 where native
-    python benchmarks/forward_cost.py --dtype float32 --paths eager,packed,runner
+    python benchmarks/forward_cost.py --dtype float32 --paths eager,packed,runner,fused
+    python benchmarks/forward_cost.py --paths runner,fused --shapes 1x1,1x256   # prefill-like
     python benchmarks/forward_cost.py --model qwen2.5-coder-0.5b-instruct
 """
 
@@ -33,6 +38,7 @@ from rich.table import Table
 from transformers import DynamicCache
 
 from specbench.config import EngineConfig
+from specbench.engine.fused import can_fuse, fuse_layers
 from specbench.engine.model import ModelRunner, pack_linears
 from specbench.models.loading import load_model
 
@@ -102,7 +108,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--shapes", default="1x1,1x5,4x1,4x5,16x1,16x5", help="rows x tokens per row")
-    ap.add_argument("--paths", default="eager,packed,runner")
+    ap.add_argument("--paths", default="eager,packed,runner,fused")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is shown")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
@@ -126,13 +132,20 @@ def main() -> None:
         elif name == "runner":
             pack_linears(model)
             paths[name] = RunnerPath(model)
+        elif name == "fused":
+            fusable, why = can_fuse(model)
+            if not fusable:
+                raise SystemExit(f"--paths fused: {args.model} has layers it does not fuse: {why}")
+            fuse_layers(model)
+            pack_linears(model)
+            paths[name] = RunnerPath(model)
         elif name == "compiled":
             import torch._inductor.config as inductor_config
 
             inductor_config.freezing = True
             paths[name] = HFPath(model, torch.compile(model, dynamic=False))
         else:
-            raise SystemExit(f"unknown path {name!r}; valid: eager, packed, runner, compiled")
+            raise SystemExit(f"unknown path {name!r}; valid: eager, packed, runner, fused, compiled")
     bw = read_bandwidth()
     gc.collect()
     console.print(f"{args.model}: {weight_bytes / 1e9:.2f} GB of weights read per pass ({str(dtype).replace('torch.', '')}), "

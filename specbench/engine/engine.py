@@ -34,6 +34,7 @@ import torch
 
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine.drafters import Drafter, Proposal, make_drafter
+from specbench.engine.fused import can_fuse, fuse_layers
 from specbench.engine.model import ModelRunner, can_pack, pack_linears
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
 from specbench.engine.verify import verify
@@ -139,7 +140,8 @@ class Engine:
     """The loaded target (and optional draft model or EAGLE-3 head), ready to decode batches.
 
     `pack` (CPU): reorder every linear layer's weights into oneDNN's blocked layout once, in
-    place (specbench.engine.model.pack_linears); None = wherever it applies. One batch runs
+    place (specbench.engine.model.pack_linears), and fuse the decoder layers of the
+    architectures specbench.engine.fused knows; None = wherever it applies. One batch runs
     at a time per engine: the runners' KV slots are shared."""
 
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None = None, *,
@@ -157,11 +159,20 @@ class Engine:
             raise ValueError(f"the fast path does not apply here: {self.pack_reason}")
         self.packed = bool(applicable if pack is None else pack)
         t = time.perf_counter()
+        # Per model on the fast path: its decoder layers fused (specbench.engine.fused) where
+        # the architecture is one of those, else '' and why not.
+        self.unfused: dict[str, str] = {}
         if self.packed:
-            pack_linears(target)
-            for extra in (draft, head):
-                if extra is not None:
-                    pack_linears(extra)
+            for role, model in (("target", target), ("draft", draft)):
+                if model is not None:
+                    fusable, why = can_fuse(model)
+                    if fusable:
+                        fuse_layers(model)
+                    else:
+                        self.unfused[role] = why
+            for model in (target, draft, head):
+                if model is not None:
+                    pack_linears(model)
         self.setup_s = time.perf_counter() - t  # one-time conversion for the fast path
         self.target_runner = ModelRunner(target)
         self._draft_runner: ModelRunner | None = None

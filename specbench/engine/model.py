@@ -15,6 +15,8 @@ forward it adds what an engine needs and `generate()` does not give:
   oneDNN's blocked layout, which runs small-M GEMMs (a few rows of a few tokens) near the
   memory-bandwidth floor where the default path is about 2x slower. bf16 results are
   bit-identical to the default path; float32 ones differ in summation order (~1e-6).
+  The engine also fuses the decoder layers of the Llama family on that path
+  (specbench.engine.fused), which rounds less often than transformers' layers.
 
 Boundary: token ids and tensors only; nothing here samples or knows about requests.
 """
@@ -25,6 +27,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 import torch
 
+from specbench.engine.fused import FusedLayer
 from specbench.engine.kv import ATTN_IMPLEMENTATION, SlotKV, causal_mask, register_attention
 
 
@@ -150,7 +153,7 @@ class ModelRunner:
     def weight_bytes(self) -> int:
         seen, total = set(), 0
         for m in self.model.modules():
-            if isinstance(m, PackedLinear):
+            if isinstance(m, (PackedLinear, FusedLayer)):  # weights held as packed buffers
                 total += m.weight_bytes
         for p in self.model.parameters():
             if id(p) not in seen:

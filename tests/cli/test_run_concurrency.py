@@ -44,7 +44,7 @@ def test_greedy_outputs_equal_the_baseline_at_every_concurrency(tiny_pair, promp
     assert (df.loc[~df.is_baseline, "token_match_rate"] == 1.0).all()
     run = json.loads((out / "run.json").read_text())
     assert run["config"]["engine"]["forward_path"] == (
-        "transformers eager" if compile_mode == "off" else "prepacked oneDNN linears")
+        "transformers eager" if compile_mode == "off" else "fused oneDNN layers")
     stats = run["config"]["configuration_stats"]
     for cid, s in stats.items():
         c = int(cid.rsplit("-c", 1)[1])
