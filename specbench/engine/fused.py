@@ -57,7 +57,9 @@ def _eps(norm: torch.nn.Module) -> float | None:
 
 
 def layer_reason(layer: torch.nn.Module) -> str:
-    """Why this decoder layer cannot be fused ('' when it can)."""
+    """Why this decoder layer cannot be fused ('' when it can, or already is)."""
+    if isinstance(layer, FusedLayer):
+        return ""
     name = type(layer).__name__
     if name not in LAYERS:
         return f"{name} (fused: {', '.join(LAYERS)})"
