@@ -7,10 +7,11 @@ tokens of a decode step that is dispatch overhead; for a prefill of hundreds of 
 a quarter of the pass. `fuse_layers` replaces each layer, in place, by a `FusedLayer` that
 computes the same function with:
 
-- q, k and v in one GEMM (their weights and biases stacked), gate and up likewise;
-- SiLU, the gate product and both residual adds as oneDNN post-ops of the GEMM that produces
-  their input (`swish`, binary `mul`, binary `add`): applied to the float32 accumulator before
-  rounding, where transformers rounds to the model dtype after every op;
+- q, k and v in one GEMM (their weights and biases stacked);
+- SiLU, the gate product and both residual adds as oneDNN post-ops of the GEMMs that produce
+  their inputs (gate: `swish`; up: binary `mul` by the gated half; o_proj and down_proj:
+  binary `add` of the residual), applied to the float32 accumulator before rounding, where
+  transformers rounds to the model dtype after every op;
 - rotary embedding applied to the stacked q and k heads at once;
 - RMSNorm as torch's `rms_norm` (float32 inside, one rounding).
 
@@ -81,7 +82,8 @@ def layer_reason(layer: torch.nn.Module) -> str:
 
 
 def can_fuse(model: torch.nn.Module) -> tuple[bool, str]:
-    """Whether `fuse_layers` applies to every decoder layer of `model` here, and why not."""
+    """Whether `fuse_layers` applies to every decoder layer of `model` here, and why not (on
+    a CPU where specbench.engine.model.can_pack holds: the fused layers run on oneDNN)."""
     p = next(model.parameters())
     if p.device.type != "cpu":
         return False, f"weights on {p.device.type} (fused layers are for CPUs)"
@@ -143,7 +145,7 @@ class FusedLayer(torch.nn.Module):
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
         cache = cache if cache is not None else past_key_values
-        n, m, hidden = hidden_states.shape
+        n, m, _ = hidden_states.shape
         d, h, hkv = self.head_dim, self.heads, self.kv_heads
         x = self._norm(hidden_states, self.norm1, self.eps1)
         qkv = _linear(x, self.qkv, self.qkv_bias, "none", [], "")
