@@ -159,8 +159,8 @@ class Engine:
             raise ValueError(f"the fast path does not apply here: {self.pack_reason}")
         self.packed = bool(applicable if pack is None else pack)
         t = time.perf_counter()
-        # Per model on the fast path: its decoder layers fused (specbench.engine.fused) where
-        # the architecture is one of those, else '' and why not.
+        # On the fast path, decoder layers are fused (specbench.engine.fused) where the
+        # architecture allows; a model (target / draft) whose layers are not: why not.
         self.unfused: dict[str, str] = {}
         if self.packed:
             for role, model in (("target", target), ("draft", draft)):
