@@ -8,10 +8,9 @@ shapes (rows x new tokens after a fixed cached context) in interleaved rounds:
             (specbench.engine.model.pack_linears: what the engine runs on CPU by default)
   runner    the engine's ModelRunner on the packed weights: slot KV cache, per-row
             positions, slot attention
-  fused     the runner with the decoder layers fused (specbench.engine.fused: stacked
-            q/k/v and gate/up GEMMs, SiLU, gate product and residual adds as oneDNN
-            post-ops): what an engine step calls on CPU by default, where the architecture
-            is one it fuses
+  fused     the runner with the decoder layers fused (specbench.engine.fused: one stacked
+            q/k/v GEMM; SiLU, gate product and residual adds as oneDNN post-ops): what an
+            engine step calls on CPU by default, where the architecture is one it fuses
   compiled  torch.compile (inductor, freezing: inductor prepacks and fuses itself) of the
             eager forward; compile time is printed separately (optional: --paths)
 
