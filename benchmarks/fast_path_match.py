@@ -51,9 +51,8 @@ def main() -> None:
     plain, fast = load_model(args.model, cfg), load_model(args.model, cfg)
     reference = Engine(plain.model, pack=False)
     engine = Engine(fast.model, pack=None)
-    path = ("fused oneDNN layers" if "target" not in engine.unfused else "prepacked oneDNN linears") \
-        if engine.packed else "transformers eager (the fast path does not apply here)"
-    console.print(f"{args.model} ({args.dtype}): reference transformers' forward as loaded; fast path {path}")
+    console.print(f"{args.model} ({args.dtype}): reference transformers' forward as loaded; "
+                  f"fast path {engine.forward_path}")
     wl = load_workload(args.workload, num_prompts=args.num_prompts, seed=0)
     requests, _ = build_requests(wl, plain.tokenizer, SamplingParams(max_new_tokens=args.max_new_tokens),
                                  max_context=plain.max_context,

@@ -50,13 +50,9 @@ class EmbeddedBackend:
     def describe(self) -> dict:
         """How the engine runs the models (for run.json): the forward path and why."""
         e = self.engine
-        if not e.packed:
-            return {"forward_path": "transformers eager", "fast_path_setup_s": round(e.setup_s, 3),
-                    **({"fast_path_unavailable": e.pack_reason} if e.pack_reason else {})}
-        fused = "target" not in e.unfused
-        return {"forward_path": "fused oneDNN layers" if fused else "prepacked oneDNN linears",
-                "fast_path_setup_s": round(e.setup_s, 3),
-                **({"layers_unfused": e.unfused} if e.unfused else {})}
+        why = ({"fast_path_unavailable": e.pack_reason} if not e.packed and e.pack_reason else
+               {"layers_unfused": e.unfused} if e.unfused else {})
+        return {"forward_path": e.forward_path, "fast_path_setup_s": round(e.setup_s, 3), **why}
 
     def _result(self, request: Request, g) -> Result:
         return Result(

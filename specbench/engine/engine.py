@@ -178,6 +178,13 @@ class Engine:
         self._draft_runner: ModelRunner | None = None
 
     @property
+    def forward_path(self) -> str:
+        """The target's forward path, as run.json names it."""
+        if not self.packed:
+            return "transformers eager"
+        return "prepacked oneDNN linears" if "target" in self.unfused else "fused oneDNN layers"
+
+    @property
     def draft_runner(self) -> ModelRunner:
         if self.draft is None:
             raise ValueError("method draft_model needs an engine built with a draft model")
