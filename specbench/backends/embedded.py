@@ -25,12 +25,13 @@ def describe_device(device: torch.device) -> str:
 def make_engine(target, draft=None, *, head=None, pack: bool | None = None) -> Engine:
     """The engine for `target` (and `draft`, or an EAGLE-3 `head`), `specbench.models`
     `LoadedModel`s. The engine converts the models for its fast path in place (see
-    specbench.engine.model); where `pack=True` (--compile on) cannot apply, a ConfigError."""
+    specbench.engine.model); where `pack=True` (--compile on) cannot apply, or a model's
+    attention is of a kind the engine does not run, a ConfigError."""
     try:
         return Engine(target.model, draft.model if draft is not None else None,
                       eos_token_ids=target.eos_token_ids, max_context=target.max_context, pack=pack, head=head)
-    except ValueError as exc:  # --compile on where the fast path does not apply
-        raise ConfigError(f"--compile on: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"--compile on: {exc}" if pack else str(exc)) from None
 
 
 class EmbeddedBackend:

@@ -18,9 +18,19 @@ The cache is handed to transformers' forward as its `cache=` object: attention l
 `update()`, which writes the new keys/values and returns views of the slots (no copy), and
 `slot_attention` (registered as an attention implementation) runs SDPA on them with
 grouped-query heads packed onto their kv head instead of repeated (no `repeat_kv` copies).
+
+The masks do not come from the model: for an attention implementation it does not know,
+transformers builds no mask at all on most architectures (Llama, Mistral, Phi-3: their
+decoders pass None), so the runner states each forward's masks in `forward_masks` and
+`slot_attention` takes the one for the layer's sliding window (the `sliding_window` every
+attention module passes the attention interface) from there.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
@@ -138,16 +148,63 @@ def causal_mask(start: torch.Tensor, width: int, kv_len: int, device: torch.devi
     return visible.unsqueeze(1)
 
 
+class ForwardMasks:
+    """The masks of one forward over the slots (`causal_mask`), one per sliding window in use,
+    built on first use. A prefill from position 0 needs none (None: `slot_attention`'s plain
+    causal attention) unless a window is shorter than the prompt."""
+
+    def __init__(self, start: torch.Tensor, width: int, kv_len: int, device: torch.device,
+                 prefill: bool = False):
+        self.start, self.width, self.kv_len, self.device, self.prefill = start, width, kv_len, device, prefill
+        self._masks: dict[int | None, torch.Tensor] = {}
+
+    def get(self, window: int | None) -> torch.Tensor | None:
+        window = int(window) if window else None
+        if self.prefill and (window is None or self.width <= window):
+            return None
+        if window not in self._masks:
+            self._masks[window] = causal_mask(self.start, self.width, self.kv_len, self.device, window)
+        return self._masks[window]
+
+
+_FORWARD_MASKS: ContextVar[ForwardMasks | None] = ContextVar("specbench_forward_masks", default=None)
+
+
+@contextlib.contextmanager
+def forward_masks(masks: ForwardMasks) -> Iterator[None]:
+    """The masks `slot_attention` uses, in place of the model's, for the forward run inside."""
+    token = _FORWARD_MASKS.set(masks)
+    try:
+        yield
+    finally:
+        _FORWARD_MASKS.reset(token)
+
+
 def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                    attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                    **kwargs) -> tuple[torch.Tensor, None]:
     """SDPA over slot views. query [n, H, M, D]; key/value [n, H_kv, T, D]; mask bool
     [n, 1, M, T]. Grouped-query heads are folded onto their kv head (query head h uses kv
     head h // (H / H_kv), transformers' `repeat_kv` convention), so keys are never copied.
-    Returns [n, M, H, D] as transformers' attention functions do."""
+    Returns [n, M, H, D] as transformers' attention functions do.
+
+    Inside `forward_masks` the mask is that forward's for this layer's window, whatever the
+    model passed. attention_mask=None stands for a prefill from position 0 (M == T): plain
+    causal attention, which SDPA computes without a mask and skips the blocks above the
+    diagonal (half the work of the masked form, none of its mask); grouped heads go to SDPA as
+    they are."""
+    forward = _FORWARD_MASKS.get()
+    if forward is not None:
+        attention_mask = forward.get(kwargs.get("sliding_window"))
     n, heads, m, d = query.shape
     kv_heads = key.shape[1]
     rep = heads // kv_heads
+    if attention_mask is None:
+        if m != key.shape[2]:
+            raise ValueError(f"an unmasked attention is a prefill from 0: {m} queries, {key.shape[2]} keys")
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling,
+                                             enable_gqa=rep > 1)
+        return out.transpose(1, 2), None
     q = query.reshape(n, kv_heads, rep * m, d)
     mask = attention_mask
     if mask is not None and rep > 1:

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from specbench.engine.fused import FusedLayer
-from specbench.engine.kv import ATTN_IMPLEMENTATION, SlotKV, causal_mask, register_attention
+from specbench.engine.kv import ATTN_IMPLEMENTATION, ForwardMasks, SlotKV, forward_masks, register_attention
 
 
 class PackedLinear(torch.nn.Module):
@@ -116,8 +116,10 @@ class ModelRunner:
         self.lm_head = model.get_output_embeddings()
         self.softcap = getattr(cfg, "final_logit_softcapping", None)
         self.vocab_size = int(getattr(self.lm_head, "out_features", None) or self.lm_head.weight.shape[0])
-        layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * self.num_layers)
-        self.window = getattr(cfg, "sliding_window", None) if "sliding_attention" in layer_types else None
+        unknown = set(getattr(cfg, "layer_types", None) or ()) - {"full_attention", "sliding_attention"}
+        if unknown:
+            raise ValueError(f"{type(model).__name__}: attention layer types {sorted(unknown)} are not "
+                             "supported (supported: full_attention, sliding_attention)")
         self.cache = SlotKV(self.num_layers, self.kv_heads, self.head_dim, dtype=self.dtype,
                             device=self.device, rows=rows, capacity=capacity)
         self._configs = list({id(m.config): m.config for m in model.modules()
@@ -179,11 +181,9 @@ class ModelRunner:
         self.cache.begin(rows, start, width, prefill=prefill)
         kv_len = self.cache.kv_len
         pos = (start.view(n, 1) + torch.arange(width).view(1, width)).to(self.device)
-        masks = {"full_attention": causal_mask(start, width, kv_len, self.device)}
-        if self.window is not None:
-            masks["sliding_attention"] = causal_mask(start, width, kv_len, self.device, self.window)
-        with _attention(self._configs):
-            hidden = self.decoder(input_ids=tokens.to(self.device), attention_mask=masks, position_ids=pos,
+        masks = ForwardMasks(start, width, kv_len, self.device, prefill=prefill)
+        with _attention(self._configs), forward_masks(masks):
+            hidden = self.decoder(input_ids=tokens.to(self.device), position_ids=pos,
                                   cache=self.cache, use_cache=True).last_hidden_state
         logits = None
         if positions is not None:

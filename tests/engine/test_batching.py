@@ -180,3 +180,64 @@ def test_slots_with_ragged_rollback_match_a_compact_sequence(models):
         logits, _ = runner.forward(torch.tensor([[40]]), slice(0, 1), torch.tensor([len(kept[2]) + 1]))
         ref = target(torch.tensor([kept[2] + [32, 40]])).logits[0, -1]
         assert torch.allclose(logits[0, 0], ref, atol=1e-4)
+
+
+
+def _arch(name: str) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+    if name == "qwen2":
+        return tiny.make_model(vocab_size=64, seed=3)
+    torch.manual_seed(3)
+    common = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2,
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation="sdpa",
+                  dtype="float32")
+    if name == "llama":
+        return LlamaForCausalLM(LlamaConfig(**common)).eval()
+    return MistralForCausalLM(MistralConfig(**common, sliding_window=int(name.split("-")[1]))).eval()
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "mistral-6", "mistral-64"])
+def test_every_architecture_attends_causally_over_the_slots(monkeypatch, arch):
+    """The runner's masks reach the attention whatever the architecture does with masks
+    (Llama and Mistral build none for a custom attention): prefill logits at every position,
+    then a ragged 2-row pass, equal transformers' own forward on each row's sequence, sliding
+    window included. A prefill uses SDPA's causal attention without a mask, except where a
+    window is shorter than the prompt."""
+    from specbench.engine import kv
+
+    model = _arch(arch)
+    used = []
+    get = kv.ForwardMasks.get
+
+    def spy(self, window):
+        used.append((self.prefill, get(self, window)))
+        return used[-1][1]
+
+    monkeypatch.setattr(kv.ForwardMasks, "get", spy)
+    runner = ModelRunner(model, rows=2, capacity=32)
+    seqs = [[(7 * i + 3) % 64 for i in range(21)], [(5 * i + 1) % 64 for i in range(9)]]
+    feed = torch.tensor([[11, 12, 13], [14, 0, 0]])  # ragged: 3 and 1 real tokens
+    with torch.inference_mode():
+        for row, s in enumerate(seqs):
+            logits, _ = runner.forward(torch.tensor([s]), slice(row, row + 1), torch.tensor([0]),
+                                       positions="all", prefill=True)
+            ref = model(torch.tensor([s])).logits
+            assert torch.allclose(logits, ref, atol=1e-4), (row, (logits - ref).abs().max())
+        logits, _ = runner.forward(feed, slice(0, 2), torch.tensor([len(s) for s in seqs]))
+        for row, real in enumerate([3, 1]):
+            ref = model(torch.tensor([seqs[row] + feed[row, :real].tolist()])).logits[0, -real:]
+            assert torch.allclose(logits[row, :real], ref, atol=1e-4), (row, (logits[row, :real] - ref).abs().max())
+    window = int(arch.split("-")[1]) if "-" in arch else None
+    prefill_masks = [m for prefill, m in used if prefill]
+    assert len(prefill_masks) == 2 * 2  # two prefills, two layers
+    assert [m is None for m in prefill_masks] == [window is None or len(s) <= window for s in seqs for _ in range(2)]
+    assert all(m is not None for prefill, m in used if not prefill) and len(used) == 6
+
+
+def test_attention_the_runner_cannot_mask_is_refused():
+    model = tiny.make_model(vocab_size=64, seed=3)
+    model.config.layer_types = ["full_attention", "chunked_attention"]
+    with pytest.raises(ValueError, match=r"chunked_attention.*supported: full_attention, sliding_attention"):
+        ModelRunner(model)
