@@ -22,8 +22,9 @@ grouped-query heads packed onto their kv head instead of repeated (no `repeat_kv
 The masks do not come from the model: for an attention implementation it does not know,
 transformers builds no mask at all on most architectures (Llama, Mistral, Phi-3: their
 decoders pass None), so the runner states each forward's masks in `forward_masks` and
-`slot_attention` takes the one for the layer's sliding window (the `sliding_window` every
-attention module passes the attention interface) from there.
+`slot_attention` takes the one for the layer's sliding window from there (the `sliding_window`
+the attention module passes the attention interface, or where it passes none, the window its
+config gives the layer: `layer_window`).
 """
 
 from __future__ import annotations
@@ -148,6 +149,19 @@ def causal_mask(start: torch.Tensor, width: int, kv_len: int, device: torch.devi
     return visible.unsqueeze(1)
 
 
+def layer_window(module: torch.nn.Module | None) -> int | None:
+    """The sliding window of the attention module's layer as its decoder masks it, for modules
+    that do not pass `sliding_window` to the attention interface (Qwen2-MoE): its config's
+    window where `layer_types` marks the layer sliding, or where the config has no layer types
+    (the decoder then masks every layer by the config's window, as Mistral's does)."""
+    cfg = getattr(module, "config", None)
+    window = getattr(cfg, "sliding_window", None)
+    types = getattr(cfg, "layer_types", None)
+    if window is None or not types:
+        return window
+    return window if types[module.layer_idx] == "sliding_attention" else None
+
+
 class ForwardMasks:
     """The masks of one forward over the slots (`causal_mask`), one per sliding window in use,
     built on first use. A prefill from position 0 needs none (None: `slot_attention`'s plain
@@ -195,7 +209,8 @@ def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
     they are."""
     forward = _FORWARD_MASKS.get()
     if forward is not None:
-        attention_mask = forward.get(kwargs.get("sliding_window"))
+        window = kwargs.get("sliding_window")
+        attention_mask = forward.get(window if window is not None else layer_window(module))
     n, heads, m, d = query.shape
     kv_heads = key.shape[1]
     rep = heads // kv_heads

@@ -183,41 +183,56 @@ def test_slots_with_ragged_rollback_match_a_compact_sequence(models):
 
 
 
-def _arch(name: str) -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+def _arch(name: str) -> tuple[torch.nn.Module, list[int | None]]:
+    """A tiny model of architecture `name` and the sliding window of each of its 2 layers."""
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM)
 
     if name == "qwen2":
-        return tiny.make_model(vocab_size=64, seed=3)
+        return tiny.make_model(vocab_size=64, seed=3), [None, None]
     torch.manual_seed(3)
     common = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2,
                   bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation="sdpa",
                   dtype="float32")
+    # Qwen2 and Qwen2-MoE: one layer full, one with a 6-token window (by their configs' layer
+    # types). Qwen2-MoE's attention does not pass its window to the attention interface; its
+    # decoder masks by layer type.
+    sliding = dict(use_sliding_window=True, sliding_window=6, max_window_layers=1)
     if name == "llama":
-        return LlamaForCausalLM(LlamaConfig(**common)).eval()
-    return MistralForCausalLM(MistralConfig(**common, sliding_window=int(name.split("-")[1]))).eval()
+        return LlamaForCausalLM(LlamaConfig(**common)).eval(), [None, None]
+    if name.endswith("-sliding"):
+        moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)
+        model = Qwen2ForCausalLM(Qwen2Config(**common, **sliding)) if name == "qwen2-sliding" else \
+            Qwen2MoeForCausalLM(Qwen2MoeConfig(**common, **sliding, **moe))
+        windows = [6 if t == "sliding_attention" else None for t in model.config.layer_types]
+        assert sorted(windows, key=str) == [6, None]  # one layer of each kind
+        return model.eval(), windows
+    window = int(name.split("-")[1])
+    return MistralForCausalLM(MistralConfig(**common, sliding_window=window)).eval(), [window, window]
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "llama", "mistral-6", "mistral-64"])
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "mistral-6", "mistral-64", "qwen2-sliding", "qwen2moe-sliding"])
 def test_every_architecture_attends_causally_over_the_slots(monkeypatch, arch):
     """The runner's masks reach the attention whatever the architecture does with masks
-    (Llama and Mistral build none for a custom attention): prefill logits at every position,
-    then a ragged 2-row pass, equal transformers' own forward on each row's sequence, sliding
-    window included. A prefill uses SDPA's causal attention without a mask, except where a
-    window is shorter than the prompt."""
+    (Llama and Mistral build none for a custom attention, Qwen2-MoE passes no window): prefill
+    logits at every position, then a ragged 2-row pass, equal transformers' own forward on each
+    row's sequence, sliding windows included (one layer full, one sliding in the same forward).
+    A prefill uses SDPA's causal attention without a mask, except where a layer's window is
+    shorter than the prompt."""
     from specbench.engine import kv
 
-    model = _arch(arch)
+    model, windows = _arch(arch)
     used = []
     get = kv.ForwardMasks.get
 
     def spy(self, window):
-        used.append((self.prefill, get(self, window)))
-        return used[-1][1]
+        used.append((self.prefill, self.width, window, get(self, window)))
+        return used[-1][-1]
 
     monkeypatch.setattr(kv.ForwardMasks, "get", spy)
     runner = ModelRunner(model, rows=2, capacity=32)
-    seqs = [[(7 * i + 3) % 64 for i in range(21)], [(5 * i + 1) % 64 for i in range(9)]]
+    seqs = [[(7 * i + 3) % 64 for i in range(21)], [(5 * i + 1) % 64 for i in range(5)]]
     feed = torch.tensor([[11, 12, 13], [14, 0, 0]])  # ragged: 3 and 1 real tokens
     with torch.inference_mode():
         for row, s in enumerate(seqs):
@@ -229,11 +244,9 @@ def test_every_architecture_attends_causally_over_the_slots(monkeypatch, arch):
         for row, real in enumerate([3, 1]):
             ref = model(torch.tensor([seqs[row] + feed[row, :real].tolist()])).logits[0, -real:]
             assert torch.allclose(logits[row, :real], ref, atol=1e-4), (row, (logits[row, :real] - ref).abs().max())
-    window = int(arch.split("-")[1]) if "-" in arch else None
-    prefill_masks = [m for prefill, m in used if prefill]
-    assert len(prefill_masks) == 2 * 2  # two prefills, two layers
-    assert [m is None for m in prefill_masks] == [window is None or len(s) <= window for s in seqs for _ in range(2)]
-    assert all(m is not None for prefill, m in used if not prefill) and len(used) == 6
+    assert [w for _, _, w, _ in used] == windows * 3  # two prefills and one decode, layer by layer
+    for prefill, width, window, mask in used:
+        assert (mask is None) == (prefill and (window is None or width <= window))
 
 
 def test_attention_the_runner_cannot_mask_is_refused():
