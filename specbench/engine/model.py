@@ -116,10 +116,16 @@ class ModelRunner:
         self.lm_head = model.get_output_embeddings()
         self.softcap = getattr(cfg, "final_logit_softcapping", None)
         self.vocab_size = int(getattr(self.lm_head, "out_features", None) or self.lm_head.weight.shape[0])
+        # The slot attention computes causal (optionally sliding-window) softmax attention and
+        # nothing else: refuse what it would silently leave out.
         unknown = set(getattr(cfg, "layer_types", None) or ()) - {"full_attention", "sliding_attention"}
         if unknown:
             raise ValueError(f"{type(model).__name__}: attention layer types {sorted(unknown)} are not "
                              "supported (supported: full_attention, sliding_attention)")
+        if getattr(cfg, "attn_logit_softcapping", None):
+            raise ValueError(f"{type(model).__name__}: attention logit soft-capping is not supported")
+        if any(getattr(m, "sinks", None) is not None for m in model.modules()):
+            raise ValueError(f"{type(model).__name__}: attention sinks are not supported")
         self.cache = SlotKV(self.num_layers, self.kv_heads, self.head_dim, dtype=self.dtype,
                             device=self.device, rows=rows, capacity=capacity)
         self._configs = list({id(m.config): m.config for m in model.modules()

@@ -249,8 +249,19 @@ def test_every_architecture_attends_causally_over_the_slots(monkeypatch, arch):
         assert (mask is None) == (prefill and (window is None or width <= window))
 
 
-def test_attention_the_runner_cannot_mask_is_refused():
+def test_attention_the_runner_cannot_compute_is_refused():
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
     model = tiny.make_model(vocab_size=64, seed=3)
     model.config.layer_types = ["full_attention", "chunked_attention"]
     with pytest.raises(ValueError, match=r"chunked_attention.*supported: full_attention, sliding_attention"):
         ModelRunner(model)
+    gemma2 = Gemma2ForCausalLM(Gemma2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                            attn_logit_softcapping=50.0)).eval()
+    with pytest.raises(ValueError, match="Gemma2ForCausalLM: attention logit soft-capping is not supported"):
+        ModelRunner(gemma2)
+    sinks = tiny.make_model(vocab_size=64, seed=3)
+    sinks.model.layers[1].self_attn.sinks = torch.nn.Parameter(torch.zeros(4))
+    with pytest.raises(ValueError, match="attention sinks are not supported"):
+        ModelRunner(sinks)
