@@ -1,9 +1,10 @@
-"""Greedy outputs of the engine's fast forward path against transformers' own forward.
+"""Greedy outputs of the engine's fast forward path against transformers' own generate().
 
-The same model is loaded twice: once left as loaded (`--compile off`: transformers' layers,
-weights as loaded) and once converted for the fast path (`--compile auto`: prepacked
-linears, fused decoder layers where the architecture is fused). Both decode the same prompts
-greedily (baseline, no speculation), so the only difference is the forward pass. Printed per
+The same model is loaded twice: once left as loaded, decoded by transformers' `generate()`
+(its own layers, cache, attention and masks: nothing of the engine's), and once converted for
+the engine's fast path (`--compile auto`: prepacked linears, fused decoder layers where the
+architecture is fused, the slot cache and its attention). Both decode the same prompts
+greedily (baseline, no speculation, no logits processors). Printed per
 prompt: the token match rate and, at the first divergence, the logit gap between the token
 each path chose as the unconverted model scores them in one full forward over the prefix
 (a near-tie flipped by a different summation or rounding order shows as a gap near zero,
@@ -22,6 +23,7 @@ import statistics
 import torch
 from rich.console import Console
 from rich.table import Table
+from transformers import GenerationConfig
 
 from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
 from specbench.engine.engine import Engine
@@ -49,22 +51,27 @@ def main() -> None:
     console = Console(width=140)
     cfg = EngineConfig(device="cpu", dtype=args.dtype)
     plain, fast = load_model(args.model, cfg), load_model(args.model, cfg)
-    reference = Engine(plain.model, pack=False)
     engine = Engine(fast.model, pack=None)
-    console.print(f"{args.model} ({args.dtype}): reference transformers' forward as loaded; "
-                  f"fast path {engine.forward_path}")
+    console.print(f"{args.model} ({args.dtype}): reference transformers' generate() on the model as loaded; "
+                  f"engine: {engine.forward_path}")
+    # generate() fills whatever its config leaves unset from the model's own generation config
+    # (a checkpoint's repetition penalty, its end-of-sequence ids): blank that first, so the
+    # reference is plain greedy decoding for exactly --max-new-tokens, as the engine runs here.
+    plain.model.generation_config = GenerationConfig()
+    greedy = GenerationConfig(max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=0)
     wl = load_workload(args.workload, num_prompts=args.num_prompts, seed=0)
     requests, _ = build_requests(wl, plain.tokenizer, SamplingParams(max_new_tokens=args.max_new_tokens),
                                  max_context=plain.max_context,
                                  overrides={"max_new_tokens": args.max_new_tokens, "temperature": 0.0,
                                             "ignore_eos": True})
-    table = Table(title=f"greedy, {args.max_new_tokens} tokens, fast path vs transformers' forward")
+    table = Table(title=f"greedy, {args.max_new_tokens} tokens, the engine's fast path vs transformers' generate()")
     for col in ("prompt", "input tokens", "match rate", "first divergence", "logit gap there"):
         table.add_column(col, justify="right")
     rates = []
     for r in requests:
         prompt = list(r.prompt_ids)
-        want = reference.generate(prompt, r.sampling, SpeculativeConfig()).output_ids
+        with torch.inference_mode():
+            want = plain.model.generate(torch.tensor([prompt]), generation_config=greedy)[0, len(prompt):].tolist()
         got = engine.generate(prompt, r.sampling, SpeculativeConfig()).output_ids
         rate, first = match_fields(got, want)
         rates.append(rate)

@@ -18,7 +18,7 @@ computes the same function with:
 So in bfloat16 the fused pass rounds less often than transformers' (its logits are not
 bit-identical to it; in float32 they differ by summation order): tests/engine/test_fused.py
 checks the float32 logits against the unfused layers, and benchmarks/fast_path_match.py
-measures the greedy match rate against transformers' forward. Baseline and speculative decoding both run on the fused pass, so
+measures the greedy match rate against transformers' generate(). Baseline and speculative decoding both run on the fused pass, so
 speculation stays lossless against its own baseline exactly as on the unfused one.
 
 Which layers: Llama, Mistral and Qwen2 decoder layers whose structure is checked here (the
