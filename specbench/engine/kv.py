@@ -159,7 +159,11 @@ def layer_window(module: torch.nn.Module | None) -> int | None:
     types = getattr(cfg, "layer_types", None)
     if window is None or not types:
         return window
-    return window if types[module.layer_idx] == "sliding_attention" else None
+    index = getattr(module, "layer_idx", None)
+    if index is None:
+        raise ValueError(f"{type(module).__name__} passes no sliding_window and has no layer_idx: "
+                         "cannot tell whether its layer is a sliding-window one")
+    return window if types[index] == "sliding_attention" else None
 
 
 class ForwardMasks:
