@@ -37,6 +37,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from specbench.engine.kv import layer_window
+
 LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")
 _linear = torch.ops.mkldnn._linear_pointwise
 
@@ -107,10 +109,9 @@ class FusedLayer(torch.nn.Module):
         self.head_dim = attn.head_dim
         self.heads = attn.q_proj.out_features // self.head_dim
         self.kv_heads = attn.k_proj.out_features // self.head_dim
-        # the window the original module passes the attention interface: Qwen2 keeps it per
-        # layer, Mistral reads its config's, Llama has none
-        self.sliding_window = getattr(attn, "sliding_window", None) if hasattr(attn, "sliding_window") else \
-            getattr(attn.config, "sliding_window", None) if type(layer).__name__ == "MistralDecoderLayer" else None
+        # the window the original module passes the attention interface (Qwen2: per layer type,
+        # Mistral: its config's, Llama: none), as its config gives it
+        self.sliding_window = layer_window(attn)
         # transformers' eager attention of this architecture, for attn_implementation="eager"
         self._eager = getattr(sys.modules[type(attn).__module__], "eager_attention_forward")
         qkv = [attn.q_proj, attn.k_proj, attn.v_proj]

@@ -226,7 +226,7 @@ def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
         return out.transpose(1, 2), None
     q = query.reshape(n, kv_heads, rep * m, d)
     mask = attention_mask
-    if mask is not None and rep > 1:
+    if rep > 1:
         mask = mask.unsqueeze(2).expand(n, 1, rep, m, mask.shape[-1]).reshape(n, 1, rep * m, mask.shape[-1])
     out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)
     return out.view(n, heads, m, value.shape[-1]).transpose(1, 2), None
