@@ -230,7 +230,8 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
              run_id: str, writer: RunWriter | None = None, warmup: int = 0, repeats: int = 1,
              interleave: bool = True, seed: int = 0, time_budget_s: float | None = None,
              on_result: Callable[[Request, Result], None] | None = None,
-             progress: PlanProgress | None = None) -> dict[str, dict]:
+             progress: PlanProgress | None = None,
+             stop: Callable[[list[dict], int], str | None] | None = None) -> dict[str, dict]:
     """Measure every configuration on every request, `repeats` times, so that configurations
     compared with each other see the same machine.
 
@@ -245,7 +246,11 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
     evenly by the concurrency levels still to run, and a level starts no block it would
     finish after its share (it always runs its first). Every configuration of a level then
     has the same prompts. Returns each configuration's statistics, summed over its blocks;
-    `stopped_by_budget` says when prompts were left out."""
+    `stopped_by_budget` says when prompts were left out.
+
+    `stop(rows, done)` is asked after every block that all configurations of a level have
+    run (rows: every row recorded so far; done: requests of the level measured by each):
+    a reason string stops the level there (sequential stopping, `stopped_early`)."""
     if repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
     progress = progress or PlanProgress()
@@ -285,6 +290,7 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
             turn = 0
             block_s = 0.0
             done = 0
+            reason = None
             for repeat in range(repeats):
                 for b, block in enumerate(blocks):
                     if share is not None and turn and time.monotonic() + block_s > share:
@@ -300,10 +306,16 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
                     turn += 1
                     done += len(block)
                     block_s = max(block_s, time.monotonic() - t_block)
+                    reason = stop(recorder.rows, done) if stop is not None else None
+                    if reason:
+                        for cfg in group:
+                            stats[cfg.config_id]["stopped_early"] = {
+                                "measured": done, "planned": len(requests) * repeats, "why": reason}
+                        break
                 else:
                     continue
                 break
-            if done < len(requests) * repeats:
+            if done < len(requests) * repeats and not reason:
                 for cfg in group:
                     stats[cfg.config_id]["stopped_by_budget"] = {
                         "measured": done, "planned": len(requests) * repeats, "time_budget_s": time_budget_s}

@@ -193,22 +193,37 @@ def _num(v: Any, fmt: str = ".2f") -> str:
     return "–" if v is None else format(v, fmt)
 
 
-def _print_results(spec: Any, prof: dict, written: bool, why: str, serving: dict) -> None:
-    out = Console()
+def _ci(band: dict) -> str:
+    ci = band.get("tpot_speedup_ci")
+    if not ci or any(v is None for v in ci):
+        return "–"
+    return f"{ci[0]:.3f} [{ci[1]:.3f}, {ci[2]:.3f}]"
+
+
+def _print_results(spec: Any, prof: dict, written: bool, why: str, serving: dict,
+                   out: Console | None = None) -> None:
+    out = out or Console()
     table = Table(title=f"Best configuration per concurrency ({spec.objectives[0]})", title_justify="left")
-    for col in ("conc", "profile", "best speculative", "gain", "TPOT p50 ms\nspec / base",
-                "tok/s total\nspec / base", "speedup\nTPOT / tok/s", "run id"):
+    for col in ("conc", "profile", "best speculative", "gain", "TPOT speedup\n[95% CI]", "prompts",
+                "TPOT p50 ms\nspec / base", "tok/s total\nspec / base", "run id"):
         table.add_column(col, justify="left" if col in ("profile", "best speculative", "run id") else "right")
+    flagged = []
     for band in prof["bands"]:
         s, b = band["speculative"] or {}, band["baseline"] or {}
         cfg = s.get("config") or {}
         best = (f"{cfg['method']} k={cfg['num_speculative_tokens']}" if cfg else "–")
+        paired = s.get("paired") or {}
+        prompts = f"{paired['prompts']}/{paired['planned']}" if paired.get("prompts") else "–"
+        base = s.get("paired_baseline") or b
         table.add_row(str(band["measured_at_concurrency"]), band["profile"], best, _num(band["gain"], ".3f"),
-                      f"{_ms(s.get('tpot_p50_s'))} / {_ms(b.get('tpot_p50_s'))}",
-                      f"{_num(s.get('output_tps'), '.1f')} / {_num(b.get('output_tps'), '.1f')}",
-                      f"{_num(s.get('speedup_tpot_p50'))} / {_num(s.get('speedup_output_tps'))}",
+                      _ci(band), prompts,
+                      f"{_ms(s.get('tpot_p50_s'))} / {_ms(base.get('tpot_p50_s'))}",
+                      f"{_num(s.get('output_tps'), '.1f')} / {_num(base.get('output_tps'), '.1f')}",
                       str(s.get("run_id") or b.get("run_id") or "–"))
+        flagged += band.get("flagged") or []
     out.print(table)
+    for f in flagged:  # impossible results: shown, never recommended
+        out.print(f"[yellow]flagged: trial {f['trial']} ({escape(f['config'])}): {escape('; '.join(f['why']))}[/]")
     if "pareto_front" in prof:
         front = Table(title="Pareto front (" + " vs ".join(spec.objectives) + ")", title_justify="left")
         for col in ("trial", "configuration", *spec.objectives, "run id"):
@@ -228,6 +243,8 @@ def _print_results(spec: Any, prof: dict, written: bool, why: str, serving: dict
     out.print(f"profile: {spec.profile.out}" if written else f"profile: not written by this worker ({why})")
     for name, path in serving.items():
         out.print(f"  {name}: {path}")
+    for note in prof.get("notes") or []:
+        out.print(f"[yellow]note:[/] {escape(note)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from specbench.config import RunConfig
 from specbench.sweep.space import Point
 from specbench.sweep.spec import SweepSpec
-from specbench.sweep.summary import headline, stored_summary
+from specbench.sweep.summary import headline, jsonable, stored_summary
 from specbench.sweep.urls import display_url
 
 
@@ -68,7 +68,7 @@ def baseline_outputs_from(study_dir: Path, baseline_trial: Any) -> dict[str, lis
 
 
 def run_config(spec: SweepSpec, config: Any, workload: Any, *, backend: str, number: int,
-               worker: str | None, host: str) -> RunConfig:
+               worker: str | None, host: str, configs: list[Any] | None = None) -> RunConfig:
     """run.json's configuration for one trial: what `specbench run` records, for the trial's one
     configuration (`config`, a `runner.Configuration`), and `sweep`, which names the study,
     the trial and the host that measured it."""
@@ -81,20 +81,27 @@ def run_config(spec: SweepSpec, config: Any, workload: Any, *, backend: str, num
         ignore_eos=spec.sampling.ignore_eos, concurrency=(config.concurrency,),
         request_rate=config.request_rate, disable_by_batch_size=sc.disable_by_batch_size,
         dynamic_k=sc.dynamic_k, warmup=spec.workload.warmup, device=spec.engine.device,
-        dtype=spec.engine.dtype, backend=backend, baseline=config.is_baseline,
+        dtype=spec.engine.dtype, backend=backend,
+        baseline=any(c.is_baseline for c in (configs or [config])),
         chat_template=spec.workload.chat_template,
-        truncate=spec.workload.truncate, configurations=(config.config_id,),
+        truncate=spec.workload.truncate, configurations=tuple(c.config_id for c in (configs or [config])),
         # host: also run.json's `hostname`; here so a run names its study, trial and host together
         sweep={"study": spec.study.name, "storage": display_url(spec.storage_url), "trial": number,
-               "objectives": list(spec.objectives), "host": host, "worker": worker},
+               "objectives": list(spec.objectives), "host": host, "worker": worker,
+               "pairing": spec.pairing},
     )
 
 
 def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir: Path,
             baseline_outputs: dict[str, list[int]] | None, events: Any,
             worker: str | None = None) -> Measurement:
-    """Run every request of `session` once at `point`; return what the trial stores. With a
-    `[server]` section the trial's own server is launched first and always stopped after."""
+    """Run every request of `session` at `point`; return what the trial stores.
+
+    Embedded (`spec.paired`): a speculative trial measures the baseline with it, interleaved in
+    ABBA blocks (`runner.run_plan`), and stops early once the paired speedup is clear
+    (`sequential`); its speedup comes from its own Parquet only. With a `[server]` section the
+    trial's own server is launched first and always stopped after, and the trial measures its
+    configuration alone (compared later with the baseline trial)."""
     from specbench.records import make_run_id
     from specbench.runner import Configuration
 
@@ -121,13 +128,16 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
 def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path, study_dir: Path,
          baseline_outputs: dict[str, list[int]] | None, events: Any, backend: Any,
          launcher: Any, worker: str | None) -> Measurement:
+    from specbench.config import BASELINE
     from specbench.records import RunMetadata, RunWriter, read_run
-    from specbench.runner import run_configuration
+    from specbench.runner import Configuration, run_configuration, run_plan
 
+    paired = spec.paired and not config.is_baseline
+    configs = [Configuration(BASELINE, config.concurrency), config] if paired else [config]
     run_id = run_dir.name
     metadata = RunMetadata.collect(run_id, {})
     metadata.config = run_config(spec, config, session.workload, number=number, worker=worker,
-                                 host=metadata.hostname,
+                                 host=metadata.hostname, configs=configs,
                                  backend="openai" if launcher is not None else "embedded").to_dict()
     metadata.device = backend.device_name
     if launcher is not None:
@@ -137,18 +147,101 @@ def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path,
         metadata.note(dtype_resolved=session.dtype_name)
     writer = RunWriter(run_dir, metadata)
     outputs: dict[str, list[int]] | None = {} if config.is_baseline else baseline_outputs
-    events.trial_started(number, config.config_id, len(session.requests))
+    events.trial_started(number, config.config_id, len(session.requests) * len(configs))
+    watch = PairedWatch(spec, config, len(session.requests)) if paired else None
     try:
-        run_configuration(backend, session.requests, config, run_id=run_id, writer=writer,
-                          warmup=spec.workload.warmup, baseline_outputs=outputs,
-                          on_result=lambda req, res: events.request_done(), rate_seed=spec.sampling.seed)
+        if paired:
+            run_plan(backend, session.requests, configs, run_id=run_id, writer=writer,
+                     warmup=spec.workload.warmup, seed=spec.sampling.seed + number,
+                     on_result=lambda req, res: events.request_done(), stop=watch)
+        else:
+            run_configuration(backend, session.requests, config, run_id=run_id, writer=writer,
+                              warmup=spec.workload.warmup, baseline_outputs=outputs,
+                              on_result=lambda req, res: events.request_done(),
+                              rate_seed=spec.sampling.seed)
     except BaseException:
         writer.close(complete=False)
         raise
     writer.close(complete=True)
     df, _ = read_run(run_dir)
-    summary = stored_summary(df)
+    summary = stored_summary(df, config.config_id)
     attrs = {"config_id": config.config_id, "run_id": run_id,
              "run_dir": str(run_dir.relative_to(study_dir)), "host": metadata.hostname,
              "summary": summary, **headline(summary)}
+    if watch is not None:
+        base_id = configs[0].config_id
+        attrs.update(watch.verdict(df, base_id))
+        attrs["baseline_summary"] = stored_summary(df, base_id)
     return Measurement(attrs, outputs if config.is_baseline and outputs else {})
+
+
+class PairedWatch:
+    """The sequential look at a paired trial (`runner.run_plan`'s `stop` hook): after every
+    AB BA pair of blocks (`analysis.sequential.look_points`), the paired TPOT speedup of the
+    prompts both configurations have measured, under `SequentialRule`; a decided look stops
+    the trial when `[budget] sequential` is on. `verdict` is what the trial stores."""
+
+    def __init__(self, spec: SweepSpec, config: Any, n_prompts: int):
+        from specbench.analysis.sequential import Monitor, SequentialRule, look_points
+        from specbench.runner import block_size
+
+        self.config, self.sequential = config, spec.budget.sequential
+        self.rule = SequentialRule(planned=n_prompts, min_speedup=spec.profile.min_speedup)
+        self.monitor = Monitor(self.rule)
+        self.points = set(look_points(n_prompts, block_size(config.concurrency), self.rule.min_prompts))
+        self.block = block_size(config.concurrency)
+        self.stopped: str | None = None
+
+    def ratios(self, frame: Any, base_id: str) -> Any:
+        from specbench.analysis import per_prompt
+        from specbench.analysis.sequential import log_ratios
+
+        by = {cid: g for cid, g in frame.groupby("config_id", sort=False)}
+        if base_id not in by or self.config.config_id not in by:
+            return []
+        return log_ratios(per_prompt(by[base_id], "tpot_s"), per_prompt(by[self.config.config_id], "tpot_s"))
+
+    def __call__(self, rows: list[dict], done: int) -> str | None:
+        import pandas as pd
+
+        if not self.sequential or done not in self.points or done >= self.rule.planned:
+            return None
+        from specbench.config import BASELINE
+        from specbench.runner import Configuration
+
+        base_id = Configuration(BASELINE, self.config.concurrency).config_id
+        look = self.monitor.update(self.ratios(pd.DataFrame(rows), base_id))
+        if look.stopped:
+            self.stopped = (f"{'pays' if look.outcome == 'win' else 'loses'}: paired TPOT speedup "
+                            f"{look.point:.3f}x [{look.lo:.3f}, {look.hi:.3f}] after {look.n} of "
+                            f"{self.rule.planned} prompts")
+        return self.stopped
+
+    def verdict(self, df: Any, base_id: str) -> dict[str, Any]:
+        """The trial's paired speedup (the last look, taken at the end when no look stopped
+        it) with the physics checks, from the trial's own Parquet."""
+        from specbench.analysis import physics
+
+        final = self.monitor.looks[-1] if self.stopped else None
+        if final is None:  # measured to the end: the last look spends what is left
+            final = self.monitor.update(self.ratios(df, base_id), final=True)
+        spec_rows = df[df["config_id"] == self.config.config_id]
+        base_rows = df[df["config_id"] == base_id]
+        from specbench.analysis import summarize
+
+        s = summarize(spec_rows).iloc[0]
+        flags = physics.speedup_bound(final.point, float(s["mean_acceptance_length_tok"]))
+        steps = physics.step_ratio(base_rows, spec_rows)
+        paired = {**{k: jsonable(v) for k, v in final.as_dict().items()},
+                  "planned": self.rule.planned, "looks": len(self.monitor.looks),
+                  "stopped": self.stopped, "sequential": self.sequential,
+                  "verify_step_over_decode_step": jsonable(steps),
+                  "rule": (f"group-sequential {1 - self.rule.alpha:.0%} t-interval of the per-prompt log "
+                           f"TPOT ratio, {self.rule.spending} error spending over {self.rule.planned} "
+                           f"prompts, looks after every AB BA pair of {self.block}-prompt blocks")}
+        out: dict[str, Any] = {"paired": paired, "paired_speedup_x": round(final.point, 4)
+                               if final.point == final.point else None}
+        if flags:
+            out["inconsistent"] = flags
+        return out
+

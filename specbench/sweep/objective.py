@@ -87,7 +87,7 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Event
 
         base_trial = None
         try:
-            if not point.is_baseline:
+            if not point.is_baseline and not spec.paired:  # unpaired: the baseline trial
                 base_trial = _baseline_trial(trial, spec, concurrency)
                 if base_trial is not None and concurrency not in baseline_outputs:
                     ref = measuring.baseline_outputs_from(study_dir, base_trial)
@@ -119,7 +119,7 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Event
             trial.set_user_attr(k, v)
         if point.is_baseline and result.outputs:
             baseline_outputs[concurrency] = result.outputs
-        return _values(trial, spec, point, result.attrs["summary"], base_trial)
+        return _values(trial, spec, point, result.attrs, base_trial)
 
     return objective
 
@@ -136,9 +136,15 @@ def _baseline_trial(trial: Trial, spec: SweepSpec, concurrency: int) -> Any:
     return base_trial
 
 
-def _values(trial: Trial, spec: SweepSpec, point: Point, summary: dict[str, Any], base_trial: Any) -> Any:
-    """Store the speedups and the memory constraint on `trial`; return its objective values."""
-    speedups = speedups_vs(base_trial.user_attrs["summary"], summary) if base_trial else {}
+def _values(trial: Trial, spec: SweepSpec, point: Point, attrs: dict[str, Any], base_trial: Any) -> Any:
+    """Store the speedups and the memory constraint on `trial`; return its objective values.
+    A paired trial's speedups are against the baseline samples measured with it; the
+    `speedup` objective is then its paired speedup (`analysis.sequential`)."""
+    summary = attrs["summary"]
+    base_summary = attrs.get("baseline_summary") or (base_trial.user_attrs["summary"] if base_trial else None)
+    speedups = speedups_vs(base_summary, summary) if base_summary else {}
+    if attrs.get("paired") is not None:
+        speedups["paired_tpot_speedup"] = attrs["paired"].get("point")
     if speedups:
         trial.set_user_attr("speedups", speedups)
         for name, column in SPEEDUP_ATTRS.items():  # flat numbers: dashboard columns
@@ -153,7 +159,10 @@ def _values(trial: Trial, spec: SweepSpec, point: Point, summary: dict[str, Any]
     values = []
     for name in spec.objectives:
         column = OBJECTIVES[name].column
-        v = (1.0 if point.is_baseline else speedups.get(column)) if name == "speedup" else summary.get(column)
+        if name == "speedup":
+            v = 1.0 if point.is_baseline else speedups.get("paired_tpot_speedup", speedups.get(column))
+        else:
+            v = summary.get(column)
         if v is None or not math.isfinite(v):
             reason = (f"objective {name} is undefined for this run ({summary.get('errors')} of "
                       f"{summary.get('n')} requests failed)")

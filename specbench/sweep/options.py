@@ -236,6 +236,11 @@ class BudgetOptions:
         f"{DEFAULT_N_TRIALS}).", bound=(">=", 1))
     timeout_s: float | None = option("--timeout", NUMBER, "Stop starting trials after this many seconds.",
                                      bound=(">", 0), unit=" s")
+    sequential: bool = option(
+        "--sequential", SWITCH,
+        "Stop measuring a configuration as soon as its paired speedup interval (group-sequential, "
+        "error spent over the planned prompts) lies wholly above --min-speedup or below 1; "
+        "--no-sequential measures every prompt.", True)
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,22 @@ front of a multi-objective sweep, and the recommended serving profile (YAML).
 
 Every number comes from the trials' stored summaries, which are `analysis.summarize` of each
 trial's own Parquet; every value in the profile carries the trial number and run id that
-justify it. Speedups are recomputed here with `analysis.speedups` against the baseline at the
-same concurrency.
+justify it.
 
-Decision rule, per measured concurrency c (feasible trials only): the primary objective picks
-the best speculative configuration, gain = best speculative / baseline (maximize) or
-baseline / best speculative (minimize); whether speculation pays there is the one rule the
-console, the report and this profile share (`analysis.outcome`): the paired bootstrap interval
-of its TPOT speedup over the baseline (both trials' Parquet files, prompts paired) lies wholly
-above `min_speedup`. Where the run files are not on this host, the interval cannot be
-computed and the point gain decides (`gain > min_speedup`); the band says which. `disable_by_batch_size` is the largest
-concurrency at which speculation pays before the first one at which it does not (vLLM: no
-drafting while more requests than that are in flight); the crossover lies between that level
-and the next one measured.
+One decision, which every output repeats (this YAML, the console, and the paste-ready files
+of `specbench.sweep.serving`): per measured concurrency c (feasible trials only, and never a
+trial that failed a physics check, `analysis.physics`), `levels` judges one drafter family
+(method + draft: a server runs one) and picks its best configuration. Whether speculation pays
+there is the one rule the console, the report and this profile share (`analysis.outcome`):
+the TPOT speedup interval lies wholly above `min_speedup`. A paired trial's interval is its
+own (baseline samples measured interleaved with it, `analysis.sequential`); a trial measured
+alone (server sweeps) is compared with the baseline trial's Parquet (prompts paired, not
+time), and where those files are not on this host the point gain decides (`gain >
+min_speedup`); the band says which. Speculation is recommended from the lowest concurrency up
+to the last band before the first that does not pay (`profile: speculative`), and nowhere
+above it; `disable_by_batch_size` is that band's concurrency (vLLM: no drafting while more
+requests than that are in flight); the crossover lies between that level and the next one
+measured.
 
 `write_profile` also writes the paste-ready serving configurations next to the YAML
 (`specbench.sweep.serving`).
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,15 +94,17 @@ def _gain(spec: SweepSpec, spec_value: float, base_value: float) -> float | None
 
 @dataclass
 class Level:
-    """What was measured at one concurrency."""
+    """What was measured at one concurrency, and the verdict there."""
 
     concurrency: int
     baseline: FrozenTrial | None
-    best: FrozenTrial | None  # best feasible speculative trial on the primary objective
+    best: FrozenTrial | None  # best feasible, consistent speculative trial of the chosen drafter
     gain: float | None  # of `best` over `baseline` (> 1 = speculation better)
     pays: bool
-    # paired TPOT speedup of `best` over `baseline`: (point, lo, hi), None without run files
+    # paired TPOT speedup of `best` over its baseline: (point, lo, hi); None without samples
     interval: tuple[float, float, float] | None = None
+    paired: bool = False  # the interval comes from baseline samples measured with `best`
+    flagged: list[FrozenTrial] = field(default_factory=list)  # failed a physics check
 
 
 def _samples(spec: SweepSpec, t: FrozenTrial) -> Any:
@@ -116,7 +121,8 @@ def _samples(spec: SweepSpec, t: FrozenTrial) -> Any:
 
 
 def tpot_interval(spec: SweepSpec, best: FrozenTrial, base: FrozenTrial) -> tuple[float, float, float] | None:
-    """The paired bootstrap TPOT speedup of `best` over `base` from their run files."""
+    """The paired bootstrap TPOT speedup of `best` over `base` from their run files (trials
+    measured apart: server sweeps)."""
     from specbench import analysis
     from specbench.errors import RecordsError
 
@@ -129,25 +135,87 @@ def tpot_interval(spec: SweepSpec, best: FrozenTrial, base: FrozenTrial) -> tupl
         return None
 
 
-def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
+def _paired(t: FrozenTrial) -> tuple[float, float, float] | None:
+    p = t.user_attrs.get("paired")
+    if not p or p.get("point") is None:
+        return None
+    nan = float("nan")
+    return (float(p["point"]), nan if p.get("lo") is None else float(p["lo"]),
+            nan if p.get("hi") is None else float(p["hi"]))
+
+
+def flagged(t: FrozenTrial) -> list[str]:
+    """The physics checks a trial failed (`specbench.analysis.physics`)."""
+    return list(t.user_attrs.get("inconsistent") or [])
+
+
+def _verdict(spec: SweepSpec, t: FrozenTrial, base: FrozenTrial | None) -> tuple[bool, Any, bool]:
+    """(pays, interval, paired) of one speculative trial: its own paired interval when it
+    measured its baseline with it, else the bootstrap interval against the baseline trial."""
     from specbench import analysis
 
-    out = []
+    interval, paired = _paired(t), True
+    if interval is None:
+        interval, paired = (tpot_interval(spec, t, base) if base is not None else None), False
+    if interval is None:  # no samples on this host to pair: the point gain decides, as said
+        gain = _gain(spec, t.values[0], _base_value(spec, t, base))
+        return gain is not None and gain > spec.profile.min_speedup, None, False
+    return analysis.outcome(*interval, min_speedup=spec.profile.min_speedup) == "win", interval, paired
+
+
+def _base_value(spec: SweepSpec, t: FrozenTrial, base: FrozenTrial | None) -> float | None:
+    """The primary objective of the baseline `t` is compared with: its own paired baseline
+    samples when it measured them, else the baseline trial's value."""
+    from specbench.sweep.options import OBJECTIVES
+
+    paired = t.user_attrs.get("baseline_summary")
+    if paired is not None and spec.objectives[0] != "speedup":
+        return paired.get(OBJECTIVES[spec.objectives[0]].column)
+    return base.values[0] if base is not None else None
+
+
+def _family(t: FrozenTrial) -> tuple[str, str | None]:
+    p = point_of(t)
+    return p.method, p.draft
+
+
+def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
+    """One `Level` per measured concurrency. A server runs one drafter, so every level is
+    judged with the drafter family (method + draft) of the best paying configuration at the
+    lowest concurrency where any pays; at each level its best configuration is the best
+    paying one of that family (by the primary objective), else its best one. Trials that
+    failed a physics check never count."""
+    per: dict[int, tuple[FrozenTrial | None, list[FrozenTrial], list[FrozenTrial]]] = {}
     for c in spec.space.concurrency:
         here = [t for t in trials if point_of(t).concurrency == c and _feasible(t)]
         base = next((t for t in here if point_of(t).is_baseline), None)
+        spec_trials = [t for t in here if not point_of(t).is_baseline]
+        per[c] = (base, [t for t in spec_trials if not flagged(t)], [t for t in spec_trials if flagged(t)])
+    verdicts = {t.number: _verdict(spec, t, per[point_of(t).concurrency][0])
+                for base, ok, _ in per.values() for t in ok}
+
+    def best_of(ts: list[FrozenTrial]) -> FrozenTrial | None:
         best = None
-        for t in here:
-            if not point_of(t).is_baseline and (best is None or _better(spec, t.values[0], best.values[0])):
+        for t in ts:
+            if best is None or _better(spec, t.values[0], best.values[0]):
                 best = t
-        gain = _gain(spec, best.values[0], base.values[0]) if best and base else None
-        interval = tpot_interval(spec, best, base) if best and base else None
-        if interval is not None:
-            pays = analysis.outcome(*interval, min_speedup=spec.profile.min_speedup) == "win"
-        else:
-            pays = gain is not None and gain > spec.profile.min_speedup
-        out.append(Level(c, base, best, gain, pays, interval))
-    return [lv for lv in out if lv.baseline or lv.best]
+        return best
+
+    family = None
+    for c in spec.space.concurrency:
+        paying = best_of([t for t in per[c][1] if verdicts[t.number][0]])
+        if paying is not None:
+            family = _family(paying)
+            break
+    out = []
+    for c in spec.space.concurrency:
+        base, ok, bad = per[c]
+        mine = [t for t in ok if family is None or _family(t) == family]
+        best = best_of([t for t in mine if verdicts[t.number][0]]) or best_of(mine)
+        gain = _gain(spec, best.values[0], _base_value(spec, best, base)) if best else None
+        pays, interval, paired = verdicts[best.number] if best else (False, None, False)
+        out.append(Level(c, base, best, gain, pays, interval, paired, bad))
+    return [lv for lv in out if lv.baseline or lv.best or lv.flagged]
 
 
 def pareto_front(spec: SweepSpec, trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -197,11 +265,22 @@ def evidence(t: FrozenTrial, baseline: FrozenTrial | None = None,
     p = point_of(t)
     out["config"] = {"method": p.method, "num_speculative_tokens": p.num_speculative_tokens,
                      "draft": p.draft, "concurrency": p.concurrency}
-    if baseline is not None and not p.is_baseline:
-        sp = speedups_vs(baseline.user_attrs["summary"], s)
+    base_summary = t.user_attrs.get("baseline_summary") or (baseline.user_attrs["summary"] if baseline else None)
+    if base_summary is not None and not p.is_baseline:
+        sp = speedups_vs(base_summary, s)
         out["speedup_tpot_p50"] = _r(sp.get("tpot_p50_speedup"))
         out["speedup_output_tps"] = _r(sp.get("output_tps_speedup"))
         out["speedup_output_tps_per_user"] = _r(sp.get("output_tps_per_user_speedup"))
+    if t.user_attrs.get("baseline_summary") is not None and not p.is_baseline:
+        bs = t.user_attrs["baseline_summary"]
+        out["paired_baseline"] = {k: _r(bs.get(k)) for k in ("tpot_p50_s", "output_tps", "n")}
+    if t.user_attrs.get("paired"):
+        pr = t.user_attrs["paired"]
+        out["paired"] = {"speedup_tpot": _r(pr.get("point")), "ci": [_r(pr.get("lo")), _r(pr.get("hi"))],
+                         "prompts": pr.get("n"), "planned": pr.get("planned"), "stopped": pr.get("stopped"),
+                         "rule": pr.get("rule")}
+    if flagged(t):
+        out["inconsistent"] = flagged(t)
     for k in _EVIDENCE:
         v = s.get(k)
         out[k] = int(v) if k in ("peak_memory_bytes", "n", "errors") and v is not None else _r(v)
@@ -247,7 +326,9 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
             verdict = "pays" if x.pays else "does not pay"
             if x.interval is not None:
                 point, lo, hi = x.interval
-                rule = (f"paired TPOT speedup {point:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}], "
+                how = ("measured with its baseline interleaved" if x.paired
+                       else "against the baseline trial, measured at another time")
+                rule = (f"paired TPOT speedup {point:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] ({how}), "
                         f"{'wholly above' if x.pays else 'not wholly above'} {spec.profile.min_speedup:g}x")
                 band["tpot_speedup_ci"] = [_r(point), _r(lo), _r(hi)]
             else:
@@ -258,6 +339,9 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
                 band["why"] += "; kept baseline: speculation already stopped paying at a lower concurrency"
         band["speculative"] = ev(x.best, x.baseline)
         band["baseline"] = ev(x.baseline)
+        if x.flagged:
+            band["flagged"] = [{"trial": t.number, "config": point_of(t).key, "why": flagged(t)}
+                               for t in x.flagged]
         bands.append(band)
 
     spec_cfg = None

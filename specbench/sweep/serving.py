@@ -1,25 +1,31 @@
 """Serving configurations ready to paste, derived from a profile (`build_profile`'s dict, or a
 profile.yaml read back): what to pass to vLLM and SGLang, a rollout plan and what to watch.
 
+Every file repeats the profile's one decision per band (`profile: speculative` or
+`baseline`, see `specbench.sweep.profile`): speculation from batch size 1 up to the last band
+before the first that does not pay, with one drafter family.
+
 - vLLM, current: `--speculative-config` JSON with `num_speculative_tokens_per_batch_size`, a
   list of `[start_bs, end_bs, K]` bands, one per measured concurrency band of the profile:
-  K is the best measured k of the band when speculation pays there (gain above
-  `min_speedup`) and 0 where it does not. The bands cover 1..(highest concurrency measured)
-  without gaps or overlaps (`check_bands`); vLLM carries the last band's K past its end.
-  vLLM's schedule changes only K, so every band uses the drafter of the first paying band (a
-  band whose best configuration used another drafter gets K = 0 and says why).
-  `num_speculative_tokens` is the largest K (vLLM clips the table to it).
+  K is the band's best measured k where the profile speculates and 0 where it does not. The
+  bands cover 1..(highest concurrency measured) without gaps or overlaps (`check_bands`);
+  vLLM carries the last band's K past its end. `num_speculative_tokens` is the largest K.
 - vLLM, versions without the table: the profile's `speculative_config` with
-  `disable_by_batch_size` (no drafting above that many requests in flight).
-- SGLang: chain drafting flags for the first paying band (SGLang has no per-batch-size
-  schedule): `--speculative-algorithm STANDALONE --speculative-draft-model-path D
-  --speculative-num-steps k --speculative-eagle-topk 1 --speculative-num-draft-tokens k+1`.
+  `disable_by_batch_size` (no drafting above that many requests in flight), the first band's k.
+- SGLang: chain drafting flags (`--speculative-algorithm STANDALONE
+  --speculative-draft-model-path D --speculative-num-steps k --speculative-eagle-topk 1
+  --speculative-num-draft-tokens k+1`) only where the profile speculates at every measured
+  band: SGLang has no per-batch-size schedule, so flags that speculate where it loses would
+  contradict the profile. Otherwise the file says baseline and why, with the flags for traffic
+  that stays below the crossover.
 - Rollout: `profiles:` (`baseline`, `spec_decode_<method>_k<K>`) and `rollout:` (canary
   stages, promote/rollback rules), and `monitor:`: the MAL (mean acceptance length, vLLM's
   1 + accepted / drafts) measured per batch-size band, and the break-even MAL below which the
   band's speedup is gone: measured MAL / measured TPOT speedup (speedup scales with MAL when
   the step costs stay as measured). The alert threshold is the highest break-even MAL of the
-  bands that speculate.
+  bands that speculate; a break-even MAL below 1 (a speedup above the MAL, which physics
+  forbids) is flagged and never written.
+- With nothing paying every file is still written and says baseline (vLLM: JSON `null`).
 
 Every number comes from the profile's evidence (trial, run id) and is repeated next to it.
 
@@ -33,6 +39,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from specbench.analysis import physics
 from specbench.config import SpeculativeConfig
 
 _NGRAM = SpeculativeConfig(method="ngram")  # the n-gram lookup sizes measured
@@ -53,9 +60,10 @@ def _family(cfg: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _pays(band: dict[str, Any], min_speedup: float) -> bool:
-    """The profile's own verdict for the band (`specbench.analysis.outcome`: the paired
-    interval wholly above the minimum speedup), never the point estimate alone."""
-    return bool(band.get("pays")) and bool(band.get("speculative"))
+    """The profile's own decision for the band (`profile: speculative`: it pays, and so does
+    every band below it), never this band's point estimate or interval alone, so every file
+    says what profile.yaml and the console say."""
+    return band.get("profile") == "speculative" and bool(band.get("speculative"))
 
 
 def _end(band: dict[str, Any]) -> int:
@@ -166,7 +174,7 @@ def serving_profiles(profile: dict[str, Any]) -> dict[str, Any]:
             if legacy.get("disable_by_batch_size") is not None:
                 out["vllm_legacy"]["disable_by_batch_size"] = int(legacy["disable_by_batch_size"])
         first_k = next(k for _, _, k in table if k > 0)
-        out["sglang"] = sglang_args(method, draft, first_k)
+        sglang = sglang_args(method, draft, first_k)
         spec_name = f"spec_decode_{method}_k{kmax}"
         if table[-1][2] > 0:
             notes.append(f"speculation still pays at the highest concurrency measured ({max_c}); vLLM "
@@ -177,12 +185,27 @@ def serving_profiles(profile: dict[str, Any]) -> dict[str, Any]:
         if method == "ngram":
             notes.append("SGLang's NGRAM mapping (k -> --speculative-num-draft-tokens k+1) is not "
                          "confirmed against an SGLang server")
-        notes.append("SGLang has no per-batch-size schedule: its flags speculate at every batch size "
-                     f"(k={first_k}, the first paying band's)")
+        if all(k > 0 for _, _, k in table):
+            out["sglang"] = sglang
+            notes.append("SGLang has no per-batch-size schedule: its flags speculate at every batch size "
+                         f"(k={first_k}, the first band's)")
+        else:
+            last = max(end for _, end, k in table if k > 0)
+            out["sglang_why"] = (f"speculation pays only up to batch size {last}, and SGLang cannot switch it "
+                                 "off above a batch size: serve SGLang without it, or where traffic stays at "
+                                 f"{last} concurrent requests or fewer: {shlex.join(sglang)}")
+            notes.append(f"SGLang: baseline ({out['sglang_why']})")
     else:
         notes.append("speculation does not pay at any measured concurrency: serve without "
                      "--speculative-config")
+    if out["sglang"] is None and "sglang_why" not in out:
+        out["sglang_why"] = "speculation does not pay at any measured concurrency: serve without speculation"
     mal = _mal_rows(profile, table)
+    for r in mal:  # a MAL is >= 1: a lower threshold could never fire (a speedup above MAL)
+        flags = physics.mal_threshold("the break-even MAL", r["break_even_mal"])
+        if flags:
+            r["inconsistent"], r["break_even_mal"] = flags, None
+            notes.append(f"batch size {r['batch_size']}: {flags[0]}; no threshold written")
     on = [r for r in mal if r["k"] > 0 and r["break_even_mal"] is not None]
     monitor: dict[str, Any] = {
         "mal_promql": PROMQL_MAL,
@@ -223,18 +246,22 @@ def vllm_flag(cfg: dict[str, Any]) -> str:
 
 def write_serving(profile_path: Path, profile: dict[str, Any]) -> dict[str, Path]:
     """Write the paste-ready files next to `profile_path` (`<stem>.vllm.json`,
-    `<stem>.vllm-legacy.json`, `<stem>.sglang.txt`, `<stem>.rollout.yaml`); files with
-    nothing to say (speculation never pays) are removed so an old one cannot mislead."""
+    `<stem>.vllm-legacy.json`, `<stem>.sglang.txt`, `<stem>.rollout.yaml`), always all four,
+    so a script that pastes them never applies a stale one: where the profile says baseline,
+    the vLLM files hold JSON `null` (no --speculative-config) and the SGLang file one comment
+    line, `# baseline: <why>` (no flags)."""
     import yaml
 
     from specbench.atomic import atomic_write
 
     serving = serving_profiles(profile)
     written: dict[str, Path] = {}
-    texts: dict[str, str | None] = {
-        "vllm": json.dumps(serving["vllm"], indent=2) + "\n" if serving["vllm"] else None,
-        "vllm_legacy": json.dumps(serving["vllm_legacy"], indent=2) + "\n" if serving["vllm_legacy"] else None,
-        "sglang": (shlex.join(serving["sglang"]) + "\n") if serving["sglang"] else None,
+    texts: dict[str, str] = {
+        # JSON null = no --speculative-config (baseline): a script pasting it never keeps a stale one
+        "vllm": json.dumps(serving["vllm"], indent=2) + "\n",
+        "vllm_legacy": json.dumps(serving["vllm_legacy"], indent=2) + "\n",
+        "sglang": (shlex.join(serving["sglang"]) + "\n") if serving["sglang"]
+        else f"# baseline: {serving['sglang_why']}\n",
         "rollout": ("# Rollout plan and monitoring written by `specbench sweep` from "
                     f"{profile_path.name}.\n# Notes:\n"
                     + "".join(f"#  - {n}\n" for n in serving["notes"])
@@ -242,9 +269,6 @@ def write_serving(profile_path: Path, profile: dict[str, Any]) -> dict[str, Path
     }
     for key, text in texts.items():
         path = profile_path.with_name(profile_path.stem + SERVING_FILES[key])
-        if text is None:
-            path.unlink(missing_ok=True)
-            continue
         atomic_write(path, lambda fh, t=text: fh.write(t.encode("utf-8")))
         written[key] = path
     return written

@@ -50,6 +50,12 @@ from specbench.sweep.options import (
 from specbench.sweep.space import Space
 from specbench.sweep.urls import JOURNAL_PREFIX, storage_url
 
+# How a trial's speedup is measured; a study remembers it, so trials measured another way
+# (a baseline trial minutes apart, before pairing) are never mixed into one study.
+PAIRING = "each speculative trial measures the baseline interleaved with it (ABBA blocks)"
+SERVER_PAIRING = ("one server per trial: a speculative trial is compared with the baseline trial "
+                  "at its concurrency, measured at another time (not paired in time)")
+
 
 @dataclass(frozen=True)
 class SweepSpec:
@@ -73,6 +79,16 @@ class SweepSpec:
         return storage_url(self.study.storage or str(DEFAULT_SWEEPS_DIR / (self.study.name + ".db")))
 
     @property
+    def paired(self) -> bool:
+        """Speculative trials measure their own baseline interleaved with them (embedded);
+        with `[server]` (one server per trial) they cannot."""
+        return self.server is None
+
+    @property
+    def pairing(self) -> str:
+        return PAIRING if self.paired else SERVER_PAIRING
+
+    @property
     def directions(self) -> list[str]:
         return [OBJECTIVES[o].direction for o in self.objectives]
 
@@ -89,6 +105,7 @@ class SweepSpec:
             "truncate": w.truncate, "warmup": w.warmup,
             "sampling": dict(sorted(self.sampling.overrides.items())), "seed": self.sampling.seed,
             "ignore_eos": self.sampling.ignore_eos,
+            "pairing": self.pairing,
             **({"server": {"command": self.server.command,
                            "baseline_command": self.server.baseline_command,
                            "endpoint": self.server.endpoint}} if self.server else {}),

@@ -47,10 +47,13 @@ def headline(summary: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def stored_summary(samples: Any) -> dict[str, Any]:
-    """`analysis.summarize` of one run's samples (one configuration), as a trial stores it."""
+def stored_summary(samples: Any, config_id: str | None = None) -> dict[str, Any]:
+    """`analysis.summarize` of one configuration of a run's samples (`config_id`; the only
+    one when None), as a trial stores it."""
     from specbench import analysis
 
+    if config_id is not None:
+        samples = samples[samples["config_id"] == config_id]
     row = analysis.summarize(samples).iloc[0]
     return {k: jsonable(row[k]) for k in analysis.SUMMARY_COLUMNS}
 

@@ -154,7 +154,8 @@ def claim(study: optuna.Study, trial: Trial, key: str) -> FrozenTrial | None:
 
 # what a trial reusing another's outcome copies from it
 _COPIED = ("config_id", "run_id", "run_dir", "host", "summary", "speedups", "feasible",
-           "constraint", "baseline_trial", *HEADLINE, *SPEEDUP_ATTRS)
+           "constraint", "baseline_trial", "baseline_summary", "paired", "paired_speedup_x",
+           "inconsistent", *HEADLINE, *SPEEDUP_ATTRS)
 
 
 def reuse(trial: Trial, original: FrozenTrial) -> Any:

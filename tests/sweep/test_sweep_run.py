@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pandas as pd
 import pytest
@@ -18,6 +19,7 @@ import yaml
 from optuna.trial import TrialState
 
 from specbench import analysis
+from specbench.analysis.sequential import SequentialRule, log_ratios
 from specbench.records import RUN_FILE, read_run
 from specbench.sweep.space import Point
 
@@ -100,28 +102,36 @@ def test_each_trial_links_to_its_own_run_directory(grid_sweep):
         assert meta["status"] == "complete" and meta["config"]["sweep"]["trial"] == t.number
         assert json.loads((run_dir / RUN_FILE).read_text())["run_id"] == run_dir.name
         p = Point.from_params(t.params)
-        assert set(df["method"]) == {p.method} and set(df["concurrency"]) == {p.concurrency}
-        assert set(df["num_speculative_tokens"]) == {p.num_speculative_tokens}
-        assert len(df) == len(PROMPTS)
-        # the objective value is the TPOT p50 speedup recomputed from the two Parquet files
-        if not p.is_baseline:
-            base = next(b for b in load(where) if b.params["method"] == "none"
-                        and b.params["concurrency"] == p.concurrency)
-            bdf, _ = read_run(where / "study" / base.user_attrs["run_dir"])
-            sp = analysis.speedups(analysis.summarize(pd.concat([bdf, df])))
-            assert t.values[0] == pytest.approx(sp["tpot_p50_speedup"].iloc[0], rel=1e-9)
+        assert set(df["concurrency"]) == {p.concurrency}
+        if p.is_baseline:
+            assert set(df["method"]) == {"none"} and len(df) == len(PROMPTS)
+            continue
+        # a speculative trial measured its own baseline, interleaved with it (ABBA blocks)
+        assert set(df["method"]) == {"none", p.method}
+        assert set(df["num_speculative_tokens"]) == {0, p.num_speculative_tokens}
+        assert (df.groupby("config_id").size() == len(PROMPTS)).all()
+        assert meta["config"]["sweep"]["pairing"].startswith("each speculative trial measures the baseline")
+        # the objective value is the paired speedup recomputed from the trial's own Parquet:
+        # the geometric mean over prompts of baseline TPOT / configuration TPOT
+        spec_rows, base_rows = df[df["method"] != "none"], df[df["method"] == "none"]
+        ratio = (base_rows.set_index("prompt_id")["tpot_s"] / spec_rows.set_index("prompt_id")["tpot_s"])
+        assert t.values[0] == pytest.approx(float(np.exp(np.log(ratio).mean())), rel=1e-9)
+        assert t.user_attrs["paired"]["point"] == pytest.approx(t.values[0], rel=1e-9)
+        assert t.user_attrs["paired"]["planned"] == len(PROMPTS)
+
 
 
 def _check_evidence(study_dir: Path, ev: dict, baseline: dict | None) -> None:
     df, _ = read_run(study_dir / ev["run_dir"])
     assert set(df["run_id"]) == {ev["run_id"]}
+    if baseline is not None:  # a paired trial: its own baseline rows are what it is compared with
+        bdf, df = df[df["method"] == "none"], df[df["method"] != "none"]
     s = analysis.summarize(df).iloc[0]
     for col in ("tpot_p50_s", "tpot_p95_s", "ttft_p50_s", "e2e_p50_s", "output_tps",
                 "output_tps_per_user"):
         assert ev[col] == pytest.approx(s[col], rel=1e-5), col
     assert ev["peak_memory_bytes"] == s["peak_memory_bytes"] and ev["n"] == s["n"]
     if baseline is not None:
-        bdf, _ = read_run(study_dir / baseline["run_dir"])
         sp = analysis.speedups(analysis.summarize(pd.concat([bdf, df]))).iloc[0]
         assert ev["speedup_tpot_p50"] == pytest.approx(sp["tpot_p50_speedup"], rel=1e-5)
         assert ev["speedup_output_tps"] == pytest.approx(sp["output_tps_speedup"], rel=1e-5)
@@ -137,13 +147,18 @@ def test_profile_is_yaml_whose_numbers_match_the_trials_parquet(grid_sweep):
     for band in prof["bands"]:
         _check_evidence(study_dir, band["baseline"], None)
         _check_evidence(study_dir, band["speculative"], band["baseline"])
-        assert band["gain"] == pytest.approx(band["speculative"]["speedup_tpot_p50"], rel=1e-5)
+        assert band["gain"] == pytest.approx(band["speculative"]["paired"]["speedup_tpot"], rel=1e-5)
     # Whether a band pays is the one rule (analysis.outcome): the paired TPOT interval from the
-    # two trials' Parquet files lies wholly above min_speedup.
+    # trial's own Parquet (its baseline rows measured with it; with 3 prompts no interim look,
+    # so the whole 95% at the end) lies wholly above min_speedup.
     leading = 0  # bands paying from batch size 1 up: those speculate, the rest do not
     for band in prof["bands"]:
-        base, spec = (read_run(study_dir / band[w]["run_dir"])[0] for w in ("baseline", "speculative"))
-        interval = analysis.paired_bootstrap_speedup(base, spec, metric="tpot_s", stat="median")
+        df = read_run(study_dir / band["speculative"]["run_dir"])[0]
+        base, spec = df[df["method"] == "none"], df[df["method"] != "none"]
+        d = log_ratios(analysis.per_prompt(base, "tpot_s"), analysis.per_prompt(spec, "tpot_s"))
+        look = SequentialRule(planned=len(PROMPTS)).look(d, final=True)
+        interval = (look.point, look.lo, look.hi)
+        assert all(np.isfinite(interval))
         assert band["tpot_speedup_ci"] == pytest.approx(list(interval), rel=1e-5)
         assert ("does not pay" not in band["why"]) == (analysis.outcome(*interval) == "win")
     for band in prof["bands"]:
@@ -181,12 +196,12 @@ def test_interrupted_sweep_resumes_without_repeating_trials(tiny_pair, prompts_f
                                                              monkeypatch):
     import specbench.runner as runner
 
-    real = runner.run_configuration
+    real = runner.run_plan  # a speculative trial runs its configuration and its baseline
     calls = []
 
-    def interrupt_third_speculative(backend, requests, config, **kw):
-        calls.append(config.config_id)
-        if sum(1 for c in calls if not c.startswith("baseline")) == 3:
+    def interrupt_third_speculative(backend, requests, configs, **kw):
+        calls.append(configs[-1].config_id)
+        if len(calls) == 3:
             on_result = kw["on_result"]
 
             def ctrl_c(req, res):  # Ctrl-C after the first finished request of this trial
@@ -194,9 +209,9 @@ def test_interrupted_sweep_resumes_without_repeating_trials(tiny_pair, prompts_f
                 raise KeyboardInterrupt
 
             kw["on_result"] = ctrl_c
-        return real(backend, requests, config, **kw)
+        return real(backend, requests, configs, **kw)
 
-    monkeypatch.setattr(runner, "run_configuration", interrupt_third_speculative)
+    monkeypatch.setattr(runner, "run_plan", interrupt_third_speculative)
     first = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path, *GRID))
     assert first.code == 130, first.output
     assert "interrupted" in first.err and "Traceback" not in first.output
@@ -206,7 +221,7 @@ def test_interrupted_sweep_resumes_without_repeating_trials(tiny_pair, prompts_f
     (cut,) = [t for t in trials if t.state == TrialState.FAIL]
     assert cut.user_attrs["interrupted"] is True and "fail_reason" not in cut.user_attrs
 
-    monkeypatch.setattr(runner, "run_configuration", real)
+    monkeypatch.setattr(runner, "run_plan", real)
     second = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path, *GRID))
     assert second.code == 0, second.output
     trials = load(tmp_path)

@@ -44,17 +44,20 @@ def test_bands_cover_every_batch_size_up_to_the_highest_concurrency():
 def test_a_band_whose_interval_does_not_clear_the_minimum_gets_k_0_whatever_its_point_gain():
     prof = profile_for(PAYS_UP_TO_4)
     assert prof["bands"][1]["gain"] > 1 and prof["bands"][1]["pays"]
-    prof["bands"][1]["pays"] = False  # as a 1.2x point with a 95% CI of [0.9, 1.5] is judged
+    # as the profile decides a 1.2x point with a 95% CI of [0.9, 1.5]: baseline
+    prof["bands"][1].update(pays=False, profile="baseline")
     prof["bands"][1]["why"] = "speculation does not pay (paired TPOT speedup 1.2x, 95% CI [0.9, 1.5])"
     s = serving_profiles(prof)
     assert s["vllm"]["num_speculative_tokens_per_batch_size"] == [[1, 1, 4], [2, 4, 0], [5, 16, 0]]
     assert "95% CI" in s["bands"][1]["why"]
 
 
-def test_a_band_that_pays_again_higher_up_gets_its_k_back():
-    s = serving_profiles(profile_for({(2, 1): 1.3, (2, 4): 0.9, (4, 16): 1.2}))
-    assert s["vllm"]["num_speculative_tokens_per_batch_size"] == [[1, 1, 2], [2, 4, 0], [5, 16, 4]]
-    assert any("still pays at the highest concurrency" in n for n in s["notes"])
+def test_a_band_that_pays_again_above_a_losing_band_stays_off_as_the_profile_says():
+    prof = profile_for({(2, 1): 1.3, (2, 4): 0.9, (4, 16): 1.2})
+    assert [b["profile"] for b in prof["bands"]] == ["speculative", "baseline", "baseline"]
+    s = serving_profiles(prof)
+    assert s["vllm"]["num_speculative_tokens_per_batch_size"] == [[1, 1, 2], [2, 4, 0], [5, 16, 0]]
+    assert not any("still pays at the highest concurrency" in n for n in s["notes"])
     # the legacy config can only switch off once: it stops at the first band that does not pay
     assert s["vllm_legacy"] == {"method": "draft_model", "model": "d", "num_speculative_tokens": 2,
                                 "disable_by_batch_size": 1}
@@ -70,13 +73,19 @@ def test_check_bands_refuses_gaps_overlaps_and_short_coverage():
 
 
 def test_sglang_flags_are_chain_drafting_with_k_plus_one_draft_tokens():
-    s = serving_profiles(profile_for(PAYS_UP_TO_4))
+    s = serving_profiles(profile_for({(4, 1): 1.5, (2, 4): 1.3, (2, 16): 1.1}))
     a = s["sglang"]
     assert a[a.index("--speculative-algorithm") + 1] == "STANDALONE"
     assert a[a.index("--speculative-draft-model-path") + 1] == "d"
     assert a[a.index("--speculative-num-steps") + 1] == "4"
     assert a[a.index("--speculative-eagle-topk") + 1] == "1"
     assert a[a.index("--speculative-num-draft-tokens") + 1] == "5"
+
+
+def test_sglang_says_baseline_where_speculation_stops_paying_below_the_highest_band():
+    s = serving_profiles(profile_for(PAYS_UP_TO_4))  # pays up to 4, loses at 16
+    assert s["sglang"] is None
+    assert "only up to batch size 4" in s["sglang_why"] and "--speculative-num-steps 4" in s["sglang_why"]
 
 
 def test_monitoring_thresholds_come_from_measured_mal_and_speedup():
@@ -111,10 +120,17 @@ def test_files_are_written_next_to_the_profile(tmp_path):
     vllm = json.loads((tmp_path / "profile.vllm.json").read_text())
     assert vllm["num_speculative_tokens_per_batch_size"] == [[1, 1, 4], [2, 4, 2], [5, 16, 0]]
     assert yaml.safe_load((tmp_path / "profile.rollout.yaml").read_text())["monitor"]["mal_alert_below"]
-    assert "--speculative-num-steps 4" in (tmp_path / "profile.sglang.txt").read_text()
-    # a later profile where speculation never pays removes the stale paste-ready files
+    sglang = (tmp_path / "profile.sglang.txt").read_text()
+    assert sglang.startswith("# baseline: ") and "--speculative-num-steps 4" in sglang
+    # a later profile where speculation never pays overwrites every paste-ready file: baseline
     write_profile(tmp_path / "profile.yaml", profile_for({(2, 1): 0.9, (2, 4): 0.8, (2, 16): 0.7}))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.rollout.yaml", "profile.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "profile.rollout.yaml", "profile.sglang.txt", "profile.vllm-legacy.json", "profile.vllm.json",
+        "profile.yaml"]
+    assert json.loads((tmp_path / "profile.vllm.json").read_text()) is None
+    assert json.loads((tmp_path / "profile.vllm-legacy.json").read_text()) is None
+    assert (tmp_path / "profile.sglang.txt").read_text().startswith("# baseline: speculation does not pay")
+    assert "canary" not in yaml.safe_load((tmp_path / "profile.rollout.yaml").read_text())["rollout"]
 
 
 # ---- vLLM's own config class ---------------------------------------------------------------
