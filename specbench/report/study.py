@@ -117,7 +117,7 @@ def _display(url: str) -> str:
 
 def trials_frame(study: Any) -> pd.DataFrame:
     """One row per trial: number, state, params_*, values_<i>, run_id, run_dir, host,
-    config_id, feasible, fail_reason, duplicate_of, started, duration_s."""
+    config_id, feasible, fail_reason, duplicate_of, paired, inconsistent, started, duration_s."""
     rows = []
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs
@@ -127,6 +127,8 @@ def trials_frame(study: Any) -> pd.DataFrame:
             "feasible": bool(a.get("feasible", True)), "constraint": a.get("constraint"),
             "fail_reason": a.get("fail_reason") or (None if t.state.name != "FAIL" else "interrupted"),
             "duplicate_of": a.get("duplicate_of"), "baseline_trial": a.get("baseline_trial"),
+            # a paired trial's own speedup (baseline measured with it) and its physics flags
+            "paired": a.get("paired"), "inconsistent": "; ".join(a.get("inconsistent") or []) or None,
             "started": t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else None,
             "duration_s": (t.datetime_complete - t.datetime_start).total_seconds()
             if t.datetime_start and t.datetime_complete else None,

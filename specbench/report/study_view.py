@@ -85,6 +85,9 @@ def optimization_history(study: StudyInput) -> Plot:
     return plot
 
 
+IMPORTANCE_TRIALS_PER_PARAM = 5  # fewer trials than this per parameter: importances are noise
+
+
 def importance_params(study: Any) -> list[str]:
     """Parameters that vary among the complete speculative trials."""
     from optuna.trial import TrialState
@@ -110,6 +113,12 @@ def importances(study: StudyInput) -> dict[str, float] | str:
     if len(params) < 2:
         return ("Fewer than two parameters vary among the speculative trials "
                 f"({', '.join(params) or 'none'}): nothing to rank.")
+    n = len([t for t in study.study.get_trials(deepcopy=False) if t.values is not None
+             and t.params.get("method") not in (None, "none")])
+    if n < IMPORTANCE_TRIALS_PER_PARAM * len(params):
+        return (f"Not ranked: {n} measured speculative trial(s) for {len(params)} varying parameters; "
+                f"an importance needs at least {IMPORTANCE_TRIALS_PER_PARAM} trials per parameter "
+                f"({IMPORTANCE_TRIALS_PER_PARAM * len(params)} here) to say more than noise.")
     sign = -1.0 if study.directions[0] == "maximize" else 1.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -211,7 +220,10 @@ def trial_labels(inputs: ReportInputs) -> dict[str, str]:
 
 def heatmap_cells(study: StudyInput, inputs: ReportInputs, verdict: pd.DataFrame) -> pd.DataFrame:
     """One row per measured speculative trial: family, k, concurrency, trial, state, feasible,
-    speedup (TPOT p50 of its baseline / its own, from the report's summaries), lo, hi, n."""
+    speedup, lo, hi, n, paired, inconsistent. A paired trial (it measured its baseline
+    interleaved with it) shows the sweep's own paired speedup and interval, the numbers its
+    profile decided on; a trial measured alone shows TPOT p50 of the baseline trial / its own
+    (the report's summaries) with the paired-bootstrap interval."""
     labels = trial_labels(inputs)
     v = verdict.set_index("label")
     rows = []
@@ -222,9 +234,15 @@ def heatmap_cells(study: StudyInput, inputs: ReportInputs, verdict: pd.DataFrame
         row = {"family": family(method, param(t, "draft")), "k": int(param(t, "num_speculative_tokens")),
                "concurrency": int(param(t, "concurrency")), "trial": int(t.number), "state": t.state,
                "feasible": bool(t.feasible), "reason": t.fail_reason, "run_id": t.run_id,
-               "speedup": np.nan, "lo": np.nan, "hi": np.nan, "n": 0, "label": None}
+               "speedup": np.nan, "lo": np.nan, "hi": np.nan, "n": 0, "label": None, "paired": False}
         label = labels.get(str(t.run_id)) if isinstance(t.run_id, str) else None
-        if label is not None and label in v.index:
+        paired = getattr(t, "paired", None)
+        row["inconsistent"] = getattr(t, "inconsistent", None)
+        if isinstance(paired, dict) and paired.get("point") is not None:  # the sweep's own verdict
+            row.update(label=label, speedup=float(paired["point"]), n=int(paired.get("n") or 0),
+                       lo=np.nan if paired.get("lo") is None else float(paired["lo"]),
+                       hi=np.nan if paired.get("hi") is None else float(paired["hi"]), paired=True)
+        elif label is not None and label in v.index:
             r = v.loc[label]
             row["label"] = label
             if isinstance(r["baseline_label"], str) and r["baseline_label"] in v.index:
@@ -234,15 +252,19 @@ def heatmap_cells(study: StudyInput, inputs: ReportInputs, verdict: pd.DataFrame
                 row.update(lo=r["tpot_speedup_lo"], hi=r["tpot_speedup_hi"], n=int(r["paired_prompts"]))
         rows.append(row)
     return pd.DataFrame(rows, columns=["family", "k", "concurrency", "trial", "state", "feasible",
-                                       "reason", "run_id", "speedup", "lo", "hi", "n", "label"])
+                                       "reason", "run_id", "speedup", "lo", "hi", "n", "label", "paired",
+                                       "inconsistent"])
 
 
 def trial_heatmap(study: StudyInput, inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
     name = f"study-{slug(study.name)}-heatmap"
     plot = Plot(name, "Speedup heatmap from the trials: k × concurrency",
-                "TPOT p50 speedup of each trial over the baseline trial at the same concurrency "
-                "(summaries of the trials' own Parquet files), its "
-                f"{int(CONFIDENCE * 100)}% paired-bootstrap interval and n, the prompts paired. "
+                "TPOT speedup of each trial over the baseline it measured interleaved with it "
+                "(geometric mean of the per-prompt ratios from the trial's own Parquet, with the "
+                "sweep's group-sequential 95% interval and n, the prompts paired); a trial measured "
+                "alone (server sweeps): TPOT p50 over the baseline trial at the same concurrency "
+                f"with the {int(CONFIDENCE * 100)}% paired-bootstrap interval. "
+                "⚠ inconsistent: a speedup above tokens per target pass, never recommended; "
                 "✕: infeasible (peak memory over the study's budget), never recommended; "
                 "'failed': the trial's reason is in the trial table.")
     cells = heatmap_cells(study, inputs, verdict)
@@ -275,6 +297,9 @@ def trial_heatmap(study: StudyInput, inputs: ReportInputs, verdict: pd.DataFrame
             text[a][b] = f"{fmt.times(r.speedup)}{ci}<br>n={r.n} · #{r.trial}"
             hover[a][b] = (f"trial {r.trial}: {r.label}<br>speedup {fmt.times(r.speedup)}, "
                            f"{int(CONFIDENCE * 100)}% CI {fmt.ci(r.lo, r.hi)}, {r.n} prompts")
+            if isinstance(r.inconsistent, str):
+                text[a][b] += "<br>⚠ inconsistent"
+                hover[a][b] += f"<br>{r.inconsistent}; never recommended"
             if not r.feasible:
                 text[a][b] += "<br>infeasible"
                 hover[a][b] += "<br>infeasible: over the memory budget"

@@ -6,6 +6,7 @@ values carry their trials; the paste-ready serving configurations are on the pag
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import warnings
@@ -17,6 +18,7 @@ import pytest
 
 from report_helpers import specbench
 from specbench import analysis
+from specbench.analysis.sequential import log_ratios
 from specbench.records import read_run
 from specbench.report import build_report, load_inputs
 from specbench.report import study_tables, study_view, verdict
@@ -49,11 +51,12 @@ def test_study_directory_db_file_and_storage_url_load_the_same_study(tiny_study,
         assert other.studies[0].study_dir == tiny_study / "studies" / "tiny"
 
 
-def test_each_trial_is_paired_with_the_baseline_trial_at_its_concurrency(inputs):
+def test_each_trial_is_paired_with_the_baseline_measured_in_its_own_run(inputs):
     assert len(inputs.pairs) == 4
     for spec_label, base_label in inputs.pairs.items():
+        source = inputs.frame.loc[inputs.frame["label"] == spec_label, "source"].iloc[0]
         c = spec_label.rsplit("-c", 1)[1]
-        assert base_label == f"baseline-c{c}"
+        assert base_label == f"{source} · baseline-c{c}"  # its own run, not the baseline trial
 
 
 def trial_parquet(tiny_study, trial) -> pd.DataFrame:
@@ -65,14 +68,15 @@ def test_heatmap_numbers_equal_summaries_of_the_trials_parquet(tiny_study, input
     plot = study_view.trial_heatmap(st, inputs, table)
     (hm,) = [t for t in plot.figure.data if t.type == "heatmap"]
     trials = st.study.trials
-    base = {t.params["concurrency"]: t for t in trials if t.params["method"] == "none"}
     checked = 0
     for t in trials:
         if t.params["method"] == "none":
             continue
         k, c = t.params["num_speculative_tokens"], t.params["concurrency"]
-        both = pd.concat([trial_parquet(tiny_study, base[c]), trial_parquet(tiny_study, t)])
-        want = analysis.speedups(analysis.summarize(both))["tpot_p50_speedup"].iloc[0]
+        df = trial_parquet(tiny_study, t)  # the trial and the baseline measured with it
+        d = log_ratios(analysis.per_prompt(df[df["method"] == "none"], "tpot_s"),
+                       analysis.per_prompt(df[df["method"] != "none"], "tpot_s"))
+        want = float(np.exp(d.mean()))  # the paired speedup its profile decided on
         z = hm.z[list(hm.y).index(f"c={c}")][list(hm.x).index(f"k={k}")]
         assert math.exp(z) == pytest.approx(want, rel=1e-9)
         text = hm.text[list(hm.y).index(f"c={c}")][list(hm.x).index(f"k={k}")]
@@ -81,15 +85,37 @@ def test_heatmap_numbers_equal_summaries_of_the_trials_parquet(tiny_study, input
     assert checked == 4
 
 
+def test_importances_from_too_few_trials_are_not_ranked(inputs):
+    st = inputs.studies[0]  # 4 speculative trials, 2 varying parameters: 10 would be needed
+    plot = study_view.param_importance(st)
+    assert plot.figure is None
+    assert plot.note.startswith("Not ranked: 4 measured speculative trial(s) for 2 varying parameters")
+
+
 def test_importance_figure_equals_optunas_get_param_importances(inputs):
-    st = inputs.studies[0]
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    src = inputs.studies[0]
+    synthetic = optuna.create_study(directions=["maximize"])
+    dists = {"method": CategoricalDistribution(("none", "draft_model")),
+             "num_speculative_tokens": CategoricalDistribution((1, 2, 3, 4)),
+             "concurrency": CategoricalDistribution((1, 2, 4))}
+    rng = np.random.default_rng(0)
+    for k in (1, 2, 3, 4):
+        for c in (1, 2, 4):
+            synthetic.add_trial(create_trial(
+                state=TrialState.COMPLETE, distributions=dists,
+                params={"method": "draft_model", "num_speculative_tokens": k, "concurrency": c},
+                values=[1.5 - 0.1 * c + 0.02 * k + 0.01 * rng.standard_normal()]))
+    st = dataclasses.replace(src, study=synthetic)
     plot = study_view.param_importance(st)
     (bar,) = plot.figure.data
     got = dict(zip(bar.y, bar.x))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = optuna.importance.get_param_importances(
-            st.study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
+            synthetic, evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
             params=["num_speculative_tokens", "concurrency"], target=lambda t: -t.values[0])
     assert set(got) == {"num_speculative_tokens", "concurrency"}
     for name, value in want.items():
