@@ -14,6 +14,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -425,3 +426,58 @@ def test_rich_table_renders_every_result(failing):
     text = console.export_text()
     assert "regression" in text and "draft_model-k4-c1" in text
     assert text.count("tpot_p50") == 2
+
+
+# ---- runs made at different times -------------------------------------------------------------
+
+def drifting_run(run_id: str, drifts: list[float], tpot_factor: float = 1.0, seed: int = 0):
+    """A run measured with --repeats len(drifts): repeat r's timings all scaled by drifts[r], as
+    a machine that is busier or quieter at the time of that repeat makes them."""
+    frames = []
+    for r, drift in enumerate(drifts):
+        df, meta = synthetic_run(run_id=run_id, noise_seed=seed * 100 + r, tpot_factor=tpot_factor)
+        for col in ("tpot_s", "ttft_s", "e2e_s", "finish_s"):
+            df[col] = df[col] * drift
+        df["repeat"] = r
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True), meta
+
+
+def test_a_drift_between_two_runs_passes_for_a_regression_with_prompt_intervals_not_repeat_ones():
+    # the same configuration, measured twice on a machine whose load moves by +-15% from one
+    # repeat to the next; the second run happened to meet the busier minutes (+10% on average)
+    a = drifting_run("a", [1.00, 1.20, 0.90, 1.10], seed=1)
+    b = drifting_run("b", [1.10, 1.30, 0.95, 1.25], seed=2)
+    by_prompts = cmp.compare_runs(a, b, metrics=["tpot_p50"])
+    assert result(by_prompts, "tpot_p50").verdict == "regression"  # the reported false alarm
+    assert any("prompt-to-prompt noise only" in n for n in by_prompts.notes)
+    by_repeats = cmp.compare_runs(a, b, metrics=["tpot_p50"], interval="repeats")
+    r = result(by_repeats, "tpot_p50")
+    assert r.verdict == "inconclusive" and r.n == 4
+    assert r.ci_low < 0.01 < 0.10 < r.ci_high
+    # a real regression (1.6x) is still caught from the repeats
+    c = drifting_run("c", [1.6 * x for x in (1.10, 1.30, 0.95, 1.25)], seed=3)
+    assert result(cmp.compare_runs(a, c, metrics=["tpot_p50"], interval="repeats"), "tpot_p50").verdict \
+        == "regression"
+
+
+def test_repeat_intervals_need_repeats_and_a_known_interval_name(baseline):
+    comp = cmp.compare_runs(baseline, synthetic_run(run_id="cur"), metrics=["tpot_p50"], interval="repeats")
+    r = result(comp, "tpot_p50")
+    assert r.verdict == "n/a" and "--repeats" in r.note
+    with pytest.raises(ConfigError, match="--interval must be one of prompts, repeats"):
+        cmp.compare_runs(baseline, baseline, interval="bootstrap")
+
+
+def test_tpot_speedup_over_each_runs_own_baseline_is_not_moved_by_drift_between_runs():
+    a = drifting_run("a", [1.00, 1.20, 0.90, 1.10], seed=1)
+    b = drifting_run("b", [1.25, 1.45, 1.15, 1.35], seed=2)  # a busier machine, every row alike
+    comp = cmp.compare_runs(a, b, metrics=["tpot_p50", "tpot_speedup"])
+    assert result(comp, "tpot_p50").verdict == "regression"
+    r = result(comp, "tpot_speedup")
+    assert r.verdict == "ok" and abs(r.change) < 0.03 and r.n == N_PROMPTS
+    assert not any(x.metric == "tpot_speedup" and x.config.startswith("baseline") for x in comp.results)
+    # a drafter that got 20% slower per token is caught by the same metric on the same drift
+    c = drifting_run("c", [1.25, 1.45, 1.15, 1.35], tpot_factor=1.2, seed=3)
+    r = result(cmp.compare_runs(a, c, metrics=["tpot_speedup"]), "tpot_speedup")
+    assert r.verdict == "regression" and r.change == pytest.approx(1 / 1.2 - 1, abs=0.03)

@@ -27,6 +27,7 @@ def compare(
     n_boot: Annotated[int, typer.Option(help="Bootstrap resamples for the timing metrics.")] = 2000,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     confidence: Annotated[float, typer.Option(help="Confidence level of the bootstrap intervals.")] = 0.95,
+    interval: Annotated[str, typer.Option(help="Timing intervals from: prompts (paired bootstrap over prompt ids: prompt noise only) | repeats (the spread of each run's per-repeat statistics; runs made with --repeats N, N >= 2).")] = "prompts",
 ) -> None:
     """Compare CURRENT against BASELINE per configuration: exit 0 if nothing regressed, 1 on a
     regression, 2 when the runs are not comparable (the message names what differs)."""
@@ -39,6 +40,8 @@ def compare(
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if gate not in cmp.GATES:
         raise ConfigError(f"--gate must be one of {', '.join(cmp.GATES)}, got {gate!r}")
+    if interval not in cmp.INTERVALS:
+        raise ConfigError(f"--interval must be one of {', '.join(cmp.INTERVALS)}, got {interval!r}")
     metrics = cmp.parse_metrics(metric)
     thresholds = cmp.parse_thresholds(max_regression, metrics)
     effect = cmp.parse_fraction(min_effect, "--min-effect")
@@ -60,7 +63,7 @@ def compare(
     result = cmp.compare_runs(base_run, cur_run, metrics=metrics, thresholds=thresholds,
                               min_effect=effect, gate=gate, n_boot=n_boot, seed=seed,
                               confidence=confidence, allow_config_diff=allow_config_diff,
-                              paths=(str(baseline), str(current)))
+                              paths=(str(baseline), str(current)), interval=interval)
 
     for path, kind in outputs:
         try:
@@ -84,6 +87,8 @@ def compare(
         if result.unmatched:
             out.print(f"not compared: {', '.join(result.unmatched)}", highlight=False,
                       markup=False, soft_wrap=True)
+        for note in result.notes:
+            out.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
         out.print(result.summary(), highlight=False, markup=False, soft_wrap=True,
                   style="bold red" if result.failures else "bold green")
     if not result.comparable:

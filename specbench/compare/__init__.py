@@ -19,13 +19,13 @@ renderings out. Only `specbench.cli.compare` prints and picks the exit code
 from specbench.compare.catalog import (ACCEPTANCE_THRESHOLD, DEFAULT_METRICS, GATES, METRICS, TIMING_THRESHOLD,
                                        VERDICTS, Metric, parse_fraction, parse_metrics, parse_thresholds)
 from specbench.compare.comparable import info_differences, pair_configs, setup_differences
-from specbench.compare.gate import compare_runs
+from specbench.compare.gate import INTERVALS, compare_runs
 from specbench.compare.render import (RENDERERS, SUFFIX_FORMATS, format_change, format_ci, format_threshold,
                                       format_value, format_verdict, rich_table, to_dict, to_json, to_junit,
                                       to_markdown)
 from specbench.compare.result import Comparison, MetricResult, NotComparableError
 
-__all__ = ["ACCEPTANCE_THRESHOLD", "Comparison", "DEFAULT_METRICS", "GATES", "METRICS", "Metric", "MetricResult",
+__all__ = ["ACCEPTANCE_THRESHOLD", "Comparison", "INTERVALS", "DEFAULT_METRICS", "GATES", "METRICS", "Metric", "MetricResult",
            "NotComparableError", "RENDERERS", "SUFFIX_FORMATS", "TIMING_THRESHOLD", "VERDICTS", "compare_runs",
            "format_change", "format_ci", "format_threshold", "format_value", "format_verdict", "info_differences",
            "pair_configs", "parse_fraction", "parse_metrics", "parse_thresholds", "rich_table", "setup_differences",

@@ -56,6 +56,12 @@ _METRIC_LIST = [
            column="ttft_s", stat="mean"),
     Metric("e2e_mean", "timing", "lower", "mean over prompts of end-to-end latency (ms)",
            TIMING_THRESHOLD, column="e2e_s", stat="mean"),
+    # drift-free across runs made at different times: each run's speedup is over the baseline
+    # it measured interleaved with it, so whatever hit both alike cancels
+    Metric("tpot_speedup", "timing", "higher",
+           "TPOT speedup over the same run's baseline at the same concurrency (geometric mean over "
+           "prompts of baseline / configuration TPOT)", TIMING_THRESHOLD, column="tpot_s",
+           speculative_only=True),
     Metric("acceptance_rate", "deterministic", "higher",
            "accepted / drafted tokens, pooled over prompts", ACCEPTANCE_THRESHOLD,
            speculative_only=True),

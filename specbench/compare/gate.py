@@ -69,6 +69,51 @@ def _timing(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, threshold: float,
                 f"runs, found {n}"}
     if not all(map(np.isfinite, (point, lo, hi))):
         return {**out, "verdict": "n/a", "note": "not finite (zero or missing baseline values)"}
+    return _decide(point, lo, hi, metric, threshold, min_effect, out)
+
+
+INTERVALS = ("prompts", "repeats")
+CROSS_RUN_NOTE = (
+    "timing intervals {what}: the two runs were measured at different times, so a drift of the "
+    "machine between them (other jobs, clocks, thermal state) is not in them and can pass for a "
+    "regression; gate a timing change with both configurations in one interleaved run "
+    "(docs/ci.md){hint}")
+
+
+def _repeat_stats(df: pd.DataFrame, metric: Metric) -> np.ndarray:
+    """One value per repeat: the metric's statistic over the successful prompts of that
+    repeat (each repeat of a run is measured at another time)."""
+    ok = df[analysis.ok_mask(df)]
+    f = np.median if metric.stat == "median" else np.mean
+    return np.array([f(g[metric.column].dropna().to_numpy(dtype=float))
+                     for _, g in ok.groupby("repeat") if g[metric.column].notna().any()])
+
+
+def _timing_repeats(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, threshold: float,
+                    min_effect: float, confidence: float) -> dict[str, Any]:
+    """current / baseline from the per-repeat statistics of each run (Welch t-interval of
+    the difference of mean log statistics): an interval that also covers how much the
+    statistic moves between repeats measured at different times."""
+    from scipy import stats
+
+    bs, cs = _repeat_stats(b, metric), _repeat_stats(c, metric)
+    out: dict[str, Any] = {"baseline": float(np.mean(bs)) if len(bs) else float("nan"),
+                           "current": float(np.mean(cs)) if len(cs) else float("nan"),
+                           "n": int(min(len(bs), len(cs)))}
+    if len(bs) < 2 or len(cs) < 2 or (bs <= 0).any() or (cs <= 0).any():
+        return {**out, "verdict": "n/a", "note": f"--interval repeats needs >= 2 repeats with values "
+                f"in each run (baseline {len(bs)}, current {len(cs)}): measure with --repeats N"}
+    lb, lc = np.log(bs), np.log(cs)
+    vb, vc = lb.var(ddof=1) / len(lb), lc.var(ddof=1) / len(lc)
+    diff, se = float(lc.mean() - lb.mean()), float(np.sqrt(vb + vc))
+    dof = (vb + vc) ** 2 / (vb**2 / (len(lb) - 1) + vc**2 / (len(lc) - 1)) if vb + vc > 0 else 1.0
+    half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * se
+    return _decide(np.exp(diff), np.exp(diff - half), np.exp(diff + half), metric, threshold,
+                   min_effect, out)
+
+
+def _decide(point: float, lo: float, hi: float, metric: Metric, threshold: float, min_effect: float,
+            out: dict[str, Any]) -> dict[str, Any]:
     change, ci = point - 1.0, (lo - 1.0, hi - 1.0)
     worse = _worse(change, metric.better)
     # the end of the interval most favourable to "no regression"
@@ -86,6 +131,43 @@ def _timing(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, threshold: float,
         verdict, note = "ok", ""
     return {**out, "change": change, "ci_low": ci[0], "ci_high": ci[1], "verdict": verdict,
             "note": note}
+
+
+def _own_baseline(df: pd.DataFrame, config: pd.DataFrame) -> pd.DataFrame:
+    row = config.iloc[0]
+    same = df["is_baseline"] & (df["concurrency"] == row["concurrency"])
+    rate = row["request_rate"]
+    same &= df["request_rate"].isna() if pd.isna(rate) else (df["request_rate"] == rate)
+    return df[same]
+
+
+def _speedup_change(metric: Metric, bdf: pd.DataFrame, b: pd.DataFrame, cdf: pd.DataFrame,
+                    c: pd.DataFrame, threshold: float, min_effect: float,
+                    confidence: float) -> dict[str, Any]:
+    """How each run's speedup over its own interleaved baseline changed: per prompt, the log
+    speedup in the current run minus in the baseline run; a paired t-interval of its mean."""
+    from scipy import stats
+
+    from specbench.analysis.sequential import log_ratios
+
+    def per_prompt_log_speedup(df: pd.DataFrame, cfg: pd.DataFrame) -> pd.Series:
+        base = analysis.per_prompt(_own_baseline(df, cfg), metric.column)
+        spec = analysis.per_prompt(cfg, metric.column)
+        shared = base.index.intersection(spec.index)
+        return pd.Series(log_ratios(base.loc[shared], spec.loc[shared]), index=shared)
+
+    db, dc = per_prompt_log_speedup(bdf, b), per_prompt_log_speedup(cdf, c)
+    shared = db.index.intersection(dc.index)
+    e = (dc.loc[shared] - db.loc[shared]).to_numpy(dtype=float)
+    e = e[np.isfinite(e)]
+    out: dict[str, Any] = {"baseline": float(np.exp(db.mean())) if len(db) else float("nan"),
+                           "current": float(np.exp(dc.mean())) if len(dc) else float("nan"), "n": len(e)}
+    if len(e) < 2:
+        return {**out, "verdict": "n/a", "note": "needs >= 2 prompts measured by the configuration and "
+                "its own run's baseline in both runs"}
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(e) - 1)) * float(e.std(ddof=1)) / np.sqrt(len(e))
+    m = float(e.mean())
+    return _decide(np.exp(m), np.exp(m - half), np.exp(m + half), metric, threshold, min_effect, out)
 
 
 def _acceptance(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, shared: list[str],
@@ -153,6 +235,7 @@ def compare_runs(
     confidence: float = 0.95,
     allow_config_diff: bool = False,
     paths: tuple[str, str] = ("", ""),
+    interval: str = "prompts",
 ) -> Comparison:
     """Compare two runs ((samples, metadata) as `records.read_run` returns them).
 
@@ -172,6 +255,8 @@ def compare_runs(
         raise ConfigError(f"--confidence must be in [0.5, 1), got {confidence}")
     if min_effect < 0:
         raise ConfigError(f"--min-effect must be >= 0, got {min_effect}")
+    if interval not in INTERVALS:
+        raise ConfigError(f"--interval must be one of {', '.join(INTERVALS)}, got {interval!r}")
     thr = {m: METRICS[m].threshold for m in metrics} | (thresholds or {})
 
     (bdf, bmeta), (cdf, cmeta) = baseline, current
@@ -184,7 +269,8 @@ def compare_runs(
         baseline=run_info(bdf, bmeta, paths[0]), current=run_info(cdf, cmeta, paths[1]),
         settings={"metrics": metrics, "thresholds": {m: thr[m] for m in metrics},
                   "min_effect": min_effect, "gate": gate, "n_boot": n_boot, "seed": seed,
-                  "confidence": confidence, "allow_config_diff": allow_config_diff},
+                  "confidence": confidence, "allow_config_diff": allow_config_diff,
+                  "interval": interval},
     )
     for name, df in (("baseline", bdf), ("current", cdf)):
         if not len(df):
@@ -225,7 +311,11 @@ def compare_runs(
             m = METRICS[name]
             if m.speculative_only and not speculative:
                 continue
-            if m.kind == "timing":
+            if name == "tpot_speedup":
+                r = _speedup_change(m, bdf, b, cdf, c, thr[name], min_effect, confidence)
+            elif m.kind == "timing" and interval == "repeats":
+                r = _timing_repeats(m, b, c, thr[name], min_effect, confidence)
+            elif m.kind == "timing":
                 r = _timing(m, b, c, thr[name], min_effect, n_boot, seed, confidence)
             elif name in ("acceptance_rate", "mean_acceptance_length"):
                 r = _acceptance(m, b, c, shared_ok, thr[name])
@@ -245,4 +335,15 @@ def compare_runs(
                 change=plain(r.get("change")), ci_low=plain(r.get("ci_low")),
                 ci_high=plain(r.get("ci_high")), threshold=thr[name], verdict=r["verdict"],
                 gated=gated, n=int(r.get("n", 0)), note=note))
+    if any(r.kind == "timing" and r.metric != "tpot_speedup" for r in comp.results):
+        if interval == "prompts":
+            comp.notes.append(CROSS_RUN_NOTE.format(
+                what="resample prompts and cover prompt-to-prompt noise only",
+                hint="; across runs, gate -m tpot_speedup (each run's speedup over its own interleaved "
+                     "baseline, which such drift does not move), or measure both runs with --repeats N "
+                     "(N >= 3) and compare with --interval repeats"))
+        else:
+            comp.notes.append(CROSS_RUN_NOTE.format(
+                what="come from the spread between repeats within each run, which covers drift "
+                     "inside a run but not necessarily between the two", hint=""))
     return comp

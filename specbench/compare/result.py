@@ -50,6 +50,7 @@ class Comparison:
     differences: list[dict[str, Any]] = field(default_factory=list)  # allowed, for information
     unmatched: list[str] = field(default_factory=list)  # configurations compared with nothing
     results: list[MetricResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the intervals do and do not cover
 
     @property
     def comparable(self) -> bool:

@@ -26,6 +26,7 @@ def to_dict(c: Comparison) -> dict[str, Any]:
         "reasons": c.reasons,
         "differences": c.differences,
         "unmatched_configurations": c.unmatched,
+        "notes": c.notes,
         "results": [{**asdict(r), "failed": r.failed} for r in c.results],
     }
 

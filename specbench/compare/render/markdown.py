@@ -51,5 +51,8 @@ def to_markdown(c: Comparison) -> str:
     if c.unmatched:
         lines.append(f"**Not compared:** {_md(', '.join(c.unmatched))}")
         lines.append("")
+    for note in c.notes:
+        lines.append(f"_Note: {_md(note)}_")
+        lines.append("")
     lines.append(_md(c.summary()))
     return "\n".join(lines) + "\n"
