@@ -169,9 +169,8 @@ def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path,
              "run_dir": str(run_dir.relative_to(study_dir)), "host": metadata.hostname,
              "summary": summary, **headline(summary)}
     if watch is not None:
-        base_id = configs[0].config_id
-        attrs.update(watch.verdict(df, base_id))
-        attrs["baseline_summary"] = stored_summary(df, base_id)
+        attrs.update(watch.verdict(df, summary.get("mean_acceptance_length_tok")))
+        attrs["baseline_summary"] = stored_summary(df, watch.base_id)
     return Measurement(attrs, outputs if config.is_baseline and outputs else {})
 
 
@@ -183,55 +182,51 @@ class PairedWatch:
 
     def __init__(self, spec: SweepSpec, config: Any, n_prompts: int):
         from specbench.analysis.sequential import Monitor, SequentialRule, look_points
-        from specbench.runner import block_size
+        from specbench.config import BASELINE
+        from specbench.runner import Configuration, block_size
 
         self.config, self.sequential = config, spec.budget.sequential
+        self.base_id = Configuration(BASELINE, config.concurrency).config_id
         self.rule = SequentialRule(planned=n_prompts, min_speedup=spec.profile.min_speedup)
         self.monitor = Monitor(self.rule)
         self.points = set(look_points(n_prompts, block_size(config.concurrency), self.rule.min_prompts))
         self.block = block_size(config.concurrency)
         self.stopped: str | None = None
 
-    def ratios(self, frame: Any, base_id: str) -> Any:
+    def ratios(self, frame: Any) -> Any:
         from specbench.analysis import per_prompt
         from specbench.analysis.sequential import log_ratios
 
         by = {cid: g for cid, g in frame.groupby("config_id", sort=False)}
-        if base_id not in by or self.config.config_id not in by:
+        if self.base_id not in by or self.config.config_id not in by:
             return []
-        return log_ratios(per_prompt(by[base_id], "tpot_s"), per_prompt(by[self.config.config_id], "tpot_s"))
+        return log_ratios(per_prompt(by[self.base_id], "tpot_s"),
+                          per_prompt(by[self.config.config_id], "tpot_s"))
 
     def __call__(self, rows: list[dict], done: int) -> str | None:
         import pandas as pd
 
         if not self.sequential or done not in self.points or done >= self.rule.planned:
             return None
-        from specbench.config import BASELINE
-        from specbench.runner import Configuration
-
-        base_id = Configuration(BASELINE, self.config.concurrency).config_id
-        look = self.monitor.update(self.ratios(pd.DataFrame(rows), base_id))
+        look = self.monitor.update(self.ratios(pd.DataFrame(rows)))
         if look.stopped:
             self.stopped = (f"{'pays' if look.outcome == 'win' else 'loses'}: paired TPOT speedup "
                             f"{look.point:.3f}x [{look.lo:.3f}, {look.hi:.3f}] after {look.n} of "
                             f"{self.rule.planned} prompts")
         return self.stopped
 
-    def verdict(self, df: Any, base_id: str) -> dict[str, Any]:
+    def verdict(self, df: Any, mal: float | None) -> dict[str, Any]:
         """The trial's paired speedup (the last look, taken at the end when no look stopped
-        it) with the physics checks, from the trial's own Parquet."""
+        it) with the physics checks against its mean acceptance length `mal`, from the
+        trial's own Parquet."""
         from specbench.analysis import physics
 
         final = self.monitor.looks[-1] if self.stopped else None
         if final is None:  # measured to the end: the last look spends what is left
-            final = self.monitor.update(self.ratios(df, base_id), final=True)
-        spec_rows = df[df["config_id"] == self.config.config_id]
-        base_rows = df[df["config_id"] == base_id]
-        from specbench.analysis import summarize
-
-        s = summarize(spec_rows).iloc[0]
-        flags = physics.speedup_bound(final.point, float(s["mean_acceptance_length_tok"]))
-        steps = physics.step_ratio(base_rows, spec_rows)
+            final = self.monitor.update(self.ratios(df), final=True)
+        flags = physics.speedup_bound(final.point, mal)
+        steps = physics.step_ratio(df[df["config_id"] == self.base_id],
+                                   df[df["config_id"] == self.config.config_id])
         paired = {**{k: jsonable(v) for k, v in final.as_dict().items()},
                   "planned": self.rule.planned, "looks": len(self.monitor.looks),
                   "stopped": self.stopped, "sequential": self.sequential,

@@ -312,3 +312,31 @@ def test_non_finite_numbers_are_refused_before_anything_loads(tiny_pair, prompts
     assert res.code == 2 and "Traceback" not in res.output
     assert len(res.error_lines) == 1 and flag in res.error_lines[0] and "finite" in res.error_lines[0]
     assert "loading target" not in res.err
+
+
+def test_a_speedup_beyond_tokens_per_pass_is_flagged_and_never_recommended(tiny_pair, prompts_file, tmp_path,
+                                                                           monkeypatch):
+    """The baseline's samples are made 8x slower than they ran (as a baseline measured under
+    another load would read): every speculative trial then 'beats' it by more than its tokens
+    per target pass allow, is flagged, and the profile recommends none of them."""
+    import specbench.runner as runner
+
+    real = runner.sample_metrics
+
+    def slow_baseline(request, result, **kw):
+        m = real(request, result, **kw)
+        if not result.steps or not any(s.drafted for s in result.steps):
+            m = {**m, "tpot_s": m["tpot_s"] * 8 if m.get("tpot_s") else m.get("tpot_s")}
+        return m
+
+    monkeypatch.setattr(runner, "sample_metrics", slow_baseline)
+    res = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path, "--sampler", "grid", "--method",
+                                "draft_model", "-k", "2", "--concurrency", "1"))
+    assert res.code == 0, res.output
+    (t,) = [t for t in measured(load(tmp_path)) if t.params["method"] != "none"]
+    mal = t.user_attrs["summary"]["mean_acceptance_length_tok"]
+    assert t.values[0] > 1.1 * mal
+    assert t.user_attrs["inconsistent"][0].startswith("inconsistent: TPOT speedup")
+    assert "flagged: trial" in res.out
+    prof = yaml.safe_load((tmp_path / "study" / "profile.yaml").read_text())
+    assert prof["recommendation"] == "baseline" and prof["bands"][0]["flagged"][0]["trial"] == t.number
