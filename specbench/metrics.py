@@ -79,6 +79,8 @@ METRIC_COLUMNS = (
     "output_token_ids",
     "token_match_rate",
     "first_divergence",
+    "token_count_delta",
+    "client_loop_lag_s",
 )
 
 
@@ -124,7 +126,9 @@ def sample_metrics(
     `result.token_times` holds one emission time per output token.
     """
     times = list(result.token_times)
-    n_out = len(result.output_ids)
+    # A server's own count (usage.completion_tokens) when the backend has one: the ids of a
+    # text-only stream are the client's re-tokenization of the text, which can differ.
+    n_out = int(result.extra.get("output_tokens", len(result.output_ids)))
     arrival = result.arrival_time
 
     ttft = times[0] - arrival if times else None
@@ -198,4 +202,6 @@ def sample_metrics(
         "output_token_ids": list(result.output_ids),
         "token_match_rate": match_rate,
         "first_divergence": first_div,
+        "token_count_delta": result.extra.get("token_count_delta"),
+        "client_loop_lag_s": result.extra.get("loop_lag_s"),
     }

@@ -226,8 +226,8 @@ def print_summary(result: Any) -> None:
     for line in analysis.where_speculation_pays(analysis.speedup_verdicts(df)):
         out.print(line)
     if cfg.backend == "openai":
-        from specbench.backends.openai import acceptance_lines
-        for line in acceptance_lines(stats):
+        from specbench.backends.openai import acceptance_lines, lag_lines
+        for line in acceptance_lines(stats) + lag_lines(df):
             out.print(line)
     stopped = [st["stopped_by_budget"] for st in stats.values() if isinstance(st, dict) and "stopped_by_budget" in st]
     if stopped:
