@@ -36,7 +36,7 @@ Missing values are `None` (null in Parquet, NaN in pandas), never a made-up numb
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specbench.acceptance import SpecDecodingStats
@@ -205,3 +205,18 @@ def sample_metrics(
         "token_count_delta": result.extra.get("token_count_delta"),
         "client_loop_lag_s": result.extra.get("loop_lag_s"),
     }
+
+
+SLO_NAMES = ("ttft", "tpot", "e2el")  # vLLM's --goodput keys, bounds in ms
+
+
+def meets_slo(row: Mapping[str, Any], slos_ms: Mapping[str, float] | None) -> bool | None:
+    """Whether one sample (a records row) meets every SLO, as `vllm bench serve --goodput`
+    counts it: each of TTFT, TPOT (0 for a single output token) and E2E latency at most its
+    bound; a failed request never does. None without SLOs."""
+    if not slos_ms:
+        return None
+    if row.get("finish_reason") == "error" or row.get("ttft_s") is None:
+        return False
+    values = {"ttft": row["ttft_s"], "tpot": row.get("tpot_s") or 0.0, "e2el": row.get("e2e_s")}
+    return all(values[k] is not None and values[k] <= ms / 1e3 for k, ms in slos_ms.items())

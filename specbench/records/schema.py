@@ -131,6 +131,9 @@ SCHEMA = pa.schema(
            "openai: the worst delay of the client's event loop while the request was in flight (a "
            "1 ms timer firing late): its timestamps may be late by up to this much. Null for the "
            "other backends.", True),
+        _f("meets_slo", pa.bool_(),
+           "Whether the sample met every --goodput SLO (TTFT, TPOT, E2E latency; vLLM's goodput "
+           "definition); null when the run set none.", True),
     ]
 )
 
@@ -140,7 +143,7 @@ ADDED_IN: dict[int, frozenset[str]] = {
     2: frozenset({"repeat", "tokens_per_target_pass", "step_batch_size", "step_context_tokens", "step_drafted",
                   "step_accepted", "step_emitted", "step_draft_time_s", "step_verify_time_s"}),
     3: frozenset({"chunk_itl_s"}),
-    4: frozenset({"token_count_delta", "client_loop_lag_s"}),
+    4: frozenset({"token_count_delta", "client_loop_lag_s", "meets_slo"}),
 }
 
 
@@ -180,6 +183,7 @@ def make_row(
     metrics: dict[str, Any],
     is_baseline: bool | None = None,
     repeat: int = 0,
+    meets_slo: bool | None = None,
 ) -> dict[str, Any]:
     """One records row: the configuration and request columns plus `metrics`
     (the dict from `specbench.metrics.sample_metrics`). `is_baseline` defaults to whether
@@ -207,4 +211,5 @@ def make_row(
         "max_new_tokens": s.max_new_tokens,
     }
     row.update(metrics)
+    row["meets_slo"] = meets_slo
     return row

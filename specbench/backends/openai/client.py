@@ -29,6 +29,7 @@ import json
 import math
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +45,7 @@ from specbench.backends.openai.reported import per_request
 from specbench.backends.openai.sse import Attempt, Fault, error_message, read_stream
 from specbench.backends.openai.lag import LoopLag
 from specbench.backends.openai.stats import configuration_stats
+from specbench.backends.openai.workers import ClientPool
 from specbench.backends.openai.tokens import output_tokens
 from specbench.config import SpeculativeConfig
 from specbench.errors import BackendError, ConfigError
@@ -52,6 +54,7 @@ from specbench.types import Request, Result
 
 ENDPOINTS = ("completions", "chat")
 _JSON = {"Content-Type": "application/json"}
+SWITCH_INTERVAL_S = 0.0002  # the GIL switch interval during a run (see run())
 PROBE_TIMEOUT_S = 60.0  # /v1/models, /metrics and the probe request (capped by --request-timeout)
 
 
@@ -92,6 +95,8 @@ class OpenAIBackend:
         self._loop: asyncio.AbstractEventLoop | None = None  # see _submit
         self._http: aiohttp.ClientSession | None = None
         self._http_slots = 0
+        self.client_processes = 0  # worker processes sending the requests (0: this process's loop)
+        self._pool: ClientPool | None = None
 
     # ---- checks before the run ----------------------------------------------------------
 
@@ -282,8 +287,16 @@ class OpenAIBackend:
             self._http_slots = max(concurrency, 1)
         return self._http
 
+    def _worker_settings(self) -> dict[str, Any]:
+        return {"root": self.root, "model": self.model, "api_key": self.api_key, "endpoint": self.endpoint,
+                "request_timeout": self.request_timeout, "retries": self.retries,
+                "prompt_form": self.prompt_form, "extras": self.extras}
+
     def close(self) -> None:
-        """Close the connections and stop the loop thread (also at exit)."""
+        """Close the connections, stop the loop thread and the worker processes (also at exit)."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.close()
         loop, self._loop = self._loop, None
         if loop is None or loop.is_closed():
             return
@@ -396,27 +409,44 @@ class OpenAIBackend:
         results: list[Result | None] = [None] * len(requests)
         done: queue.SimpleQueue = queue.SimpleQueue()
         lag = LoopLag()
-        fut = self._submit(self._run_all(requests, concurrency, arrivals, done, lag))
+        switch = sys.getswitchinterval()
+        # This thread turns results into records while the loop's thread reads streams: a
+        # short GIL switch interval hands the GIL to the loop within it when a chunk arrives
+        # (at the default 5 ms every wake-up of the loop can wait that long).
+        sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))
+        if self.client_processes:
+            if self._pool is None:
+                self._pool = ClientPool(self._worker_settings(), self.client_processes)
+                atexit.register(self.close)
+            fut = self._pool.run(requests, concurrency, arrivals, done)
+        else:
+            fut = self._submit(self._run_all(requests, concurrency, arrivals, done, lag))
         try:
             while True:  # this thread, not the loop's: token counting, records, progress
                 try:
                     item = done.get(timeout=0.2)
                 except queue.Empty:
-                    if fut.done() and done.empty():
+                    if (fut.done() if hasattr(fut, "done") else not fut.is_alive()) and done.empty():
                         break
                     continue
                 if item is None:
                     break
-                i, req, arrival, att, attempts, error = item
+                i, req, arrival, att, attempts, error, worst = item
                 res = self._result(req, arrival, att, attempts, error)
-                res.extra["loop_lag_s"] = lag.worst(att.sent, att.end)
+                res.extra["loop_lag_s"] = worst if self.client_processes else lag.worst(att.sent, att.end)
                 results[i] = res
                 if on_result is not None:
                     on_result(req, res)
-            fut.result()
+            if hasattr(fut, "result"):
+                fut.result()
+            elif any(r is None for r in results):
+                raise BackendError("a --client-processes worker died before every request finished")
         except BaseException:
-            fut.cancel()
+            if hasattr(fut, "cancel"):
+                fut.cancel()
             raise
+        finally:
+            sys.setswitchinterval(switch)
         wall = time.perf_counter() - start
         after = self.scrape_metrics()
         return results, {**configuration_stats(results, before, after, wall, self.token_counting),  # type: ignore[arg-type]
@@ -437,7 +467,7 @@ class OpenAIBackend:
                 async with sem:
                     arrival = t0 + arrivals[i] if arrivals is not None else time.perf_counter()
                     att, attempts, error = await self.request_attempt(client, req)
-                done.put((i, req, arrival, att, attempts, error))
+                done.put((i, req, arrival, att, attempts, error, None))
 
             await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
         finally:

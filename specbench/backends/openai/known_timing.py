@@ -22,8 +22,8 @@ that is not JSON), `split_utf8` (every event written in two pieces cut inside a 
 character). `Schedule.for_request` (a hook) picks the schedule per request (index, body).
 
 Implementation: one asyncio `Protocol` per connection, HTTP/1.1 keep-alive with chunked
-responses, sends as `loop.call_at` timers writing pre-built bytes straight to the transport
-(no coroutine per event), so one process sustains hundreds of streams.
+responses, sends as `loop.call_at` timers writing each event (built when due, from a template) straight
+to the transport (no coroutine per event, no per-event work when the request arrives), so one process sustains hundreds of streams.
 Binds 127.0.0.1. Boundary: stdlib only; no specbench imports.
 """
 
@@ -115,6 +115,7 @@ class _Conn(asyncio.Protocol):
     def __init__(self, server: "KnownTimingServer"):
         self.server, self.buf, self.transport, self.busy = server, b"", None, False
         self.timers: list[asyncio.TimerHandle] = []
+        self.arrived = 0.0
 
     def connection_made(self, transport):
         self.transport = transport
@@ -128,6 +129,7 @@ class _Conn(asyncio.Protocol):
         self.transport = None
 
     def data_received(self, data: bytes) -> None:
+        self.arrived = time.perf_counter()  # the request is read when its last bytes arrive
         self.buf += data
         self._parse()
 
@@ -225,7 +227,7 @@ class KnownTimingServer:
     # ---- requests -----------------------------------------------------------------------
 
     def _handle(self, conn: _Conn, method: str, path: str, raw: bytes) -> None:
-        read = time.perf_counter()
+        read = conn.arrived
         path = path.split("?")[0]
         if method == "GET" and path == "/v1/models":
             data = [{"id": m, "object": "model", "owned_by": "known-timing", "max_model_len": 1 << 20}
@@ -264,21 +266,22 @@ class KnownTimingServer:
         text = TEXTS.get(sched.text, sched.text)
         obj = "chat.completion.chunk" if chat else "text_completion"
         rid = f"kt-{st.index}"
-        events: list[bytes] = []
-        tok = 0
-        for k, n in enumerate(counts):
-            choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if k == len(counts) - 1 else None}
-            if chat:
-                choice["delta"] = {"content": text * n}
-            else:
-                choice["text"] = text * n
-            if want_ids:
-                choice["token_ids"] = list(range(100 + tok, 100 + tok + n))
-            tok += n
-            ev = _sse({"id": rid, "object": obj, "model": self.models[0], "choices": [choice]})
+        total = len(counts)
+        head = json.dumps({"id": rid, "object": obj, "model": self.models[0]}, separators=(",", ":"))[:-1]
+        pieces: dict[int, str] = {}
+
+        def event(k: int) -> bytes:
+            """Event k, built when it is sent (a request's arrival does no per-event work)."""
             if sched.malformed_after is not None and k == sched.malformed_after:
-                ev = b"data: {not json\n\n"
-            events.append(ev)
+                return b"data: {not json\n\n"
+            n = counts[k]
+            piece = pieces.get(n) or pieces.setdefault(n, json.dumps(text * n))
+            content = f'"delta":{{"content":{piece}}}' if chat else f'"text":{piece}'
+            ids = (f',"token_ids":[{",".join(map(str, range(100 + k * per, 100 + k * per + n)))}]'
+                   if want_ids else "")
+            fin = '"length"' if k == total - 1 else "null"
+            return f'data: {head},"choices":[{{"index":0,{content}{ids},"finish_reason":{fin}}}]}}\n\n'.encode()
+
         tail = b""
         if sched.usage and (body.get("stream_options") or {}).get("include_usage"):
             tail += _sse({"id": rid, "object": obj, "model": self.models[0], "choices": [],
@@ -287,7 +290,7 @@ class KnownTimingServer:
         tail += b"data: [DONE]\n\n"
         conn.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                              b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
-        offsets = sched.offsets(len(events), st.index)
+        offsets = sched.offsets(total, st.index)
         st.scheduled = [st.read + o for o in offsets]
         loop = self.loop
         # Events due at the same instant (bursts, jitter ties) go out in one write.
@@ -297,7 +300,6 @@ class KnownTimingServer:
                 groups[-1][1].append(k)
             else:
                 groups.append((t, [k]))
-        total = len(events)
 
         def fire(ks: list[int]) -> None:
             tr = conn.transport
@@ -308,7 +310,7 @@ class KnownTimingServer:
                 tr.abort()
                 return
             last = ks[-1] == total - 1
-            data = b"".join(events[k] for k in ks) + (tail if last else b"")
+            data = b"".join(event(k) for k in ks) + (tail if last else b"")
             lead = next((i for i, b in enumerate(data) if b >= 0xC0), None) if sched.split_utf8 else None
             if lead is not None:  # two HTTP chunks, the cut inside a multi-byte character
                 tr.write(_chunked(data[:lead + 1]))
@@ -321,7 +323,7 @@ class KnownTimingServer:
             if last:
                 conn.done()
 
-        if not events:
+        if not total:
             conn.transport.write(_chunked(tail) + b"0\r\n\r\n")
             conn.done()
             return
