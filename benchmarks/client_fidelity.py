@@ -11,7 +11,7 @@ client's error (measured - true). The server runs in its own process; its own se
 
     nice -n 10 .venv/bin/python benchmarks/client_fidelity.py --concurrency 1,16,64,256
     ... --concurrency 1024 --client-processes 4
-    ... --specbench-src /tmp/old/src        # the same against another checkout (before/after)
+    ... --compare-src /tmp/old              # also another checkout, alternating (before/after)
     ... --http-clients                      # raw httpx vs aiohttp streaming loops, ABBA
 
 Name the CPU (`lscpu`) and the load (`uptime`, printed) with every figure: on a shared
@@ -109,13 +109,15 @@ def run_specbench(url: str, prompts: Path, tok_dir: Path, n: int, c: int, tokens
            "--tokenizer", str(tok_dir), "--workload", str(prompts), "--num-prompts", str(n),
            "--max-new-tokens", str(tokens), "--concurrency", str(c), "--method", "none",
            "--warmup", "1", "--no-chat-template", "--ignore-eos", "--out", str(out), *extra]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    # not from the checkout's directory: `python -m` would put it first on sys.path, ahead of
+    # a --specbench-src tree
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
     if p.returncode != 0:
         raise SystemExit(f"specbench run failed ({p.returncode}):\n{p.stderr[-3000:]}")
     df = pd.read_parquet(out / "samples.parquet")
     df = df[df["finish_reason"] != "error"]
     res = {"ttft": list(df["ttft_s"]), "itl": [x for xs in df["chunk_itl_s"] for x in xs],
-           "tpot": list(df["tpot_s"].dropna()), "stderr": p.stderr}
+           "tpot": list(df["tpot_s"].dropna()), "stderr": p.stdout + p.stderr}
     if "client_loop_lag_s" in df.columns:
         res["loop_lag"] = list(df["client_loop_lag_s"].dropna())
     shutil.rmtree(out, ignore_errors=True)
@@ -143,7 +145,7 @@ def run_vllm(url: str, tok_dir: Path, n: int, c: int, tokens: int, tmp: Path) ->
         return None
     r = json.loads((res_dir / "r.json").read_text())
     return {"ttft": list(r["ttfts"]), "itl": [x for xs in r["itls"] for x in xs],
-            "tpot": [(e - t) / (o - 1) for e, t, o in zip(r.get("e2els", []), r["ttfts"], r["output_lens"]) if o > 1]}
+            "tpot": [sum(i) / (o - 1) for i, o in zip(r["itls"], r["output_lens"]) if o > 1]}
 
 
 # ---- raw HTTP clients (to choose one) ---------------------------------------------------------
@@ -214,8 +216,9 @@ def main() -> None:
     ap.add_argument("--itl-ms", type=float, default=20.0)
     ap.add_argument("--requests-per-slot", type=int, default=3, help="requests = this x concurrency")
     ap.add_argument("--client-processes", type=int, default=None, help="passed to specbench run (1024 streams)")
-    ap.add_argument("--specbench-src", type=Path, default=None,
-                    help="run specbench from this source tree instead (PYTHONPATH), e.g. an older commit")
+    ap.add_argument("--compare-src", type=Path, default=None,
+                    help="also run specbench from this source tree (PYTHONPATH), e.g. an older commit, "
+                         "alternating with this checkout (ABBA across concurrencies)")
     ap.add_argument("--label", default="specbench")
     ap.add_argument("--http-clients", action="store_true", help="compare raw httpx and aiohttp loops (ABBA)")
     args = ap.parse_args()
@@ -224,9 +227,10 @@ def main() -> None:
     print(f"load: {os.getloadavg()}  cpu: {os.cpu_count()} cores; {args.tokens} tokens/request, "
           f"TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, closed loop, {args.requests_per_slot} x concurrency requests")
     env = dict(os.environ)
-    client_env = dict(env)
-    if args.specbench_src:
-        client_env["PYTHONPATH"] = str(args.specbench_src.resolve())
+    clients = [(args.label, dict(env, PYTHONPATH=str(ROOT)))]
+    if args.compare_src:
+        clients.append((f"{args.label} ({args.compare_src.name})",
+                        dict(env, PYTHONPATH=str(args.compare_src.resolve()))))
     tmp = Path(tempfile.mkdtemp(prefix="client-fidelity-"))
     try:
         for kind in kinds:
@@ -245,22 +249,26 @@ def main() -> None:
                             meas = asyncio.run(_raw(name, srv.url, n, c, args.tokens))
                             runs.append((name, meas, true_figures(srv.call("/_log"), args.tokens)))
                     else:
-                        srv.call("/_reset", "POST")
-                        extra = ["--client-processes", str(args.client_processes)] if args.client_processes else []
-                        meas = run_specbench(srv.url, prompts, tok_dir, n, c, args.tokens, tmp, client_env, extra)
-                        runs.append((args.label, meas, true_figures(srv.call("/_log"), args.tokens)))
-                        for line in meas["stderr"].splitlines():
-                            if "loop" in line and "lag" in line:
-                                print(f"   console: {line.strip()}")
+                        order = clients if concs.index(c) % 2 == 0 else clients[::-1]
+                        for label, client_env in order:
+                            srv.call("/_reset", "POST")
+                            extra = (["--client-processes", str(args.client_processes)]
+                                     if args.client_processes and client_env is clients[0][1] else [])
+                            meas = run_specbench(srv.url, prompts, tok_dir, n, c, args.tokens, tmp, client_env, extra)
+                            runs.append((label, meas, true_figures(srv.call("/_log"), args.tokens)))
+                            text = " ".join(meas["stderr"].split())
+                            if "client itself was the bottleneck" in text:
+                                print(f"   {label}: console warned: {text[text.index('the client itself'):][:150]}")
                         srv.call("/_reset", "POST")
                         vm = run_vllm(srv.url, tok_dir, n, c, args.tokens, tmp)
                         if vm is not None:
                             runs.append(("vllm bench serve", vm, true_figures(srv.call("/_log"), args.tokens)))
                     for name, meas, true in runs:
                         print(row(name, c, meas, true))
-                    lag = runs[0][2]["send_lag"]
-                    print(f"{'  server send lag':<22} {c:>5} p50 {pct(lag, 50):.2f} ms, p99 {pct(lag, 99):.2f} ms "
-                          f"({runs[0][2]['n']} streams); load {os.getloadavg()[0]:.2f}")
+                    for name, _, true in runs:
+                        lag = true["send_lag"]
+                        print(f"{'  server send lag':<22} {c:>5} p50 {pct(lag, 50):.2f} ms, p99 {pct(lag, 99):.2f} ms "
+                              f"({true['n']} streams, during {name}); load {os.getloadavg()[0]:.2f}")
             finally:
                 srv.close()
     finally:

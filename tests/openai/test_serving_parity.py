@@ -173,6 +173,12 @@ def test_cli_rate_sweep_burstiness_goodput_and_client_processes(srv, prompts, ti
     assert run["goodput_slos_ms"] == {"ttft": 10000.0, "tpot": 1.0} and run["client_processes"] == 2
     text = " ".join(out.split())
     assert "baseline-c4-r20-b0.5: TTFT p50" in text and "p99.9" in text and "goodput" in text
+    code, out, err = specbench("report", out_dir, "--out", tmp_path / "r.html", "--n-boot", "100")
+    assert code == 0, out + err
+    html = (tmp_path / "r.html").read_text()
+    assert "gamma (burstiness 0.5) arrivals at 20, 40 req/s" in html
+    row = html[html.index("<dt>goodput</dt>"):][:400]
+    assert "ttft &lt;= 10000 ms" in row and "tpot &lt;= 1 ms" in row and "baseline-c4-r40-b0.5" in row
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -97,7 +97,7 @@ class Stream:
     tokens: int = 0
     status: int = 200
     scheduled: list[float] = field(default_factory=list)
-    sent: list[float] = field(default_factory=list)  # after the event's bytes were written
+    sent: list[float] = field(default_factory=list)  # just before the event's bytes were written
     counts: list[int] = field(default_factory=list)  # tokens per event
     fault: str | None = None
     prompt: Any = None
@@ -311,12 +311,12 @@ class KnownTimingServer:
                 return
             last = ks[-1] == total - 1
             data = b"".join(event(k) for k in ks) + (tail if last else b"")
+            now = time.perf_counter()  # before the write: no client can read the bytes earlier
             lead = next((i for i, b in enumerate(data) if b >= 0xC0), None) if sched.split_utf8 else None
             if lead is not None:  # two HTTP chunks, the cut inside a multi-byte character
                 tr.write(_chunked(data[:lead + 1]))
                 data = data[lead + 1:]
             tr.write(_chunked(data) + (b"0\r\n\r\n" if last else b""))
-            now = time.perf_counter()
             for k in ks:
                 st.sent.append(now)
                 st.counts.append(counts[k])
