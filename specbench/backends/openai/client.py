@@ -16,8 +16,13 @@ order callers must follow (see the package docstring):
 Per request: retries (when asked) of 429/5xx/timeouts/dropped streams, else a
 `finish_reason="error"` result; a chunk of n tokens gives n equal timestamps.
 
+Running: one event loop thread per backend (`_submit`) only sends and reads; finished
+attempts become `Result`s on the caller's thread (`run`), or come back from worker processes
+(`workers`, `--client-processes`).
+
 Boundary: HTTP in, `Result`s out. No weights are ever loaded; the tokenizer is the caller's
-(`load_tokenizer` finds it without weights).
+(`load_tokenizer` finds it without weights). Longer than 400 lines because the lifecycle's
+steps share one object's settings; the stream, token, lag and worker parts live beside it.
 """
 
 from __future__ import annotations
