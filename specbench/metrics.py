@@ -36,7 +36,7 @@ Missing values are `None` (null in Parquet, NaN in pandas), never a made-up numb
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specbench.acceptance import SpecDecodingStats
@@ -79,6 +79,8 @@ METRIC_COLUMNS = (
     "output_token_ids",
     "token_match_rate",
     "first_divergence",
+    "token_count_delta",
+    "client_loop_lag_s",
 )
 
 
@@ -124,7 +126,9 @@ def sample_metrics(
     `result.token_times` holds one emission time per output token.
     """
     times = list(result.token_times)
-    n_out = len(result.output_ids)
+    # A server's own count (usage.completion_tokens) when the backend has one: the ids of a
+    # text-only stream are the client's re-tokenization of the text, which can differ.
+    n_out = int(result.extra.get("output_tokens", len(result.output_ids)))
     arrival = result.arrival_time
 
     ttft = times[0] - arrival if times else None
@@ -198,4 +202,21 @@ def sample_metrics(
         "output_token_ids": list(result.output_ids),
         "token_match_rate": match_rate,
         "first_divergence": first_div,
+        "token_count_delta": result.extra.get("token_count_delta"),
+        "client_loop_lag_s": result.extra.get("loop_lag_s"),
     }
+
+
+SLO_NAMES = ("ttft", "tpot", "e2el")  # vLLM's --goodput keys, bounds in ms
+
+
+def meets_slo(row: Mapping[str, Any], slos_ms: Mapping[str, float] | None) -> bool | None:
+    """Whether one sample (a records row) meets every SLO, as `vllm bench serve --goodput`
+    counts it: each of TTFT, TPOT (0 for a single output token) and E2E latency at most its
+    bound; a failed request never does. None without SLOs."""
+    if not slos_ms:
+        return None
+    if row.get("finish_reason") == "error" or row.get("ttft_s") is None:
+        return False
+    values = {"ttft": row["ttft_s"], "tpot": row.get("tpot_s") or 0.0, "e2el": row.get("e2e_s")}
+    return all(values[k] is not None and values[k] <= ms / 1e3 for k, ms in slos_ms.items())

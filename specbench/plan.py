@@ -92,6 +92,10 @@ class RunPlan:
     seed: int = 0  # prompt sampling, request seeds, interleaving order, arrivals
     concurrency: tuple[int, ...] = (1,)
     request_rate: float | None = None  # requests/s, Poisson; None = closed loop
+    request_rates: tuple[float, ...] = ()  # several rates, one configuration each (beats request_rate)
+    burstiness: float = 1.0  # gamma shape of the arrival gaps (1 = Poisson), vLLM's --burstiness
+    goodput_slos_ms: dict[str, float] | None = None  # --goodput: SLO bounds in ms (ttft, tpot, e2el)
+    client_processes: int = 0  # --backend openai: worker processes sending the requests (0: this one)
     warmup: int = 1  # warm-up waves per configuration
     repeats: int = 1
     interleave: bool = True
@@ -163,11 +167,16 @@ def _settle(plan: RunPlan, remote: Any = None, log: Log | None = None) -> _Settl
         sp.method, k, draft, ngram_min=sp.ngram[0], ngram_max=sp.ngram[1],
         disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
         draft_confidence_threshold=sp.draft_confidence_threshold) for k in ks)
-    configs = runner.plan(specs, plan.concurrency, baseline=baseline, request_rate=plan.request_rate)
+    rates = plan.request_rates or (plan.request_rate,)
+    configs = [c for rate in rates for c in runner.plan(specs, plan.concurrency, baseline=baseline,
+                                                          request_rate=rate, burstiness=plan.burstiness)]
+    if plan.burstiness != 1.0 and plan.backend != "openai":
+        raise ConfigError(f"--burstiness {plan.burstiness:g} needs --backend openai (the {plan.backend} backend "
+                          "draws Poisson arrivals only); leave it at 1")
     if plan.backend == "hf" and sp.method == "eagle3":
         raise ConfigError("--backend hf cannot run method eagle3 (transformers' assisted generation has no "
                           "EAGLE-3 heads); use --backend embedded")
-    if plan.backend == "hf" and (any(c != 1 for c in plan.concurrency) or plan.request_rate):
+    if plan.backend == "hf" and (any(c != 1 for c in plan.concurrency) or any(rates)):
         raise ConfigError("--backend hf runs one request at a time: use --concurrency 1 without "
                           "--request-rate (the embedded backend batches)")
     return _Settled(target, sp, baseline, specs, tuple(configs))
@@ -179,12 +188,18 @@ def _run_config(plan: RunPlan, s: _Settled, wl: Any) -> RunConfig:
         target=s.target, draft=sp.draft, method=sp.method, num_speculative_tokens=sp.ks, ngram=sp.ngram,
         workload=wl.name, workload_kind=wl.kind, num_prompts=len(wl.prompts), sampling=dict(plan.overrides),
         seed=plan.seed, ignore_eos=plan.sampling.ignore_eos, concurrency=plan.concurrency,
-        request_rate=plan.request_rate, disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
+        request_rate=plan.request_rates[0] if len(plan.request_rates) == 1 else plan.request_rate,
+        disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
         warmup=plan.warmup, repeats=plan.repeats, interleave=plan.interleave,
         time_budget_s=plan.time_budget_s or None, device=plan.engine.device, dtype=plan.engine.dtype,
         compile=plan.engine.compile, backend=plan.backend, baseline=s.baseline,
         chat_template=plan.chat_template, truncate=plan.truncate,
-        configurations=tuple(c.config_id for c in s.configs))
+        configurations=tuple(c.config_id for c in s.configs),
+        extra={k: v for k, v in (("request_rates", list(plan.request_rates) if len(plan.request_rates) > 1 else None),
+                                 ("burstiness", plan.burstiness if plan.burstiness != 1.0 else None),
+                                 ("goodput_slos_ms", plan.goodput_slos_ms),
+                                 ("client_processes", plan.client_processes or None))
+               if v is not None})
 
 
 def _open_writer(plan: RunPlan, s: _Settled, config: RunConfig) -> RunWriter:
@@ -254,6 +269,7 @@ def run_plan(plan: RunPlan, *, log: Log | None = None, progress: PlanProgress | 
         o = plan.server
         remote = OpenAIBackend.connect(o.base_url, model=o.model, api_key_env=o.api_key_env, endpoint=o.endpoint,
                                        request_timeout=o.request_timeout, retries=o.retries)
+        remote.client_processes = plan.client_processes
     s = _settle(plan, remote, log)
     wl = session.load_prompts(plan.workload, prompt_field=plan.prompt_field, num_prompts=plan.num_prompts,
                               seed=plan.seed)
@@ -271,7 +287,8 @@ def run_plan(plan: RunPlan, *, log: Log | None = None, progress: PlanProgress | 
         with stop:
             runner.run_plan(backend, requests, s.configs, run_id=writer.metadata.run_id, writer=writer,
                             warmup=plan.warmup, repeats=plan.repeats, interleave=plan.interleave,
-                            seed=plan.seed, time_budget_s=plan.time_budget_s or None, progress=progress)
+                            seed=plan.seed, time_budget_s=plan.time_budget_s or None, progress=progress,
+                            slos_ms=plan.goodput_slos_ms)
     except KeyboardInterrupt:
         writer.metadata.note(interrupted_by=stop.signal_name or "SIGINT")
         writer.close(complete=False)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from specbench.backends.base import Backend, batched
 from specbench.config import BASELINE, SpeculativeConfig
 from specbench.errors import ConfigError
-from specbench.metrics import match_fields, sample_metrics
+from specbench.metrics import match_fields, meets_slo, sample_metrics
 from specbench.progress import PlanProgress
 from specbench.records import RunWriter, make_row
 from specbench.types import Request, Result
@@ -34,11 +34,13 @@ class Configuration:
     spec: SpeculativeConfig
     concurrency: int = 1
     request_rate: float | None = None  # requests/s (Poisson); None = closed loop
+    burstiness: float = 1.0  # gamma shape of the arrival gaps (1 = Poisson), as vLLM's
 
     @property
     def config_id(self) -> str:
         rate = f"-r{self.request_rate:g}" if self.request_rate else ""
-        return f"{self.spec.short}-c{self.concurrency}{rate}"
+        burst = f"-b{self.burstiness:g}" if self.request_rate and self.burstiness != 1.0 else ""
+        return f"{self.spec.short}-c{self.concurrency}{rate}{burst}"
 
     @property
     def is_baseline(self) -> bool:
@@ -46,7 +48,8 @@ class Configuration:
 
 
 def plan(specs: Sequence[SpeculativeConfig], concurrencies: Sequence[int],
-         baseline: bool = True, request_rate: float | None = None) -> list[Configuration]:
+         baseline: bool = True, request_rate: float | None = None,
+         burstiness: float = 1.0) -> list[Configuration]:
     """Per concurrency: the baseline first (so speculative rows can be matched against its
     outputs), then each distinct speculative configuration."""
     out: list[Configuration] = []
@@ -59,7 +62,7 @@ def plan(specs: Sequence[SpeculativeConfig], concurrencies: Sequence[int],
                 continue  # k = 0 or method none is the baseline: run only when asked for
             if s not in chosen:
                 chosen.append(s)
-        out.extend(Configuration(s, c, request_rate) for s in chosen)
+        out.extend(Configuration(s, c, request_rate, burstiness) for s in chosen)
     if not out:
         raise ConfigError("nothing to run: --no-baseline with only non-speculative configurations")
     return out
@@ -105,6 +108,7 @@ class Recorder:
         self._waiting: dict[tuple[str, int], list[dict]] = {}
         self._lock = threading.Lock()
         self.rows: list[dict] = []
+        self.slos_ms: dict[str, float] | None = None  # --goodput: every row's meets_slo
 
     def record(self, config: "Configuration", request: Request, result: Result, *, config_start: float,
                repeat: int) -> dict:
@@ -120,6 +124,7 @@ class Recorder:
                            spec=config.spec, concurrency=config.concurrency,
                            request_rate=config.request_rate, request=request, metrics=metrics,
                            is_baseline=config.is_baseline, repeat=repeat)
+            row["meets_slo"] = meets_slo(row, self.slos_ms)
             ready = [] if wait else [row]
             if wait:
                 self._waiting.setdefault(key, []).append((row, request, result))
@@ -210,8 +215,9 @@ def _run_block(backend: Backend, requests: list[Request], config: Configuration,
         recorder.record(config, request, result, config_start=anchor, repeat=repeat)
 
     if together:
+        burst = {"burstiness": config.burstiness} if config.request_rate and config.burstiness != 1.0 else {}
         _, info = backend.run(requests, config.spec, concurrency=config.concurrency,
-                              request_rate=config.request_rate, rate_seed=rate_seed, on_result=record)
+                              request_rate=config.request_rate, rate_seed=rate_seed, on_result=record, **burst)
     else:
         for request in requests:
             record(request, backend.generate(request, config.spec, arrival_time=time.perf_counter()))
@@ -231,6 +237,7 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
              interleave: bool = True, seed: int = 0, time_budget_s: float | None = None,
              on_result: Callable[[Request, Result], None] | None = None,
              progress: PlanProgress | None = None,
+             slos_ms: dict[str, float] | None = None,
              stop: Callable[[list[dict], int], str | None] | None = None) -> dict[str, dict]:
     """Measure every configuration on every request, `repeats` times, so that configurations
     compared with each other see the same machine.
@@ -261,16 +268,17 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
         progress.result(request, result)
 
     recorder = Recorder(backend.name, run_id, writer, finished)
+    recorder.slos_ms = slos_ms
     stats: dict[str, dict] = {}
     busy: dict[str, float] = {}
     groups: dict[tuple, list[Configuration]] = {}
     for cfg in configs:
-        groups.setdefault((cfg.concurrency, cfg.request_rate), []).append(cfg)
+        groups.setdefault((cfg.concurrency, cfg.request_rate, cfg.burstiness), []).append(cfg)
     rng = random.Random(seed)
     started = time.monotonic()
     progress.start(configs, len(requests) * repeats)
     try:
-        for g_index, ((concurrency, _), group) in enumerate(groups.items()):
+        for g_index, ((concurrency, *_), group) in enumerate(groups.items()):
             share = None
             if time_budget_s:
                 left = time_budget_s - (time.monotonic() - started)

@@ -56,7 +56,10 @@ def run(
     seed: Annotated[int, typer.Option(help="Base seed: prompt sampling and per-request seeds.")] = 0,
     ignore_eos: Annotated[bool, typer.Option(help="Decode exactly max-new-tokens, ignoring EOS.")] = False,
     concurrency: Annotated[Optional[list[str]], typer.Option(help="Maximum requests in flight (closed loop); a list (1,4,16) runs each.")] = None,
-    request_rate: Annotated[Optional[float], typer.Option(help="Open loop: Poisson arrivals at this many requests/s (seeded by --seed), capped by --concurrency.")] = None,
+    request_rate: Annotated[Optional[list[str]], typer.Option(help="Open loop: Poisson arrivals at this many requests/s (seeded by --seed), capped by --concurrency; a list (1,2,4) runs one configuration each.")] = None,
+    burstiness: Annotated[float, typer.Option(help="openai, with --request-rate: gamma arrival gaps of this shape, mean 1/rate (vLLM's --burstiness: 1 = Poisson, below 1 burstier).")] = 1.0,
+    goodput: Annotated[Optional[list[str]], typer.Option(help="SLOs in ms, vLLM's --goodput: ttft:MS tpot:MS e2el:MS (repeat the flag or join with commas); records say which samples met them all, the console the goodput in requests/s.")] = None,
+    client_processes: Annotated[int, typer.Option(help="openai: worker processes sending the requests, each with its own event loop, one arrival schedule (0 = this process).")] = 0,
     disable_by_batch_size: Annotated[Optional[int], typer.Option(help="Switch speculation off while more than this many requests are in flight.")] = None,
     dynamic_k: Annotated[bool, typer.Option(help="Per request, grow k by 2 after a fully accepted step and shrink it by 1 otherwise (max = k).")] = False,
     warmup: Annotated[int, typer.Option(help="Warm-up waves per configuration (each: --concurrency short requests at that concurrency), excluded from records.")] = 1,
@@ -118,7 +121,17 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
                                tokenizer=f["tokenizer"] or (f["target"] if "target" in given else None))
     elif any(openai_flags):
         raise ConfigError("--base-url, --model, --api-key-env and --tokenizer need --backend openai")
-    finite("--request-rate", f["request_rate"], above=0.0)  # inf = all at once: leave --request-rate out
+    rates = tuple(finite("--request-rate", r, above=0.0)  # inf = all at once: leave --request-rate out
+                  for r in _parse_rates(f["request_rate"]))
+    finite("--burstiness", f["burstiness"], above=0.0)
+    if f["burstiness"] != 1.0 and not rates:
+        raise ConfigError("--burstiness shapes open-loop arrivals: it needs --request-rate")
+    if f["client_processes"] < 0:
+        raise ConfigError(f"--client-processes must be >= 0 (0 = this process), got {f['client_processes']}")
+    if f["client_processes"] and f["backend"] != "openai":
+        raise ConfigError("--client-processes needs --backend openai")
+    from specbench.analysis.serving import parse_goodput
+    slos = parse_goodput(f["goodput"])
     if server is None:  # the openai backend checks its own timeout
         finite("--request-timeout", f["request_timeout"], above=0.0)
     time_budget = finite("--time-budget", f["time_budget"], minimum=0.0)
@@ -130,9 +143,23 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
         target=f["target"], speculation=speculation, baseline=f["baseline"], workload=f["workload"],
         prompt_field=f["prompt_field"], num_prompts=f["num_prompts"], sampling=sampling, overrides=overrides,
         seed=f["seed"], concurrency=tuple(parse_int_list(f["concurrency"], "--concurrency") or [1]),
-        request_rate=f["request_rate"], warmup=f["warmup"], repeats=f["repeats"], interleave=f["interleave"],
+        request_rate=None, request_rates=rates, burstiness=f["burstiness"], goodput_slos_ms=slos,
+        client_processes=f["client_processes"], warmup=f["warmup"], repeats=f["repeats"], interleave=f["interleave"],
         time_budget_s=time_budget, engine=engine, backend=f["backend"], server=server,
         chat_template=f["chat_template"], truncate=f["truncate"], out=f["out"], overwrite=f["overwrite"])
+
+
+def _parse_rates(values: Any) -> list[float]:
+    """`--request-rate 1,2 --request-rate 4` -> [1.0, 2.0, 4.0]; one line for a non-number."""
+    from specbench.config import split_list
+
+    out = []
+    for part in split_list(values or []):
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise ConfigError(f"--request-rate: {part!r} is not a number of requests/s (e.g. --request-rate 1,2,4)") from None
+    return out
 
 
 def _speculation(f: dict[str, Any], given: set[str]) -> Any:
@@ -226,9 +253,12 @@ def print_summary(result: Any) -> None:
     for line in analysis.where_speculation_pays(analysis.speedup_verdicts(df)):
         out.print(line)
     if cfg.backend == "openai":
-        from specbench.backends.openai import acceptance_lines
-        for line in acceptance_lines(stats):
+        from specbench.backends.openai import acceptance_lines, lag_lines
+        for line in acceptance_lines(stats) + lag_lines(df):
             out.print(line)
+    from specbench.analysis.serving import serving_lines
+    for line in serving_lines(df, stats, cfg.extra.get("goodput_slos_ms")):
+        out.print(line)
     stopped = [st["stopped_by_budget"] for st in stats.values() if isinstance(st, dict) and "stopped_by_budget" in st]
     if stopped:
         first = stopped[0]

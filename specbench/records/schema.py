@@ -23,7 +23,7 @@ SAMPLES_FILE = "samples.parquet"
 RUN_FILE = "run.json"
 JOURNAL_FILE = ".samples.journal.arrows"  # every sample as it completes; gone once the run closes
 METADATA_KEY = b"specbench"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_RUNS_DIR = Path("runs")
 
 
@@ -122,6 +122,18 @@ SCHEMA = pa.schema(
         _f("first_divergence", _I32,
            "First position that differs from the reference output (-1 = identical; null without "
            "a reference).", True),
+        # --- the client's own fidelity (openai) ---------------------------------------------
+        _f("token_count_delta", _I32,
+           "openai: the server's usage.completion_tokens minus the tokens the client counted in the "
+           "stream (token ids, logprobs or the re-tokenized text); output_tokens is the server's "
+           "count. Null without usage, and for the other backends.", True),
+        _f("client_loop_lag_s", _F64,
+           "openai: the worst delay of the client's event loop while the request was in flight (a "
+           "1 ms timer firing late): its timestamps may be late by up to this much. Null for the "
+           "other backends.", True),
+        _f("meets_slo", pa.bool_(),
+           "Whether the sample met every --goodput SLO (TTFT, TPOT, E2E latency; vLLM's goodput "
+           "definition); null when the run set none.", True),
     ]
 )
 
@@ -131,6 +143,7 @@ ADDED_IN: dict[int, frozenset[str]] = {
     2: frozenset({"repeat", "tokens_per_target_pass", "step_batch_size", "step_context_tokens", "step_drafted",
                   "step_accepted", "step_emitted", "step_draft_time_s", "step_verify_time_s"}),
     3: frozenset({"chunk_itl_s"}),
+    4: frozenset({"token_count_delta", "client_loop_lag_s", "meets_slo"}),
 }
 
 
@@ -170,6 +183,7 @@ def make_row(
     metrics: dict[str, Any],
     is_baseline: bool | None = None,
     repeat: int = 0,
+    meets_slo: bool | None = None,
 ) -> dict[str, Any]:
     """One records row: the configuration and request columns plus `metrics`
     (the dict from `specbench.metrics.sample_metrics`). `is_baseline` defaults to whether
@@ -197,4 +211,5 @@ def make_row(
         "max_new_tokens": s.max_new_tokens,
     }
     row.update(metrics)
+    row["meets_slo"] = meets_slo
     return row

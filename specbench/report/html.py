@@ -162,10 +162,12 @@ def run_header(run: RunInput, run_id: str) -> list[tuple[str, str]]:
                                for w in workloads.itertuples())),
         ("sampling", _sampling(df, cfg)),
         ("load", f"concurrency {', '.join(map(str, concs))}"
-                 + (f", Poisson arrivals at {rate.iloc[0]:g} req/s" if len(rate) else
+                 + (f", {'Poisson' if not cfg.extra.get('burstiness') else 'gamma (burstiness ' + format(cfg.extra['burstiness'], 'g') + ')'}"
+                    f" arrivals at {', '.join(f'{r:g}' for r in sorted(rate.unique()))} req/s" if len(rate) else
                     ", closed loop")),
         ("device", f"{meta.get('device') or '?'}" + (f", {dtype}" if dtype else "")
                    + f", backend {', '.join(sorted(df['backend'].unique()))}"),
+        *_goodput_rows(df, cfg),
         ("git revision", rev[:12] if rev else "–"),
         ("host", str(meta.get("hostname", "–"))),
         ("samples", f"{len(df)} ({int((~analysis.ok_mask(df)).sum())} failed)"),
@@ -174,6 +176,20 @@ def run_header(run: RunInput, run_id: str) -> list[tuple[str, str]]:
         ("command", shlex.join(_command(meta)) or "–"),
     ]
     return rows
+
+
+def _goodput_rows(df: pd.DataFrame, cfg: RunConfig) -> list[tuple[str, str]]:
+    """With --goodput: the SLOs and each configuration's goodput (vLLM's definition)."""
+    from specbench.analysis.serving import goodput
+
+    slos = cfg.extra.get("goodput_slos_ms")
+    if not slos:
+        return []
+    wall = {k: float(v["wall_s"]) for k, v in dict(cfg.configuration_stats).items()
+            if isinstance(v, dict) and v.get("wall_s")}
+    gp = goodput(df, wall)
+    per = "; ".join(f"{r.config_id} {r.goodput_rps:.2f} req/s ({r.good} of {r.n})" for r in gp.itertuples())
+    return [("goodput", f"requests meeting {', '.join(f'{k} <= {v:g} ms' for k, v in slos.items())}: {per or '–'}")]
 
 
 # --------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The OpenAI-compatible backend: benchmark a vLLM, SGLang or `specbench serve` server over
-HTTP, streaming, with asyncio + httpx.
+HTTP, streaming, with asyncio + aiohttp (the probes before the run with httpx).
 
 Speculation happens on the server, so a configuration here is a label for what the server
 runs (`label`: its /v1/models card says so for `specbench serve`; vLLM's /metrics reveal k).
@@ -38,7 +38,8 @@ The lifecycle (`client.OpenAIBackend`), in this order: `connect()` -> `server_sp
 `prepare()` -> `run()`.
 
 Modules: `client` (the backend), `sse` (one streamed response), `tokens` (ids and times from
-chunks), `reported` (per-request acceptance a server reports), `prometheus` (/metrics
+chunks), `lag` (the client's own event-loop lag, per request), `known_timing` (a server of
+exact, logged timing, to measure clients against), `reported` (per-request acceptance a server reports), `prometheus` (/metrics
 counters), `stats` (the configuration's run.json entry and console lines), `label` (the
 served speculative configuration).
 
@@ -47,6 +48,7 @@ Boundary: HTTP in, `Result`s out. No weights are ever loaded; the tokenizer is t
 """
 
 from specbench.backends.openai.client import ENDPOINTS, PROBE_TIMEOUT_S, OpenAIBackend, load_tokenizer
+from specbench.backends.openai.lag import lag_lines
 from specbench.backends.openai.prometheus import counter_deltas, parse_prometheus, spec_decode_counters
 from specbench.backends.openai.reported import sglang_acceptance, vllm_acceptance
 from specbench.backends.openai.sse import error_message
@@ -54,5 +56,5 @@ from specbench.backends.openai.stats import acceptance_lines, request_acceptance
 from specbench.models.tokenizer import TokenizerOnly
 
 __all__ = ["ENDPOINTS", "PROBE_TIMEOUT_S", "OpenAIBackend", "TokenizerOnly", "acceptance_lines",
-           "counter_deltas", "error_message", "load_tokenizer", "parse_prometheus", "request_acceptance",
+           "counter_deltas", "error_message", "lag_lines", "load_tokenizer", "parse_prometheus", "request_acceptance",
            "sglang_acceptance", "spec_decode_counters", "vllm_acceptance"]

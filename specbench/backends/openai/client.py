@@ -16,27 +16,41 @@ order callers must follow (see the package docstring):
 Per request: retries (when asked) of 429/5xx/timeouts/dropped streams, else a
 `finish_reason="error"` result; a chunk of n tokens gives n equal timestamps.
 
+Running: one event loop thread per backend (`_submit`) only sends and reads; finished
+attempts become `Result`s on the caller's thread (`run`), or come back from worker processes
+(`workers`, `--client-processes`).
+
 Boundary: HTTP in, `Result`s out. No weights are ever loaded; the tokenizer is the caller's
-(`load_tokenizer` finds it without weights).
+(`load_tokenizer` finds it without weights). Longer than 400 lines because the lifecycle's
+steps share one object's settings; the stream, token, lag and worker parts live beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
+import json
 import math
 import os
+import queue
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import aiohttp
 import httpx
 
-from specbench.arrivals import poisson_arrivals
+from specbench.arrivals import gamma_arrivals
 from specbench.backends.openai.label import served_spec
 from specbench.backends.openai.prometheus import parse_prometheus, spec_decode_counters
 from specbench.backends.openai.reported import per_request
 from specbench.backends.openai.sse import Attempt, Fault, error_message, read_stream
+from specbench.backends.openai.lag import LoopLag
 from specbench.backends.openai.stats import configuration_stats
+from specbench.backends.openai.workers import ClientPool
 from specbench.backends.openai.tokens import output_tokens
 from specbench.config import SpeculativeConfig
 from specbench.errors import BackendError, ConfigError
@@ -44,6 +58,8 @@ from specbench.models.tokenizer import TokenizerOnly, load_tokenizer_only
 from specbench.types import Request, Result
 
 ENDPOINTS = ("completions", "chat")
+_JSON = {"Content-Type": "application/json"}
+SWITCH_INTERVAL_S = 0.0002  # the GIL switch interval during a run (see run())
 PROBE_TIMEOUT_S = 60.0  # /v1/models, /metrics and the probe request (capped by --request-timeout)
 
 
@@ -81,6 +97,11 @@ class OpenAIBackend:
         self.metrics_text_available = False
         self.server_counters: dict[str, Any] | None = None
         self.device_name = f"openai server {root} ({self.card.get('owned_by') or 'unknown'})"
+        self._loop: asyncio.AbstractEventLoop | None = None  # see _submit
+        self._http: aiohttp.ClientSession | None = None
+        self._http_slots = 0
+        self.client_processes = 0  # worker processes sending the requests (0: this process's loop)
+        self._pool: ClientPool | None = None
 
     # ---- checks before the run ----------------------------------------------------------
 
@@ -196,7 +217,7 @@ class OpenAIBackend:
         for form in forms:
             for extras in candidates:
                 self.prompt_form, self.extras = form, extras
-                att, fault = asyncio.run(self._probe_once(probe_req))
+                att, fault = self._submit(self._probe_once(probe_req)).result()
                 if fault is not None:
                     if fault.status is not None and 400 <= fault.status < 500 and fault.status != 429:
                         refused.append(str(fault))
@@ -225,18 +246,17 @@ class OpenAIBackend:
         self.token_counting = "tokenizer"
 
     async def _probe_once(self, request: Request) -> tuple[Attempt, Fault | None]:
-        async with self._client(1) as client:
-            att = Attempt(sent=time.perf_counter())
-            try:
-                await asyncio.wait_for(self._stream(client, request, att),
-                                       min(PROBE_TIMEOUT_S, self.request_timeout))
-            except Fault as f:
-                return att, f
-            except (asyncio.TimeoutError, httpx.TimeoutException):
-                return att, Fault("timed out", True)
-            except httpx.HTTPError as exc:
-                return att, Fault(f"{type(exc).__name__}: {exc}", True)
-            return att, None
+        client = self._session(1)
+        att = Attempt(sent=time.perf_counter())
+        try:
+            await asyncio.wait_for(self._stream(client, request, att), min(PROBE_TIMEOUT_S, self.request_timeout))
+        except Fault as f:
+            return att, f
+        except asyncio.TimeoutError:
+            return att, Fault("timed out", True)
+        except (aiohttp.ClientError, OSError) as exc:
+            return att, Fault(f"{type(exc).__name__}: {exc}", True)
+        return att, None
 
     def describe(self) -> dict[str, Any]:
         """For the run metadata (never the API key itself)."""
@@ -249,10 +269,49 @@ class OpenAIBackend:
 
     # ---- running ------------------------------------------------------------------------
 
-    def _client(self, concurrency: int) -> httpx.AsyncClient:
-        limits = httpx.Limits(max_connections=max(concurrency, 1), max_keepalive_connections=max(concurrency, 1))
-        return httpx.AsyncClient(timeout=httpx.Timeout(self.request_timeout), limits=limits,
-                                 headers=self._headers)
+    def _submit(self, coro) -> "concurrent.futures.Future":
+        """Run `coro` on the backend's own event loop, a thread that lives as long as the
+        backend: its keep-alive connections outlive a run, so warm-up and every block of an
+        interleaved plan reuse them (no connection set-up in a measured TTFT)."""
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="openai-client", daemon=True).start()
+            self._loop = loop
+            atexit.register(self.close)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _session(self, concurrency: int) -> aiohttp.ClientSession:
+        """The streaming session (aiohttp: see pyproject.toml for why not httpx), one
+        keep-alive connection per slot, grown when a run needs more; on the loop's thread."""
+        if self._http is None or self._http_slots < concurrency:
+            if self._http is not None:
+                asyncio.ensure_future(self._http.close())
+            connector = aiohttp.TCPConnector(limit=max(concurrency, 1), limit_per_host=0)
+            self._http = aiohttp.ClientSession(connector=connector, headers=self._headers,
+                                               timeout=aiohttp.ClientTimeout(total=None), trust_env=False)
+            self._http_slots = max(concurrency, 1)
+        return self._http
+
+    def _worker_settings(self) -> dict[str, Any]:
+        return {"root": self.root, "model": self.model, "api_key": self.api_key, "endpoint": self.endpoint,
+                "request_timeout": self.request_timeout, "retries": self.retries,
+                "prompt_form": self.prompt_form, "extras": self.extras}
+
+    def close(self) -> None:
+        """Close the connections, stop the loop thread and the worker processes (also at exit)."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.close()
+        loop, self._loop = self._loop, None
+        if loop is None or loop.is_closed():
+            return
+        if self._http is not None:
+            http, self._http = self._http, None
+            try:
+                asyncio.run_coroutine_threadsafe(http.close(), loop).result(5)
+            except (concurrent.futures.TimeoutError, RuntimeError):
+                pass
+        loop.call_soon_threadsafe(loop.stop)
 
     def payload(self, request: Request) -> dict[str, Any]:
         sp = request.sampling
@@ -275,14 +334,21 @@ class OpenAIBackend:
         body.update(self.extras)
         return body
 
-    async def _stream(self, client: httpx.AsyncClient, request: Request, att: Attempt) -> None:
+    async def _stream(self, client: aiohttp.ClientSession, request: Request, att: Attempt) -> None:
         chat = self.endpoint == "chat"
         url = f"{self.root}/v1/{'chat/completions' if chat else 'completions'}"
-        async with client.stream("POST", url, json=self.payload(request)) as resp:
+        body = json.dumps(self.payload(request)).encode()
+        att.sent = time.perf_counter()
+        async with client.post(url, data=body, headers=_JSON) as resp:
             await read_stream(resp, chat, att)
 
-    async def request(self, client: httpx.AsyncClient, request: Request, arrival: float) -> Result:
+    async def request(self, client: aiohttp.ClientSession, request: Request, arrival: float) -> Result:
         """One request with retries; never raises for a server fault."""
+        att, attempts, error = await self.request_attempt(client, request)
+        return self._result(request, arrival, att, attempts, error)
+
+    async def request_attempt(self, client: aiohttp.ClientSession, request: Request) -> tuple[Attempt, int, str | None]:
+        """(the last attempt, attempts made, error or None); only sends and reads."""
         error, att = "", Attempt(sent=time.perf_counter())
         for attempt in range(self.retries + 1):
             att = Attempt(sent=time.perf_counter())
@@ -293,79 +359,130 @@ class OpenAIBackend:
                 error, retryable = str(f), f.retryable
                 if f.retry_after is not None:
                     wait = min(f.retry_after, 30.0)
-            except (asyncio.TimeoutError, httpx.TimeoutException):
+            except asyncio.TimeoutError:
                 error = f"timed out after {self.request_timeout:g} s (--request-timeout)"
-            except httpx.RemoteProtocolError as exc:
-                error = f"stream dropped after {len(att.chunks)} chunk(s): {exc}"
-            except httpx.HTTPError as exc:
+            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+                error = f"stream dropped after {len(att.chunks)} chunk(s): {type(exc).__name__}: {exc}"
+            except (aiohttp.ClientError, OSError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
             else:
+                att.end = time.perf_counter()
                 if att.finish is not None:
-                    return self._result(request, arrival, att, attempt + 1)
+                    return att, attempt + 1, None
                 error = f"stream ended without a finish_reason after {len(att.chunks)} chunk(s) (dropped)"
+            att.end = time.perf_counter()
             if attempt < self.retries and retryable:
                 await asyncio.sleep(min(wait, 8.0))
                 continue
             break
-        res = self._result(request, arrival, att, self.retries + 1)
-        res.finish_reason, res.error = "error", error
-        return res
+        return att, self.retries + 1, error
 
-    def _result(self, request: Request, arrival: float, att: Attempt, attempts: int) -> Result:
-        ids, times = output_tokens(att.chunks, att.usage, att.finish, self.tokenizer, self.eos_token_ids)
+    def _result(self, request: Request, arrival: float, att: Attempt, attempts: int,
+                error: str | None = None) -> Result:
+        ids, times, delta = output_tokens(att.chunks, att.usage, att.finish, self.tokenizer, self.eos_token_ids)
         spec = att.spec or {}
         steps, reported = per_request(spec, att.vllm_spec, att.meta_info)
         finish = {"stop": "stop", "length": "length", "abort": "error", "error": "error"}.get(
             att.finish or "", "stop")
-        return Result(
+        res = Result(
             request_id=request.id, output_ids=ids, arrival_time=arrival, start_time=att.sent,
             token_times=times, finish_reason=finish, steps=steps,
             target_forward_passes=int(spec.get("target_forward_passes", 0)),
             prefill_time_s=float(spec.get("prefill_time_s", 0.0)), peak_memory_bytes=None,
             error="server aborted the request" if finish == "error" else None,
-            reported_acceptance=reported, extra={"attempts": attempts, "usage": att.usage, "server_finish_reason": att.finish},
+            reported_acceptance=reported,
+            extra={"attempts": attempts, "usage": att.usage, "server_finish_reason": att.finish,
+                   "output_tokens": len(times), "token_count_delta": delta},
         )
+        if error is not None:
+            res.finish_reason, res.error = "error", error
+        return res
 
     def run(self, requests: list[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
-            request_rate: float | None = None, rate_seed: int = 0,
+            request_rate: float | None = None, rate_seed: int = 0, burstiness: float = 1.0,
             on_result: Callable[[Request, Result], None] | None = None) -> tuple[list[Result], dict]:
         """Every request, closed loop (`concurrency` in flight, a request arrives when it is
-        admitted) or seeded Poisson arrivals at `request_rate` (capped by `concurrency`), as
-        the embedded backend schedules them. /metrics is scraped before and after."""
+        admitted) or seeded Poisson/gamma arrivals at `request_rate` (capped by
+        `concurrency`), as the embedded backend schedules them. /metrics is scraped before
+        and after. The event loop only sends and reads: each finished stream becomes a
+        `Result` (token counting) and goes to `on_result` (records, progress) on a worker
+        thread, so nothing slow runs between a chunk's arrival and its timestamp."""
         before = self.scrape_metrics()
         start = time.perf_counter()
-        results = asyncio.run(self._run_all(requests, concurrency, request_rate, rate_seed, on_result))
+        arrivals = (gamma_arrivals(len(requests), request_rate, burstiness, rate_seed, 0.0)
+                    if request_rate else None)
+        results: list[Result | None] = [None] * len(requests)
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        lag = LoopLag()
+        switch = sys.getswitchinterval()
+        # This thread turns results into records while the loop's thread reads streams: a
+        # short GIL switch interval hands the GIL to the loop within it when a chunk arrives
+        # (at the default 5 ms every wake-up of the loop can wait that long).
+        sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))
+        if self.client_processes:
+            if self._pool is None:
+                self._pool = ClientPool(self._worker_settings(), self.client_processes)
+                atexit.register(self.close)
+            fut = self._pool.run(requests, concurrency, arrivals, done)
+        else:
+            fut = self._submit(self._run_all(requests, concurrency, arrivals, done, lag))
+        try:
+            while True:  # this thread, not the loop's: token counting, records, progress
+                try:
+                    item = done.get(timeout=0.2)
+                except queue.Empty:
+                    if (fut.done() if hasattr(fut, "done") else not fut.is_alive()) and done.empty():
+                        break
+                    continue
+                if item is None:
+                    break
+                i, req, arrival, att, attempts, error, worst = item
+                res = self._result(req, arrival, att, attempts, error)
+                res.extra["loop_lag_s"] = worst if self.client_processes else lag.worst(att.sent, att.end)
+                results[i] = res
+                if on_result is not None:
+                    on_result(req, res)
+            if hasattr(fut, "result"):
+                fut.result()
+            elif any(r is None for r in results):
+                raise BackendError("a --client-processes worker died before every request finished")
+        except BaseException:
+            if hasattr(fut, "cancel"):
+                fut.cancel()
+            raise
+        finally:
+            sys.setswitchinterval(switch)
         wall = time.perf_counter() - start
         after = self.scrape_metrics()
-        return results, {**configuration_stats(results, before, after, wall, self.token_counting),
+        return results, {**configuration_stats(results, before, after, wall, self.token_counting),  # type: ignore[arg-type]
                          "speculative": spec.speculative}
 
-    async def _run_all(self, requests: list[Request], concurrency: int, request_rate: float | None,
-                       rate_seed: int, on_result) -> list[Result]:
-        results: list[Result | None] = [None] * len(requests)
+    async def _run_all(self, requests: list[Request], concurrency: int, arrivals: list[float] | None,
+                       done: queue.SimpleQueue, lag: LoopLag) -> None:
+        """Send every request, each finished attempt onto `done` (then None).
+        `arrivals`: seconds after the start at which each request arrives (None: closed loop)."""
         sem = asyncio.Semaphore(max(concurrency, 1))
-        arrivals: list[float] | None = None
-        if request_rate:
-            arrivals = poisson_arrivals(len(requests), request_rate, rate_seed, time.perf_counter())
-
-        async with self._client(concurrency) as client:
+        monitor = asyncio.ensure_future(lag.watch())
+        client = self._session(concurrency)
+        t0 = time.perf_counter()
+        try:
             async def one(i: int, req: Request) -> None:
                 if arrivals is not None:
-                    await asyncio.sleep(max(0.0, arrivals[i] - time.perf_counter()))
+                    await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.perf_counter()))
                 async with sem:
-                    arrival = arrivals[i] if arrivals is not None else time.perf_counter()
-                    results[i] = await self.request(client, req, arrival)
-                if on_result is not None:
-                    on_result(req, results[i])
+                    arrival = t0 + arrivals[i] if arrivals is not None else time.perf_counter()
+                    att, attempts, error = await self.request_attempt(client, req)
+                done.put((i, req, arrival, att, attempts, error, None))
 
             await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
-        return results  # type: ignore[return-value]
+        finally:
+            monitor.cancel()
+            done.put(None)
 
     def generate(self, request: Request, spec: SpeculativeConfig, *, arrival_time: float) -> Result:
         async def go() -> Result:
-            async with self._client(1) as client:
-                return await self.request(client, request, arrival_time)
-        return asyncio.run(go())
+            return await self.request(self._session(1), request, arrival_time)
+        return self._submit(go()).result()
 
 
 def load_tokenizer(source: str | None, backend: OpenAIBackend, *, trust_remote_code: bool = False) -> TokenizerOnly:

@@ -5,7 +5,7 @@ server gives them: `token_ids` as vLLM's `return_token_ids` and `specbench serve
 kept as the server sent it: usage, `specbench serve`'s `spec_decode`, vLLM's
 `metrics.speculative_decoding`, SGLang's `meta_info`. A malformed stream raises `Fault`.
 
-Boundary: an httpx response in, an `Attempt` out; no retries, no `Result`s.
+Boundary: an aiohttp response (or its raw bytes) in, an `Attempt` out; no retries, no `Result`s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-import httpx
+from typing import Any
 
 _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 
@@ -42,6 +42,7 @@ class Chunk:
 @dataclass
 class Attempt:
     sent: float
+    end: float | None = None  # perf_counter when the stream ended (or failed)
     chunks: list[Chunk] = field(default_factory=list)
     finish: str | None = None
     usage: dict | None = None
@@ -67,22 +68,22 @@ def error_message(body: str) -> str:
     return first[:300]
 
 
-async def sse_events(resp: httpx.Response):
-    """The `data:` payloads of a server-sent event stream, one per event."""
-    data: list[str] = []
-    async for line in resp.aiter_lines():
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if name == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)
+def split_events(buf: bytes) -> tuple[list[bytes], bytes]:
+    """The complete server-sent events in `buf` (each its `data:` payload, lines joined) and
+    the incomplete rest. Line ends may be LF, CRLF or CR; bytes are decoded per complete
+    event, so a multi-byte character cut between reads is whole again."""
+    if b"\r" in buf:
+        keep_cr = buf.endswith(b"\r")  # a CRLF cut between reads: wait for the LF
+        body = buf[:-1] if keep_cr else buf
+        buf = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if keep_cr else b"")
+    *blocks, rest = buf.split(b"\n\n")
+    out = []
+    for block in blocks:
+        data = [ln[6:] if ln[5:6] == b" " else ln[5:]
+                for ln in block.split(b"\n") if ln.startswith(b"data:")]
+        if data:
+            out.append(b"\n".join(data))
+    return out, rest
 
 
 def chunk_tokens(choice: dict, chat: bool) -> tuple[str, list[int] | None, int | None]:
@@ -106,52 +107,76 @@ def chunk_tokens(choice: dict, chat: bool) -> tuple[str, list[int] | None, int |
     return text, None, None
 
 
-async def read_stream(resp: httpx.Response, chat: bool, att: Attempt) -> None:
-    """Fill `att` from a streamed response until `[DONE]` or the end of the stream; `Fault`
-    for an HTTP error status, a body that is not an event stream, a malformed event or an
-    error event."""
-    if resp.status_code != 200:
-        body = (await resp.aread()).decode("utf-8", "replace")
+async def read_stream(resp: Any, chat: bool, att: Attempt) -> None:
+    """Fill `att` from a streamed aiohttp response until `[DONE]` or the end of the stream;
+    `Fault` for an HTTP error status, a body that is not an event stream, a malformed event
+    or an error event."""
+    if resp.status != 200:
+        body = (await resp.read()).decode("utf-8", "replace")
         retry_after = None
         try:
             retry_after = float(resp.headers.get("retry-after", ""))
         except ValueError:
             pass
-        raise Fault(f"HTTP {resp.status_code}: {error_message(body)}",
-                    resp.status_code == 429 or resp.status_code >= 500, retry_after,
-                    status=resp.status_code)
+        raise Fault(f"HTTP {resp.status}: {error_message(body)}",
+                    resp.status == 429 or resp.status >= 500, retry_after, status=resp.status)
     ctype = resp.headers.get("content-type", "")
     if "text/event-stream" not in ctype:
         raise Fault(f"expected an event stream, got {ctype or 'no content-type'} "
-                    f"({(await resp.aread())[:80]!r})", False)
-    async for data in sse_events(resp):
+                    f"({(await resp.read())[:80]!r})", False)
+    await read_events(resp.content.iter_any(), chat, att)
+
+
+async def read_events(body, chat: bool, att: Attempt) -> None:
+    """Fill `att` from the raw bytes of an event stream (an async iterator of bytes) until
+    `[DONE]` or its end. Each chunk is stamped with the time its bytes were read, before
+    anything is parsed, so parsing never shows in the timings."""
+    buf = b""
+    async for raw in body:
         now = time.perf_counter()
-        if data.strip() == "[DONE]":
+        buf += raw
+        if b"\n" not in raw and b"\r" not in raw:
+            continue
+        events, buf = split_events(buf)
+        for data in events:
+            if handle_event(data, now, chat, att):
+                return
+    events, rest = split_events(buf + b"\n\n")
+    for data in events:
+        if handle_event(data, time.perf_counter(), chat, att):
             return
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
-            raise Fault(f"not an OpenAI stream event: {data[:80]!r}", False)
-        if obj.get("error"):
-            raise Fault(f"server error in stream: {error_message(data)}", True)
-        if isinstance(obj.get("usage"), dict):
-            att.usage = obj["usage"]
-        metrics = obj.get("metrics")
-        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-            att.vllm_spec = metrics["speculative_decoding"]
-        if isinstance(obj.get("meta_info"), dict):
-            att.meta_info = obj["meta_info"]
-        for choice in obj.get("choices") or []:
-            if not isinstance(choice, dict):
-                continue
-            text, ids, n = chunk_tokens(choice, chat)
-            if text or n:
-                att.chunks.append(Chunk(now, text, ids, n))
-            if choice.get("finish_reason"):
-                att.finish = str(choice["finish_reason"])
-            if isinstance(choice.get("spec_decode"), dict):
-                att.spec = choice["spec_decode"]
-            if isinstance(choice.get("meta_info"), dict):
-                att.meta_info = choice["meta_info"]
+
+
+def handle_event(raw: bytes, now: float, chat: bool, att: Attempt) -> bool:
+    """One event's payload into `att`; True at `[DONE]`."""
+    if raw.strip() == b"[DONE]":
+        return True
+    data = raw.decode("utf-8", "replace")
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        raise Fault(f"not an OpenAI stream event: {data[:80]!r}", False)
+    if obj.get("error"):
+        raise Fault(f"server error in stream: {error_message(data)}", True)
+    if isinstance(obj.get("usage"), dict):
+        att.usage = obj["usage"]
+    metrics = obj.get("metrics")
+    if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+        att.vllm_spec = metrics["speculative_decoding"]
+    if isinstance(obj.get("meta_info"), dict):
+        att.meta_info = obj["meta_info"]
+    for choice in obj.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        text, ids, n = chunk_tokens(choice, chat)
+        if text or n:
+            att.chunks.append(Chunk(now, text, ids, n))
+        if choice.get("finish_reason"):
+            att.finish = str(choice["finish_reason"])
+        if isinstance(choice.get("spec_decode"), dict):
+            att.spec = choice["spec_decode"]
+        if isinstance(choice.get("meta_info"), dict):
+            att.meta_info = choice["meta_info"]
+    return False

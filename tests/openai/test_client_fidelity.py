@@ -1,0 +1,238 @@
+"""The openai backend against the known-timing server (`specbench.backends.openai.known_timing`):
+its timestamps agree with the server's own send log (a client that blocks its loop does not),
+token counts follow the server's usage (the disagreement recorded), the loop lag is measured,
+every injected fault is one per-sample error, and vLLM's goodput and burstiness definitions."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import replace
+
+import pytest
+
+from specbench.backends.openai import OpenAIBackend, known_timing
+from specbench.backends.openai.known_timing import KnownTimingServer, Schedule
+from specbench.config import SamplingParams, SpeculativeConfig
+from specbench.metrics import sample_metrics
+from specbench.types import Request
+
+TOKENS = 24
+
+
+@pytest.fixture
+def server():
+    made = []
+
+    def make(schedule=None, **kw):
+        srv = KnownTimingServer(schedule or Schedule(ttft_s=0.030, itl_s=0.015), **kw).start()
+        made.append(srv)
+        return srv
+    yield make
+    for s in made:
+        s.close()
+
+
+def requests(n: int, tokens: int = TOKENS) -> list[Request]:
+    return [Request(f"r{i}", (7, i + 1, 9), SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True),
+                    prompt_text=f"prompt {i}") for i in range(n)]
+
+
+def backend(srv, endpoint="completions", tokenizer=None, retries=0) -> OpenAIBackend:
+    be = OpenAIBackend.connect(srv.url, endpoint=endpoint, request_timeout=20, retries=retries)
+    be.prepare(requests(1)[0], tokenizer, ())
+    return be
+
+
+def errors(srv, reqs, results) -> tuple[list[float], list[float]]:
+    """Per request: measured - true TTFT, and measured - true chunk gaps (paired by prompt)."""
+    log = {json.dumps(s["prompt"]): s for s in srv.log() if s["tokens"] == TOKENS}
+    ttft, itl = [], []
+    for req, res in zip(reqs, results):
+        s = log[json.dumps(list(req.prompt_ids) if isinstance(next(iter(log.values()))["prompt"][0], int)
+                           else [{"role": "user", "content": req.prompt_text}])]
+        m = sample_metrics(req, res)
+        ttft.append(m["ttft_s"] - (s["sent"][0] - s["read"]))
+        true_gaps = [b - a for a, b in zip(s["sent"], s["sent"][1:])]
+        itl.extend(g - t for g, t in zip(m["chunk_itl_s"], true_gaps))
+    return ttft, itl
+
+
+def test_schedule_offsets_are_absolute_with_bursts_jitter_and_stalls():
+    s = Schedule(ttft_s=0.05, itl_s=0.02)
+    assert s.offsets(3, 0) == pytest.approx([0.05, 0.07, 0.09])
+    assert Schedule(ttft_s=0.05, itl_s=0.02, burst_every=2, burst_size=3).offsets(6, 0) == \
+        pytest.approx([0.05, 0.07, 0.09, 0.09, 0.09, 0.11])
+    assert Schedule(stall_after=2, stall_s=1.0, ttft_s=0, itl_s=0.1).offsets(4, 0) == pytest.approx([0, 0.1, 1.2, 1.3])
+    j = Schedule(jitter_s=0.01, seed=3)
+    assert j.offsets(5, 1) == j.offsets(5, 1) != j.offsets(5, 2)  # seeded per request
+    assert all(0 <= o - b < 0.01 for o, b in zip(j.offsets(5, 1), Schedule().offsets(5, 1)))
+
+
+def test_server_logs_every_send_at_or_after_its_deadline(server):
+    srv = server(Schedule(ttft_s=0.02, itl_s=0.01, tokens_per_chunk=2))
+    be = backend(srv)
+    results, _ = be.run(requests(4), SpeculativeConfig(), concurrency=4)
+    measured = [s for s in srv.log() if s["tokens"] == TOKENS]
+    assert len(measured) == 4
+    for s in measured:
+        assert s["counts"] == [2] * (TOKENS // 2)
+        assert s["scheduled"] == pytest.approx([s["read"] + 0.02 + 0.01 * k for k in range(TOKENS // 2)])
+        assert all(a >= b for a, b in zip(s["sent"], s["scheduled"]))
+    for r in results:  # a chunk of 2 tokens: 2 equal timestamps, exact server count
+        assert len(r.output_ids) == TOKENS and r.token_times[0] == r.token_times[1]
+        assert r.extra["token_count_delta"] == 0
+
+
+def _slow_parser(monkeypatch, seconds):
+    """A broken client: every event's parsing blocks the loop for `seconds`."""
+    from specbench.backends.openai import sse
+    real = sse.handle_event
+
+    def slow(*a, **kw):
+        time.sleep(seconds)
+        return real(*a, **kw)
+    monkeypatch.setattr(sse, "handle_event", slow)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_measured_ttft_and_itl_match_the_server_log_and_a_blocking_client_does_not(server, endpoint, monkeypatch):
+    srv = server()
+    be = backend(srv, endpoint)
+    assert be.token_counting == "token_ids"
+    reqs = requests(16)
+    be.run(requests(8, 2), SpeculativeConfig(), concurrency=8)  # warm-up: opens the 8 connections
+    results, _ = be.run(reqs, SpeculativeConfig(), concurrency=8)
+    ttft, itl = errors(srv, reqs, results)
+    good_lag = statistics.median(r.extra["loop_lag_s"] for r in results)
+    # No client sees a token before the server sent it (a clock or stamping bug would); the
+    # TTFT error itself is left to the benchmark, since a loaded shared machine delays the
+    # first wave's burst of sends by tens of ms. ITL is tight: a client blocking its loop
+    # misses it by far (below: ~150 ms here), a shared machine's steady delay cancels out.
+    assert min(ttft) >= 0, ttft
+    assert abs(statistics.median(itl)) < 0.003
+    srv.reset()
+    _slow_parser(monkeypatch, 0.004)  # 8 streams x 66 events/s x 4 ms: the loop is saturated
+    results, _ = be.run(reqs, SpeculativeConfig(), concurrency=8)
+    ttft_bad, itl_bad = errors(srv, reqs, results)
+    assert abs(statistics.median(itl_bad)) > 0.003
+    bad_lag = statistics.median(r.extra["loop_lag_s"] for r in results)
+    assert bad_lag > max(3 * good_lag, 0.05), (bad_lag, good_lag)
+
+
+def _merging_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)}
+    vocab["aa"] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[("a", "a")]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
+def test_text_only_stream_trusts_the_server_count_and_records_the_disagreement(server):
+    srv = server(Schedule(ttft_s=0.02, itl_s=0.01, token_ids=False, text="a"))
+    tok = _merging_tokenizer()
+    be = backend(srv, tokenizer=tok)
+    assert be.token_counting == "tokenizer"
+    reqs = requests(3)
+    results, _ = be.run(reqs, SpeculativeConfig(), concurrency=3)
+    for req, r in zip(reqs, results):
+        m = sample_metrics(req, r)
+        assert len(r.output_ids) == TOKENS // 2  # "aa" merges: half as many re-tokenized ids
+        assert m["output_tokens"] == TOKENS and m["token_count_delta"] == TOKENS // 2
+        assert m["tpot_s"] == pytest.approx(0.010, abs=0.004)  # not twice the true 10 ms
+    ttft, itl = errors(srv, reqs, results)
+    assert abs(statistics.median(itl)) < 0.003
+
+
+def test_text_counting_is_linear_time_and_never_re_encodes_prefixes(server, monkeypatch):
+    from specbench.backends.openai.sse import Chunk
+    from specbench.backends.openai.tokens import output_tokens
+    tok = _merging_tokenizer()
+    calls = []
+    real = tok.encode
+    monkeypatch.setattr(tok, "encode", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    chunks = [Chunk(float(i), "ab", None, None) for i in range(300)]
+    ids, times, delta = output_tokens(chunks, None, "length", tok, ())
+    assert len(ids) == len(times) == 600 and delta is None and not calls
+    assert times[:4] == [0.0, 0.0, 1.0, 1.0]
+    # the first content chunk carries the first token even when its text merges with the next
+    ids, times, _ = output_tokens([Chunk(0.0, "a", None, None), Chunk(1.0, "a", None, None),
+                                   Chunk(2.0, "b", None, None)], None, "length", tok, ())
+    assert times == [0.0, 2.0]
+
+
+@pytest.mark.parametrize("schedule, expect", [
+    (Schedule(status=429, retry_after=0.05), "HTTP 429"),
+    (Schedule(status=500), "HTTP 500"),
+    (Schedule(status=503), "HTTP 503"),
+    (Schedule(drop_after=3, ttft_s=0.01, itl_s=0.005), "dropped"),
+    (Schedule(malformed_after=2, ttft_s=0.01, itl_s=0.005), "not an OpenAI stream event"),
+])
+def test_every_injected_fault_is_one_per_sample_error(server, schedule, expect):
+    srv = server(Schedule(ttft_s=0.01, itl_s=0.005),
+                 for_request=lambda base, i, body: schedule if body.get("max_tokens") == TOKENS else base)
+    be = backend(srv)
+    results, stats = be.run(requests(2), SpeculativeConfig(), concurrency=2)
+    assert [r.finish_reason for r in results] == ["error", "error"]
+    assert all(expect in r.error for r in results), [r.error for r in results]
+    assert stats["errors"] == 2
+
+
+def test_retry_after_is_honoured_and_the_retry_succeeds(server):
+    def first_fails(base, i, body):
+        return replace(base, status=429, retry_after=0.2) if i == 1 else base  # i 0 is the probe
+    srv = server(Schedule(ttft_s=0.01, itl_s=0.005), for_request=first_fails)
+    be = backend(srv, retries=1)
+    t0 = time.perf_counter()
+    results, _ = be.run(requests(1), SpeculativeConfig(), concurrency=1)
+    assert results[0].finish_reason == "length" and results[0].extra["attempts"] == 2
+    assert time.perf_counter() - t0 >= 0.2
+
+
+def test_a_stall_shows_in_the_gaps_and_a_split_utf8_character_survives(server):
+    srv = server(Schedule(ttft_s=0.01, itl_s=0.005, stall_after=5, stall_s=0.15, text="utf8", split_utf8=True))
+    be = backend(srv)
+    reqs = requests(2)
+    results, _ = be.run(reqs, SpeculativeConfig(), concurrency=2)
+    for req, r in zip(reqs, results):
+        gaps = [b - a for a, b in zip(r.token_times, r.token_times[1:])]
+        assert r.finish_reason == "length" and len(r.output_ids) == TOKENS
+        assert gaps[4] >= 0.15 and max(gaps[:4] + gaps[5:]) < 0.15
+    log = [s for s in srv.log() if s["tokens"] == TOKENS]
+    assert all(s["fault"] is None for s in log)
+
+
+def test_known_timing_cli_refuses_a_bad_schedule(capsys):
+    with pytest.raises(SystemExit) as exc:
+        known_timing.main(["--schedule", '{"ttft": 1}'])
+    assert "--schedule" in str(exc.value) and "ttft_s" in str(exc.value)
+
+
+def test_events_split_across_reads_mid_character_and_crlf_come_back_whole():
+    from specbench.backends.openai.sse import split_events
+    events, rest = split_events(b'data: {"t": "\xc3')
+    assert events == [] and rest
+    events, rest = split_events(rest + b'\xa9"}\r\n\r\n: comment\n\ndata: [DONE]\r')
+    assert [e.decode() for e in events] == ['{"t": "\u00e9"}'] and rest == b"data: [DONE]\r"
+    events, rest = split_events(rest + b"\n\n")
+    assert events == [b"[DONE]"] and rest == b""
+
+
+def test_loop_lag_warning_names_the_lag_only_when_the_client_was_the_bottleneck():
+    import pandas as pd
+    from specbench.backends.openai.lag import LoopLag, lag_lines
+    lag = LoopLag()
+    lag.times.extend([1.0, 2.0, 3.0, 4.0])
+    lag.lags.extend([0.001, 0.050, 0.002, 0.003])
+    assert lag.worst(1.5, 2.5) == 0.050 and lag.worst(2.5, 2.9) == 0.002 and lag.worst(5.0, 6.0) is None
+    calm = pd.DataFrame({"config_id": ["a"] * 10, "client_loop_lag_s": [0.001] * 10})
+    busy = pd.DataFrame({"config_id": ["b"] * 10, "client_loop_lag_s": [0.030] * 10})
+    assert lag_lines(calm) == [] and lag_lines(pd.DataFrame({"config_id": ["x"]})) == []
+    (line,) = lag_lines(pd.concat([calm, busy]))
+    assert line.startswith("[yellow]b: the client itself was the bottleneck") and "30.0 ms (p50)" in line
+    assert "--client-processes" in line
