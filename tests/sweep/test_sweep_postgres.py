@@ -28,10 +28,11 @@ from specbench.sweep.workers import PROFILE_ATTR
 from workerkit import check_study, finish, get_json, start, sweep_args, write_prompts
 
 SPACE = ["--method", "draft_model,ngram", "-k", "2,4", "--concurrency", "1,2"]
-# long enough trials (4 prompts x 240 tokens, a few seconds) that a kill or an outage lands
-# inside one, and that workers starting a little apart all get to work
+# long enough trials (8 prompts x 120 tokens under the configuration and as many under the
+# baseline measured with it, a few seconds) that a kill or an outage lands inside one, and that
+# workers starting a little apart all get to work
 LONG_PROMPTS = [{"id": f"p{i}", "prompt": f"Item {i}: abc abc abc abc abc"} for i in range(8)]
-LONG = ["--max-new-tokens", "240", "--ignore-eos", "--method", "ngram", "-k", "2..6",
+LONG = ["--max-new-tokens", "120", "--ignore-eos", "--method", "ngram", "-k", "2..6",
         "--concurrency", "1", "--sampler", "grid"]
 
 
