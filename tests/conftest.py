@@ -49,3 +49,11 @@ def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     return tiny.make_tokenizer()
+
+
+def pytest_configure(config):
+    # A fault test says which fault of which component it exercises, what the user sees and
+    # what is kept, so a fault matrix (fault x component) can be generated from the tests
+    # that prove it: `pytest -m fault --collect-only` lists them with their marks.
+    config.addinivalue_line(
+        "markers", "fault(component, fault, sees, kept): the fault a test injects and what it shows")

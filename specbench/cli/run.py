@@ -74,7 +74,7 @@ def run(
     request_timeout: Annotated[float, typer.Option(help="openai: seconds before a request counts as failed.")] = 600.0,
     retries: Annotated[int, typer.Option(help="openai: retries of a failed request (429/5xx, timeout, dropped stream).")] = 0,
     tokenizer: Annotated[Optional[str], typer.Option(help="openai: tokenizer source, catalog name or HF directory (default: --target if given, else the served model).")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Run directory (default runs/<timestamp>-<config>).")] = None,
+    out: Annotated[Optional[str], typer.Option(help="Run directory (default runs/<timestamp>-<config>).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the records in an existing run directory.")] = False,
     baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Pair each configuration with the non-speculative baseline.")] = True,
     chat_template: Annotated[bool, typer.Option("--chat-template/--no-chat-template", help="Apply the target tokenizer's chat template.")] = True,
@@ -101,6 +101,8 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
 
     f = flags
     check_backend(f["backend"])
+    if f["out"] is not None and not str(f["out"]).strip():
+        raise ConfigError("--out is empty: give a run directory, or leave --out out for runs/<timestamp>-<config>")
     if f["warmup"] < 0:
         raise ConfigError(f"--warmup must be >= 0, got {f['warmup']}")
     if f["repeats"] < 1:
@@ -116,8 +118,14 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
         server = ServerOptions(f["base_url"], model=f["model"], api_key_env=f["api_key_env"], endpoint=f["endpoint"],
                                request_timeout=f["request_timeout"], retries=f["retries"],
                                tokenizer=f["tokenizer"] or (f["target"] if "target" in given else None))
-    elif any(openai_flags):
-        raise ConfigError("--base-url, --model, --api-key-env and --tokenizer need --backend openai")
+    elif any(openai_flags) or given & {"endpoint", "retries"}:
+        named = [flag for flag, name in (("--base-url", "base_url"), ("--model", "model"),
+                                         ("--api-key-env", "api_key_env"), ("--tokenizer", "tokenizer"),
+                                         ("--endpoint", "endpoint"), ("--retries", "retries"))
+                 if f[name] is not None and (name not in ("endpoint", "retries") or name in given)]
+        verb = "needs" if len(named) == 1 else "need"
+        raise ConfigError(f"{', '.join(named)} {verb} --backend openai (the {f['backend']} backend "
+                          "sends no HTTP requests)")
     finite("--request-rate", f["request_rate"], above=0.0)  # inf = all at once: leave --request-rate out
     if server is None:  # the openai backend checks its own timeout
         finite("--request-timeout", f["request_timeout"], above=0.0)
@@ -132,7 +140,8 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
         seed=f["seed"], concurrency=tuple(parse_int_list(f["concurrency"], "--concurrency") or [1]),
         request_rate=f["request_rate"], warmup=f["warmup"], repeats=f["repeats"], interleave=f["interleave"],
         time_budget_s=time_budget, engine=engine, backend=f["backend"], server=server,
-        chat_template=f["chat_template"], truncate=f["truncate"], out=f["out"], overwrite=f["overwrite"])
+        chat_template=f["chat_template"], truncate=f["truncate"],
+        out=Path(f["out"]) if f["out"] is not None else None, overwrite=f["overwrite"])
 
 
 def _speculation(f: dict[str, Any], given: set[str]) -> Any:

@@ -347,7 +347,7 @@ BAD_FLAGS = {
     "concurrency-zero": (["--concurrency", "0"], ["--concurrency", ">= 1", "0"]),
     "concurrency-not-int": (["--concurrency", "1,x"], ["--concurrency", "'x'"]),
     "negative-request-rate": (["--request-rate", "-2"], ["--request-rate", "> 0"]),
-    "disable-by-batch-size-zero": (["--disable-by-batch-size", "0"], ["disable_by_batch_size", ">= 1"]),
+    "disable-by-batch-size-zero": (["--disable-by-batch-size", "0"], ["--disable-by-batch-size", ">= 1"]),
     "hf-with-concurrency": (["--backend", "hf", "--concurrency", "2"], ["--backend hf", "--concurrency 1"]),
     "unknown-backend": (["--backend", "nope"], ["--backend", "'nope'", "embedded", "hf"]),
     "unknown-compile": (["--compile", "fast"], ["--compile", "'fast'", "off", "auto", "on"]),
