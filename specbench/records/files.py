@@ -119,6 +119,10 @@ class RunWriter:
             fd, probe = tempfile.mkstemp(dir=self.run_dir, prefix=".write-probe-")
             os.close(fd)
             os.unlink(probe)
+            if self._created:
+                # Made again with the first sample: a process killed before it (a sweep
+                # worker SIGKILLed while its server starts) leaves no empty run directory.
+                self.run_dir.rmdir()
         except OSError as exc:
             raise RecordsError(f"--out {self.run_dir}: cannot write there ({exc.strerror or exc})") from None
         self.metadata.status = "running"
@@ -188,6 +192,7 @@ class RunWriter:
 
     def _journal_append(self, table: pa.Table, unpaired: bool = False) -> None:
         if self._journal is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             self._journal_file = open(self.journal_path, "wb")
             _chmod_umask(self.journal_path)
             self._journal = pa.ipc.new_stream(self._journal_file, self._schema_with_metadata())
@@ -217,6 +222,11 @@ class RunWriter:
         else:
             table = schema.empty_table()
         text = json.dumps(self.metadata.to_dict(), indent=2, sort_keys=True) + "\n"
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self._failed = exc
+            raise self._disk_error(self.run_dir, exc) from None
         for path, write in ((self.samples_path, lambda fh: pq.write_table(table, fh)),
                             (self.run_dir / RUN_FILE, lambda fh: fh.write(text.encode()))):
             try:
@@ -242,7 +252,7 @@ class RunWriter:
             self._journal_file.close()
             self._journal = None
         self.journal_path.unlink(missing_ok=True)
-        if self._created and not any(self.run_dir.iterdir()):
+        if self._created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
             self.run_dir.rmdir()
         self._closed = True
 
