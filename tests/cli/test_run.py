@@ -346,7 +346,7 @@ BAD_FLAGS = {
     "unknown-method": (["--method", "bogus"], ["'bogus'", "draft_model", "ngram"]),
     "concurrency-zero": (["--concurrency", "0"], ["--concurrency", ">= 1", "0"]),
     "concurrency-not-int": (["--concurrency", "1,x"], ["--concurrency", "'x'"]),
-    "negative-request-rate": (["--request-rate", "-2"], ["--request-rate", "> 0"]),
+    "negative-request-rate": (["--request-rate", "-2"], ["--request-rate", ">= 0.001"]),
     "disable-by-batch-size-zero": (["--disable-by-batch-size", "0"], ["--disable-by-batch-size", ">= 1"]),
     "hf-with-concurrency": (["--backend", "hf", "--concurrency", "2"], ["--backend hf", "--concurrency 1"]),
     "unknown-backend": (["--backend", "nope"], ["--backend", "'nope'", "embedded", "hf"]),
