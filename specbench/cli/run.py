@@ -118,11 +118,12 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
         server = ServerOptions(f["base_url"], model=f["model"], api_key_env=f["api_key_env"], endpoint=f["endpoint"],
                                request_timeout=f["request_timeout"], retries=f["retries"],
                                tokenizer=f["tokenizer"] or (f["target"] if "target" in given else None))
-    elif any(openai_flags) or given & {"endpoint", "retries"}:
+    elif any(openai_flags) or given & {"endpoint", "retries", "request_timeout"}:
         named = [flag for flag, name in (("--base-url", "base_url"), ("--model", "model"),
                                          ("--api-key-env", "api_key_env"), ("--tokenizer", "tokenizer"),
-                                         ("--endpoint", "endpoint"), ("--retries", "retries"))
-                 if f[name] is not None and (name not in ("endpoint", "retries") or name in given)]
+                                         ("--endpoint", "endpoint"), ("--retries", "retries"),
+                                         ("--request-timeout", "request_timeout"))
+                 if f[name] is not None and (name not in ("endpoint", "retries", "request_timeout") or name in given)]
         verb = "needs" if len(named) == 1 else "need"
         raise ConfigError(f"{', '.join(named)} {verb} --backend openai (the {f['backend']} backend "
                           "sends no HTTP requests)")
@@ -148,6 +149,9 @@ def _speculation(f: dict[str, Any], given: set[str]) -> Any:
     """--method/-k/--draft and the knobs, or --speculative-config in their place."""
     from specbench.plan import Speculation
 
+    if f["speculative_config"] is not None and not f["speculative_config"].strip():
+        raise ConfigError("--speculative-config is empty: give a JSON object, e.g. "
+                          "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}', or leave it out")
     ks = parse_int_list(f["num_speculative_tokens"], "--num-speculative-tokens") or [DEFAULT_NUM_SPECULATIVE_TOKENS]
     declared = bool(f["speculative_config"] or f["num_speculative_tokens"] or f["draft"] or "method" in given)
     if not f["speculative_config"]:

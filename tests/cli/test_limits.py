@@ -96,6 +96,8 @@ def test_a_value_given_twice_counts_once_for_k_and_concurrency_alike():
     (["-k", "99999999999999999999"], ["--num-speculative-tokens", "<= 256"]),
     (["--endpoint", "chat"], ["--endpoint", "--backend openai"]),
     (["--retries", "3"], ["--retries", "--backend openai"]),
+    (["--request-timeout", "5"], ["--request-timeout", "--backend openai"]),
+    (["--speculative-config", " "], ["--speculative-config is empty"]),
     (["--out", ""], ["--out is empty"]),
     (["--temperature", "1e-320"], ["--temperature", "0 or at least 1e-05"]),
     (["--warmup", "99999999999999999999"], ["--warmup", "<= 1000"]),
