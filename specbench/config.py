@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from specbench import limits
 from specbench.errors import ConfigError
 
 # Defaults of `specbench run`, `serve` and `sweep`, here once so they cannot drift apart.
@@ -33,7 +34,7 @@ DRAFTED_METHODS = ("draft_model", "eagle3")  # the methods that take a --draft (
 _NGRAM_NO_DRAFT = "--draft cannot be used with method 'ngram' (prompt lookup needs no model)"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
-INT32_MAX = 2**31 - 1  # the records store counts such as top_k as int32
+INT32_MAX = limits.INT32_MAX  # the records store counts such as top_k as int32
 COMPILE_MODES = ("off", "auto", "on")
 
 
@@ -52,24 +53,34 @@ def finite(flag: str, value: float | None, *, minimum: float | None = None, abov
     return float(value)
 
 
-def split_list(values: Sequence[str] | None) -> list[str]:
-    """A repeatable, comma-separated flag as its items: `-k 2,4 -k 8` -> ["2", "4", "8"]
-    (blanks dropped)."""
-    return [part.strip() for v in values or () for part in str(v).split(",") if part.strip()]
+def split_list(values: Sequence[str] | None, flag: str = "the list") -> list[str]:
+    """A repeatable, comma-separated flag as its items: `-k 2,4 -k 8` -> ["2", "4", "8"].
+    An empty item (`-k 4,,2`, `-k ,`, `-k ''`) is a one-line error: dropping it would run
+    something other than what was typed."""
+    out = []
+    for v in values or ():
+        parts = [part.strip() for part in str(v).split(",")]
+        if any(not part for part in parts):
+            raise ConfigError(f"{flag}: empty item in {str(v)!r} (give comma-separated values, e.g. {flag} 1,2,4)")
+        out.extend(parts)
+    return out
 
 
 def parse_int_list(values: Sequence[str] | None, flag: str) -> list[int] | None:
     """`-k 2,4 -k 8` -> [2, 4, 8]; None when the flag was not given; one clear line for
-    anything that is not an integer."""
+    an empty item, anything that is not an integer, or a value out of `flag`'s bounds
+    (`specbench.limits`). A value given twice counts once (first place kept), for every list
+    flag alike."""
     if not values:
         return None
     out: list[int] = []
-    for part in split_list(values):
+    for part in split_list(values, flag):
         try:
-            out.append(int(part))
+            value = int(part)
         except ValueError:
             raise ConfigError(f"{flag}: {part!r} is not an integer (use e.g. {flag} 1,2,4)") from None
-    return out
+        out.append(limits.check(flag, value))
+    return list(dict.fromkeys(out))
 
 
 def default_draft(target: str, method: str, draft: str | None) -> str | None:
@@ -93,16 +104,10 @@ class SamplingParams:
     ignore_eos: bool = False  # benchmark mode: decode exactly max_new_tokens
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)):
-            raise ConfigError(f"--temperature must be a finite number >= 0, got {self.temperature!r}")
-        if self.temperature < 0:
-            raise ConfigError(f"--temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not (isinstance(self.top_p, (int, float)) and 0.0 < self.top_p <= 1.0):  # NaN fails too
-            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
-        if not 0 <= self.top_k <= INT32_MAX:
-            raise ConfigError(f"--top-k must be between 0 (off) and {INT32_MAX}, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        for flag, value in (("--temperature", self.temperature), ("--top-p", self.top_p), ("--top-k", self.top_k),
+                            ("--max-new-tokens", self.max_new_tokens)):
+            limits.check(flag, value)
+        limits.check("seed", self.seed, label="a request's seed")
 
     @property
     def greedy(self) -> bool:
@@ -135,10 +140,12 @@ class SpeculativeConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"unknown method {self.method!r}; valid: {', '.join(METHODS)}")
-        if self.num_speculative_tokens < 0:
-            raise ConfigError(
-                f"--num-speculative-tokens must be >= 0, got {self.num_speculative_tokens}"
-            )
+        limits.check("--num-speculative-tokens", self.num_speculative_tokens)
+        limits.check("disable_by_batch_size", self.disable_by_batch_size)
+        limits.check("dynamic_k", self.dynamic_k)
+        limits.check("prompt_lookup_min", self.ngram_min, label="ngram_min")
+        limits.check("prompt_lookup_max", self.ngram_max, label="ngram_max")
+        limits.check("draft_confidence_threshold", self.draft_confidence_threshold)
         if self.method == "ngram" and self.draft is not None:
             raise ConfigError(_NGRAM_NO_DRAFT)
         if self.method == "draft_model" and self.num_speculative_tokens > 0 and not self.draft:
@@ -150,13 +157,6 @@ class SpeculativeConfig:
             raise ConfigError(
                 f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got "
                 f"{self.ngram_min}..{self.ngram_max}"
-            )
-        if self.disable_by_batch_size is not None and self.disable_by_batch_size < 1:
-            raise ConfigError(f"disable_by_batch_size must be >= 1, got {self.disable_by_batch_size}")
-        if not (isinstance(self.draft_confidence_threshold, (int, float)) and 0.0 <= self.draft_confidence_threshold < 1.0):
-            raise ConfigError(
-                "draft_confidence_threshold must be in [0, 1), got "
-                f"{self.draft_confidence_threshold}"
             )
 
     @classmethod
@@ -237,6 +237,8 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--speculative-config is not valid JSON ({exc.msg} at char {exc.pos})") from None
+    except RecursionError:
+        raise ConfigError("--speculative-config is nested too deeply: it must be one flat JSON object") from None
     if not isinstance(obj, dict):
         raise ConfigError("--speculative-config must be a JSON object")
     known = {"method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
@@ -247,6 +249,18 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         raise ConfigError(
             f"--speculative-config: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
         )
+    where = "--speculative-config: "
+    for key in ("method", "model"):
+        if obj.get(key) is not None and not (isinstance(obj[key], str) and obj[key].strip()):
+            raise ConfigError(f"{where}{key} must be a non-empty string, got {obj[key]!r}")
+    for key in sorted(known - {"method", "model"}):
+        if key in obj:
+            if obj[key] is None:
+                raise ConfigError(f"{where}{key} must be {limits.limit(key).describe()}, got null "
+                                  "(leave the key out for its default)")
+            limits.check(key, obj[key], where=where)
+    if "disable_by_batch_size" in obj and "speculative_disable_by_batch_size" in obj:
+        raise ConfigError(f"{where}give disable_by_batch_size or speculative_disable_by_batch_size, not both")
     raw_method = obj.get("method")
     if raw_method is None:
         raw_method = "draft_model" if obj.get("model") else "none"
@@ -255,9 +269,9 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         raise ConfigError(
             f"--speculative-config: unknown method {raw_method!r}; valid: {', '.join(sorted(_VLLM_METHOD_ALIASES))}"
         )
-    k = obj.get("num_speculative_tokens", 0 if method == "none" else DEFAULT_NUM_SPECULATIVE_TOKENS)
-    if not isinstance(k, int) or isinstance(k, bool):
-        raise ConfigError(f"--speculative-config: num_speculative_tokens must be an integer, got {k!r}")
+    k = limits.check("num_speculative_tokens",
+                     obj.get("num_speculative_tokens", 0 if method == "none" else DEFAULT_NUM_SPECULATIVE_TOKENS),
+                     where=where)
     if k < 1 and method != "none":
         raise ConfigError(f"--speculative-config: num_speculative_tokens must be >= 1 for method "
                           f"{raw_method!r}, got {k}")
@@ -265,11 +279,13 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         method=method,
         num_speculative_tokens=k,
         draft=obj.get("model"),
-        ngram_min=int(obj.get("prompt_lookup_min", DEFAULT_NGRAM[0])),
-        ngram_max=int(obj.get("prompt_lookup_max", DEFAULT_NGRAM[1])),
-        draft_confidence_threshold=float(obj.get("draft_confidence_threshold", 0.0)),
-        disable_by_batch_size=obj.get("disable_by_batch_size", obj.get("speculative_disable_by_batch_size")),
-        dynamic_k=bool(obj.get("dynamic_k", False)),
+        ngram_min=limits.check("prompt_lookup_min", obj.get("prompt_lookup_min", DEFAULT_NGRAM[0])),
+        ngram_max=limits.check("prompt_lookup_max", obj.get("prompt_lookup_max", DEFAULT_NGRAM[1])),
+        draft_confidence_threshold=limits.check("draft_confidence_threshold",
+                                                obj.get("draft_confidence_threshold", 0.0)),
+        disable_by_batch_size=limits.check("disable_by_batch_size", obj.get(
+            "disable_by_batch_size", obj.get("speculative_disable_by_batch_size"))),
+        dynamic_k=obj.get("dynamic_k", False),
     )
 
 

@@ -93,19 +93,23 @@ def compares_with_baseline(request: Request) -> bool:
 
 
 class Recorder:
-    """Turns (request, result) pairs into records rows and hands them to the writer.
+    """Turns (request, result) pairs into records rows and hands each to the writer the
+    moment it completes.
 
     A speculative greedy sample is compared with the baseline's output for the same prompt
     and repeat. When the baseline of that prompt runs later in the schedule (interleaving
-    alternates the order), the row waits for it, at most one block; `finish()` writes any
-    row still waiting, unmatched, so nothing completed is ever dropped."""
+    alternates the order), the row is journaled at once without its match fields, marked
+    unpaired; the writer pairs it with the baseline's row when it writes the Parquet file, and `read_run` does the
+    same when it recovers a killed run from its journal (`records.pair_with_baseline`), so a
+    kill loses no completed sample. The in-memory copy (`rows`) is filled in when the
+    baseline arrives."""
 
     def __init__(self, backend_name: str, run_id: str, writer: RunWriter | None,
                  on_result: Callable[[Request, Result], None] | None = None):
         self.backend_name, self.run_id, self.writer, self.on_result = backend_name, run_id, writer, on_result
         self.baseline_outputs: dict[tuple[str, int], list[int]] = {}
         self.expect_baseline: set[int] = set()  # repeats whose baseline is part of the plan
-        self._waiting: dict[tuple[str, int], list[dict]] = {}
+        self._waiting: dict[tuple[str, int], list[tuple[dict, Result]]] = {}
         self._lock = threading.Lock()
         self.rows: list[dict] = []
         self.slos_ms: dict[str, float] | None = None  # --goodput: every row's meets_slo
@@ -125,31 +129,24 @@ class Recorder:
                            request_rate=config.request_rate, request=request, metrics=metrics,
                            is_baseline=config.is_baseline, repeat=repeat)
             row["meets_slo"] = meets_slo(row, self.slos_ms)
-            ready = [] if wait else [row]
+            self.rows.append(row)
+            if self.writer is not None:
+                self.writer.add([row], unpaired=wait)  # durable now, paired or not
             if wait:
-                self._waiting.setdefault(key, []).append((row, request, result))
+                self._waiting.setdefault(key, []).append((row, result))
             if config.is_baseline and result.error is None:
                 self.baseline_outputs.setdefault(key, list(result.output_ids))
-                for waiting_row, req, res in self._waiting.pop(key, []):
+                for waiting_row, res in self._waiting.pop(key, []):
                     fields = match_fields(res.output_ids, self.baseline_outputs[key])
                     waiting_row["token_match_rate"], waiting_row["first_divergence"] = fields
-                    ready.append(waiting_row)
-            for r in ready:
-                self.rows.append(r)
-                if self.writer is not None:
-                    self.writer.add([r])
         if self.on_result is not None:
             self.on_result(request, result)
         return row
 
     def finish(self) -> None:
-        """Write the rows still waiting for a baseline that never came (failed or interrupted)."""
+        """Forget the rows still waiting for a baseline that never came (failed or
+        interrupted): they were written when they completed and stay unmatched."""
         with self._lock:
-            for rows in self._waiting.values():
-                for row, _, _ in rows:
-                    self.rows.append(row)
-                    if self.writer is not None:
-                        self.writer.add([row])
             self._waiting.clear()
 
 

@@ -84,8 +84,26 @@ def tokenize(workload: Any, tokenizer: Any, base: SamplingParams, *, max_context
                                        max_context=max_context, truncate=truncate, overrides=overrides)
     if skipped and log:
         log(f"[yellow]skipped {skipped} prompt(s) longer than the context of {max_context} tokens "
-            "(use --truncate to keep them)[/]")
+            f"(use --truncate to keep them){_categories_lost(workload, requests)}[/]")
     return requests, skipped
+
+
+def _categories_lost(workload: Any, requests: Sequence[Request]) -> str:
+    """Which categories the skipped prompts came from, and which of them left the run
+    altogether (a per-category summary would silently lack them)."""
+    from collections import Counter
+
+    before = Counter(p.category for p in workload.prompts)
+    after = Counter(r.category for r in requests)
+    if len(before) < 2:
+        return ""
+    lost = {c: n - after.get(c, 0) for c, n in before.items() if n > after.get(c, 0)}
+    gone = [c for c in lost if not after.get(c)]
+    parts = [f"{c} {k} of {before[c]}" for c, k in sorted(lost.items())]
+    text = f"; from categories {', '.join(parts)}"
+    if gone:
+        text += f"; {len(gone)} of {len(before)} categories gone from the run: {', '.join(sorted(gone))}"
+    return text
 
 
 @dataclass

@@ -25,8 +25,9 @@ SLOW_MODULES = frozenset({
     "report/test_report_browser.py", "report/test_report_cli.py",
     "serve/test_serve.py", "serve/test_serve_batching.py", "serve/test_serve_hostile.py",
     "serve/test_serve_load.py",
-    "sweep/test_sweep_journal.py", "sweep/test_sweep_postgres.py", "sweep/test_sweep_run.py",
-    "sweep/test_sweep_server.py", "sweep/test_sweep_serving.py", "sweep/test_sweep_vllm.py",
+    "sweep/test_sweep_journal.py", "sweep/test_sweep_killed_worker.py", "sweep/test_sweep_postgres.py",
+    "sweep/test_sweep_run.py", "sweep/test_sweep_server.py", "sweep/test_sweep_server_faults.py",
+    "sweep/test_sweep_serving.py", "sweep/test_sweep_vllm.py",
     "sweep/test_sweep_workers.py",
 })
 _TESTS = Path(__file__).parent
@@ -49,3 +50,11 @@ def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     return tiny.make_tokenizer()
+
+
+def pytest_configure(config):
+    # A fault test says which fault of which component it exercises, what the user sees and
+    # what is kept, so a fault matrix (fault x component) can be generated from the tests
+    # that prove it: `pytest -m fault --collect-only` lists them with their marks.
+    config.addinivalue_line(
+        "markers", "fault(component, fault, sees, kept): the fault a test injects and what it shows")

@@ -69,7 +69,8 @@ def test_the_knobs_and_vllms_disable_by_batch_size_name():
     ('{"method": "medusa"}', ["unknown method 'medusa'", "draft_model", "prompt_lookup"]),
     ('{"method": "ngram", "num_speculative_tokens": "4"}', ["num_speculative_tokens", "integer", "'4'"]),
     ('{"method": "ngram", "num_speculative_tokens": true}', ["num_speculative_tokens", "integer", "True"]),
-    ('{"method": "ngram", "num_speculative_tokens": -1}', ["--speculative-config", "num_speculative_tokens", ">= 1"]),
+    ('{"method": "ngram", "num_speculative_tokens": -1}', ["--speculative-config", "num_speculative_tokens", ">= 0"]),
+    ('{"method": "ngram", "num_speculative_tokens": 0}', ["--speculative-config", "num_speculative_tokens", ">= 1"]),
     ('{"method": "ngram", "prompt_lookup_min": 3, "prompt_lookup_max": 2}', ["ngram_min <= ngram_max", "3..2"]),
     ('{"method": "ngram", "model": "m"}', ["--draft", "ngram"]),
     ('{"method": "eagle3"}', ["eagle3", "head"]),
@@ -88,7 +89,10 @@ def test_a_bad_speculative_config_is_one_line(text, needles):
 
 
 def test_list_flags_split_on_commas_and_repeats():
-    assert split_list(["2,4", " 8 ", "", "16,"]) == ["2", "4", "8", "16"]
+    assert split_list(["2,4", " 8 ", "16"]) == ["2", "4", "8", "16"]
+    for bad in ([""], [","], ["16,"], ["4,,2"]):
+        with pytest.raises(ConfigError, match="empty item"):
+            split_list(bad, "-k")
     assert split_list(None) == []
     assert parse_int_list(["1,2", "4"], "--concurrency") == [1, 2, 4]
     assert parse_int_list(None, "--concurrency") is None and parse_int_list([], "-k") is None

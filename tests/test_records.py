@@ -130,7 +130,7 @@ def test_flush_is_atomic_and_leaves_no_temp_file(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(records.files.pq, "write_table", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(RecordsError, match="samples.parquet: disk full; the run stopped: 2 completed sample"):
         w.flush()
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted(files)
     assert pq.read_table(tmp_path / "run" / "samples.parquet")["prompt_id"].to_pylist() == ["a"]

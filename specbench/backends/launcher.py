@@ -100,11 +100,18 @@ class ServerLauncher:
         self.env = env
         self.proc: subprocess.Popen | None = None
         self._log = None
+        self._exit_code: int | None = None
 
     @property
     def base_url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.params.get('port', 8000)}"
+
+    def exit_code(self) -> int | None:
+        """The server's exit code once it exited (or was stopped); None while it runs."""
+        if self.proc is not None:
+            return self.proc.poll()
+        return self._exit_code
 
     def log_tail(self, lines: int = 15) -> str:
         if self.log_path is None or not self.log_path.is_file():
@@ -155,6 +162,13 @@ class ServerLauncher:
         proc, self.proc = self.proc, None
         code = None
         if proc is not None:
+            if proc.poll() is not None and group_members(proc.pid):
+                # The leader exited on its own (during start-up, or a crash) and left workers
+                # behind holding the port and the memory: they get the SIGTERM it never sent.
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 if proc.poll() is not None:
                     break
@@ -178,6 +192,7 @@ class ServerLauncher:
                         break
                     deadline, killed = time.monotonic() + 5.0, True
                 time.sleep(0.1)
+            self._exit_code = code
         if self._log is not None:
             self._log.close()
             self._log = None

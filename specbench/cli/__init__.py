@@ -39,10 +39,61 @@ def _register() -> None:
 _register()
 
 
+def _number_type(param) -> str | None:
+    """"int" or "float" for a numeric option (Typer's own parameter class, or click's)."""
+    bare = getattr(param, "bare_type", None)
+    if bare is not None:
+        kind = bare()
+        return kind if kind in ("int", "float") else None
+    name = getattr(getattr(param, "type", None), "name", None)
+    return {"integer": "int", "float": "float"}.get(name)
+
+
+def _long_flag(param) -> str:
+    return max(param.opts, key=len)
+
+
+# Commands whose numeric options are held to the same `specbench.limits` table where their
+# values from a file and from flags meet (sweep: `specbench.sweep.options.section`, whose
+# messages name the spec key as well).
+UNBOUNDED_HERE = frozenset({"sweep"})
+
+
+def bound_numbers(command, top: str | None = None) -> None:
+    """Hold every integer and float option of `command` (and its subcommands) to its
+    `specbench.limits` bound as click parses it: one place for all of them, so a huge, tiny
+    or NaN value is a one-line error naming the flag before the command starts."""
+    from specbench import limits
+
+    for name, sub in (getattr(command, "commands", None) or {}).items():
+        if name not in UNBOUNDED_HERE:
+            bound_numbers(sub, top or name)
+    for param in getattr(command, "params", ()):
+        if _number_type(param) is None or not param.opts:
+            continue
+        flag = _long_flag(param)
+
+        def checked(ctx, p, value, _flag=flag, _cmd=top, _previous=param.callback):
+            if _previous is not None:
+                value = _previous(ctx, p, value)
+            if isinstance(value, (list, tuple)):
+                return type(value)(limits.check(_flag, v, command=_cmd) for v in value)
+            return limits.check(_flag, value, command=_cmd)
+
+        param.callback = checked
+
+
+def command():
+    """The click command behind `specbench`, every numeric option bounded."""
+    cmd = typer.main.get_command(app)
+    bound_numbers(cmd)
+    return cmd
+
+
 def main() -> None:
     try:
         # Without standalone mode click returns (not raises) a command's typer.Exit code.
-        code = app(standalone_mode=False)
+        code = command()(standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
     except SpecbenchError as exc:

@@ -103,6 +103,7 @@ def _describe(path: Path, trust_remote_code: bool = False) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - transformers fails on a broken directory in many ways
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"{path}: cannot read the model's config or tokenizer ({first})") from None
+    loading.check_tokenizer(tokenizer, path, "models info")
     try:
         gen = GenerationConfig.from_pretrained(path, local_files_only=True)
     except OSError:

@@ -77,7 +77,7 @@ def run(
     request_timeout: Annotated[float, typer.Option(help="openai: seconds before a request counts as failed.")] = 600.0,
     retries: Annotated[int, typer.Option(help="openai: retries of a failed request (429/5xx, timeout, dropped stream).")] = 0,
     tokenizer: Annotated[Optional[str], typer.Option(help="openai: tokenizer source, catalog name or HF directory (default: --target if given, else the served model).")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Run directory (default runs/<timestamp>-<config>).")] = None,
+    out: Annotated[Optional[str], typer.Option(help="Run directory (default runs/<timestamp>-<config>).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the records in an existing run directory.")] = False,
     baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Pair each configuration with the non-speculative baseline.")] = True,
     chat_template: Annotated[bool, typer.Option("--chat-template/--no-chat-template", help="Apply the target tokenizer's chat template.")] = True,
@@ -104,6 +104,8 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
 
     f = flags
     check_backend(f["backend"])
+    if f["out"] is not None and not str(f["out"]).strip():
+        raise ConfigError("--out is empty: give a run directory, or leave --out out for runs/<timestamp>-<config>")
     if f["warmup"] < 0:
         raise ConfigError(f"--warmup must be >= 0, got {f['warmup']}")
     if f["repeats"] < 1:
@@ -119,10 +121,16 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
         server = ServerOptions(f["base_url"], model=f["model"], api_key_env=f["api_key_env"], endpoint=f["endpoint"],
                                request_timeout=f["request_timeout"], retries=f["retries"],
                                tokenizer=f["tokenizer"] or (f["target"] if "target" in given else None))
-    elif any(openai_flags):
-        raise ConfigError("--base-url, --model, --api-key-env and --tokenizer need --backend openai")
-    rates = tuple(finite("--request-rate", r, above=0.0)  # inf = all at once: leave --request-rate out
-                  for r in _parse_rates(f["request_rate"]))
+    elif any(openai_flags) or given & {"endpoint", "retries", "request_timeout"}:
+        named = [flag for flag, name in (("--base-url", "base_url"), ("--model", "model"),
+                                         ("--api-key-env", "api_key_env"), ("--tokenizer", "tokenizer"),
+                                         ("--endpoint", "endpoint"), ("--retries", "retries"),
+                                         ("--request-timeout", "request_timeout"))
+                 if f[name] is not None and (name not in ("endpoint", "retries", "request_timeout") or name in given)]
+        verb = "needs" if len(named) == 1 else "need"
+        raise ConfigError(f"{', '.join(named)} {verb} --backend openai (the {f['backend']} backend "
+                          "sends no HTTP requests)")
+    rates = tuple(_parse_rates(f["request_rate"]))
     finite("--burstiness", f["burstiness"], above=0.0)
     if f["burstiness"] != 1.0 and not rates:
         raise ConfigError("--burstiness shapes open-loop arrivals: it needs --request-rate")
@@ -146,19 +154,23 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
         request_rate=None, request_rates=rates, burstiness=f["burstiness"], goodput_slos_ms=slos,
         client_processes=f["client_processes"], warmup=f["warmup"], repeats=f["repeats"], interleave=f["interleave"],
         time_budget_s=time_budget, engine=engine, backend=f["backend"], server=server,
-        chat_template=f["chat_template"], truncate=f["truncate"], out=f["out"], overwrite=f["overwrite"])
+        chat_template=f["chat_template"], truncate=f["truncate"],
+        out=Path(f["out"]) if f["out"] is not None else None, overwrite=f["overwrite"])
 
 
 def _parse_rates(values: Any) -> list[float]:
     """`--request-rate 1,2 --request-rate 4` -> [1.0, 2.0, 4.0]; one line for a non-number."""
     from specbench.config import split_list
 
+    from specbench import limits
+
     out = []
-    for part in split_list(values or []):
+    for part in split_list(values or [], "--request-rate"):
         try:
-            out.append(float(part))
+            rate = float(part)
         except ValueError:
             raise ConfigError(f"--request-rate: {part!r} is not a number of requests/s (e.g. --request-rate 1,2,4)") from None
+        out.append(limits.check("--request-rate", rate))
     return out
 
 
@@ -166,6 +178,9 @@ def _speculation(f: dict[str, Any], given: set[str]) -> Any:
     """--method/-k/--draft and the knobs, or --speculative-config in their place."""
     from specbench.plan import Speculation
 
+    if f["speculative_config"] is not None and not f["speculative_config"].strip():
+        raise ConfigError("--speculative-config is empty: give a JSON object, e.g. "
+                          "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}', or leave it out")
     ks = parse_int_list(f["num_speculative_tokens"], "--num-speculative-tokens") or [DEFAULT_NUM_SPECULATIVE_TOKENS]
     declared = bool(f["speculative_config"] or f["num_speculative_tokens"] or f["draft"] or "method" in given)
     if not f["speculative_config"]:

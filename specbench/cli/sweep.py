@@ -56,6 +56,8 @@ def sweep(spec_file: Optional[Path] = None, retry_failed: bool = False, **flags:
     # ---- everything that can be wrong in the input fails here, before any model loads ----
     spec = sw.build_spec(sw.load_spec_file(spec_file) if spec_file is not None else None,
                          _spec_values(flags), source=spec_file)
+    _check_writable(spec.study.out, "--out (the study directory)")
+    _check_writable(Path(spec.profile.out).parent, f"--profile {spec.profile.out}: its directory")
     study = _open_study(spec, retry_failed)
     done, total = sw.progress_counts(study, spec)
     if done < total:
@@ -87,6 +89,23 @@ sweep.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         bool, typer.Option("--retry-failed", help="Measure again the configurations whose trials failed (they "
                                                   "are otherwise settled: a rerun skips them).")]),
 ])
+
+
+def _check_writable(directory: Path, what: str) -> None:
+    """Probe a directory the sweep will write to (creating it as the sweep would), so a bad
+    --out or --profile fails in one line now, not after the first trial or the last."""
+    import os
+    import tempfile
+
+    from specbench.errors import ConfigError
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{what} {directory}: cannot write there ({exc.strerror or exc})") from None
 
 
 def _open_study(spec: Any, retry_failed: bool) -> Any:

@@ -16,6 +16,7 @@ Boundary: records DataFrames and run.json metadata in, reasons and differences o
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any
 
 import pandas as pd
@@ -62,6 +63,16 @@ def pair_configs(base: dict[str, tuple], cur: dict[str, tuple],
     return pairs, left_b, left_c
 
 
+def _file_name(workload: Any) -> Any:
+    """A prompt file's name without its directory (which depends on where each run was started
+    from); named sets and hf: datasets stay as they are. The prompts themselves are compared
+    by id and sampling below."""
+    text = str(workload)
+    if text.startswith("hf:") or ("/" not in text and "\\" not in text):
+        return workload
+    return PurePath(text).name
+
+
 def _unique(df: pd.DataFrame, col: str) -> list[Any]:
     return sorted({plain(v) for v in df[col].unique()}, key=str)
 
@@ -72,6 +83,8 @@ def setup_differences(base_df: pd.DataFrame, base_meta: dict, cur_df: pd.DataFra
     reasons: list[str] = []
     for col in ("workload", "workload_kind"):
         b, c = _unique(base_df, col), _unique(cur_df, col)
+        if col == "workload" and [_file_name(v) for v in b] == [_file_name(v) for v in c]:
+            continue  # one prompt file, spelled relative in one run and absolute in the other
         if b != c:
             show = lambda v: ", ".join(map(repr, v))  # noqa: E731
             reasons.append(f"{col} differs (baseline {show(b)}, current {show(c)})")

@@ -141,6 +141,21 @@ def output_vocab_size(model: Any) -> int:
     return int(model.config.get_text_config().vocab_size)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "tiktoken.model",
+                   "vocab.txt")
+
+
+def check_tokenizer(tokenizer: Any, path: Path, name: str) -> None:
+    """A directory without tokenizer files still loads a tokenizer (transformers builds an
+    empty one from the config's model type) that turns every prompt into nothing: refuse it
+    here, naming the files, rather than blame the prompts later."""
+    if len(tokenizer) > 1:
+        return
+    present = ", ".join(sorted(p.name for p in Path(path).iterdir())) if Path(path).is_dir() else "none"
+    raise ModelError(f"{name}: {path} has no usable tokenizer (expected one of {', '.join(TOKENIZER_FILES)} "
+                     f"beside config.json; files present: {present}); copy them from the model's repository")
+
+
 def eos_ids(generation_config: Any, tokenizer: Any) -> tuple[int, ...]:
     """Union of the generation config's eos ids and the tokenizer's, generation config first."""
     out: list[int] = []
@@ -188,6 +203,7 @@ def load_model(spec: str, cfg: EngineConfig) -> LoadedModel:
         # (TypeError for a config.json that is not an object, SafetensorError for cut weights)
         raise ModelError(f"model {name!r}: could not load from {path}: {type(exc).__name__}: "
                          f"{_first_line(exc)}") from None
+    check_tokenizer(tokenizer, path, f"model {name!r}")
     model = model.to(device).eval().requires_grad_(False)
     try:
         gen = GenerationConfig.from_pretrained(path, local_files_only=True)

@@ -42,7 +42,7 @@ def load_tokenizer_only(source: str | None, *, fallbacks: Sequence[str | None] =
     from transformers import AutoTokenizer, GenerationConfig
 
     from specbench.models import catalog, fetch
-    from specbench.models.loading import eos_ids, resolve_model_path
+    from specbench.models.loading import check_tokenizer, eos_ids, resolve_model_path
 
     def usable(spec: str | None) -> bool:
         return bool(spec) and (Path(spec).expanduser().exists() or catalog.is_catalog_name(spec))
@@ -59,6 +59,7 @@ def load_tokenizer_only(source: str | None, *, fallbacks: Sequence[str | None] =
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, ImportError) as exc:
         raise ModelError(f"tokenizer {source!r}: could not load from {path}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+    check_tokenizer(tok, path, f"tokenizer {source!r}")
     try:
         gen = GenerationConfig.from_pretrained(path, local_files_only=True)
     except OSError:

@@ -13,11 +13,13 @@ interrupted between configurations keeps everything that completed in a valid fi
 `read_run()` loads a run directory or Parquet file back into a DataFrame.
 
 Boundary: records know the row dicts built from `specbench.metrics` and the config types;
-they never compute metrics or summaries (that is `specbench.analysis`).
+they never compute metrics or summaries (that is `specbench.analysis`), except pairing a
+speculative sample journaled before its baseline with that baseline's output
+(`pair_with_baseline`, on flush and on recovery).
 """
 
 from specbench.atomic import atomic_write, umask_mode  # re-exported: records were their first home
-from specbench.records.files import RunWriter, read_run
+from specbench.records.files import RunWriter, pair_with_baseline, read_run
 from specbench.records.metadata import (
     RunMetadata,
     default_run_dir,

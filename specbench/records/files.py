@@ -11,6 +11,7 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 
 from specbench.atomic import _chmod_umask, atomic_write
 from specbench.errors import RecordsError
+from specbench.metrics import match_fields
 from specbench.records.metadata import RunMetadata, _utc_now
 from specbench.records.schema import (
     _REQUIRED_NON_NULL,
@@ -33,6 +35,47 @@ from specbench.records.schema import (
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# --------------------------------------------------------------------------------------
+# Pairing
+
+UNPAIRED_KEY = b"specbench_unpaired"  # journal batch metadata: samples still to be paired
+
+
+def pair_with_baseline(table: pa.Table, rows: Iterable[int]) -> pa.Table:
+    """Fill the match fields of `rows`: speculative samples written before their baseline
+    completed (`RunWriter.add(..., unpaired=True)`).
+
+    A greedy (or regression) speculative sample is compared with the first successful
+    baseline sample of the same prompt and repeat in the run. The runner writes a sample the
+    moment it completes, so when interleaving ran the speculative configuration first, its
+    row reaches the journal with null `token_match_rate`/`first_divergence`, marked unpaired;
+    the pairing is done here, on the way to samples.parquet and when a killed run is
+    recovered. A row whose baseline never succeeded stays unmatched."""
+    todo = sorted(set(rows))
+    if table.num_rows == 0 or not todo:
+        return table
+    cols = table.select(["is_baseline", "error", "prompt_id", "repeat"]).to_pydict()
+    outputs = table.column("output_token_ids")
+    reference: dict[tuple[str, int], int] = {}
+    for i in range(table.num_rows):
+        if cols["is_baseline"][i] and cols["error"][i] is None:
+            reference.setdefault((cols["prompt_id"][i], cols["repeat"][i]), i)
+    rate = table.column("token_match_rate").to_pylist()
+    first = table.column("first_divergence").to_pylist()
+    changed = False
+    for i in todo:
+        ref = reference.get((cols["prompt_id"][i], cols["repeat"][i]))
+        if ref is not None:
+            rate[i], first[i] = match_fields(outputs[i].as_py(), outputs[ref].as_py())
+            changed = True
+    if not changed:
+        return table
+    for name, values in (("token_match_rate", rate), ("first_divergence", first)):
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, table.schema.field(index), pa.array(values, table.schema.field(index).type))
+    return table
+
 
 # --------------------------------------------------------------------------------------
 # Writing
@@ -76,6 +119,10 @@ class RunWriter:
             fd, probe = tempfile.mkstemp(dir=self.run_dir, prefix=".write-probe-")
             os.close(fd)
             os.unlink(probe)
+            if self._created:
+                # Made again with the first sample: a process killed before it (a sweep
+                # worker SIGKILLed while its server starts) leaves no empty run directory.
+                self.run_dir.rmdir()
         except OSError as exc:
             raise RecordsError(f"--out {self.run_dir}: cannot write there ({exc.strerror or exc})") from None
         self.metadata.status = "running"
@@ -85,6 +132,9 @@ class RunWriter:
         self._journal: Any = None
         self._journal_file: Any = None
         self._synced_at = 0.0
+        self._journaled = 0  # rows whose journal batch was handed to the OS whole
+        self._unpaired: set[int] = set()  # row numbers still to be paired with their baseline
+        self._failed: OSError | None = None  # the disk refused a write: nothing more is written
 
     @property
     def samples_path(self) -> Path:
@@ -98,9 +148,11 @@ class RunWriter:
     def num_rows(self) -> int:
         return sum(t.num_rows for t in self._tables)
 
-    def add(self, rows: list[dict[str, Any]]) -> None:
+    def add(self, rows: list[dict[str, Any]], unpaired: bool = False) -> None:
         """Validate rows (dicts keyed by `COLUMNS`) and append them to the journal now; they
-        reach samples.parquet on the next flush."""
+        reach samples.parquet on the next flush. `unpaired`: speculative samples whose
+        baseline has not completed yet; their match fields are filled from it on flush and
+        on recovery (`pair_with_baseline`)."""
         if not rows:
             return
         for i, row in enumerate(rows):
@@ -113,15 +165,39 @@ class RunWriter:
                 raise ValueError(f"row {i}: null in non-nullable columns {sorted(nulls)}")
         # Converting now surfaces a type error at the row that caused it, not at flush time.
         table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        if self._failed is not None:
+            raise self._disk_error(self.journal_path, self._failed)
+        first = self.num_rows
         self._tables.append(table)
-        self._journal_append(table)
+        if unpaired:
+            self._unpaired.update(range(first, first + table.num_rows))
+        try:
+            self._journal_append(table, unpaired)
+        except OSError as exc:
+            self._failed = exc
+            raise self._disk_error(self.journal_path, exc) from None
+        self._journaled += table.num_rows
 
-    def _journal_append(self, table: pa.Table) -> None:
+    def _disk_error(self, path: Path, exc: OSError) -> RecordsError:
+        """The one line a full or failing disk gets: the file, the OS's reason, and how many
+        samples are safe (the journal's complete batches, which `read_run` recovers)."""
+        import errno
+
+        reason = exc.strerror or str(exc)
+        code = errno.errorcode.get(exc.errno or 0)
+        where = self.journal_path if self._journaled else None
+        safe = (f"{self._journaled} completed sample(s) are safe in {where} (specbench report and read_run "
+                "recover them)") if where else "no sample had been written yet"
+        return RecordsError(f"cannot write {path}: {reason}{f' ({code})' if code else ''}; the run stopped: {safe}")
+
+    def _journal_append(self, table: pa.Table, unpaired: bool = False) -> None:
         if self._journal is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             self._journal_file = open(self.journal_path, "wb")
             _chmod_umask(self.journal_path)
             self._journal = pa.ipc.new_stream(self._journal_file, self._schema_with_metadata())
-        self._journal.write_table(table)
+        for batch in table.to_batches():
+            self._journal.write_batch(batch, custom_metadata={UNPAIRED_KEY: b"1"} if unpaired else None)
         self._journal_file.flush()  # in the OS now: a killed process loses nothing
         now = time.monotonic()
         if now - self._synced_at >= 1.0:  # on disk within about a second, even if the machine dies
@@ -134,17 +210,30 @@ class RunWriter:
 
     def flush(self) -> None:
         """Write `samples.parquet` and `run.json` with every row added so far."""
+        if self._failed is not None:
+            return  # the disk refused the journal: what it holds whole is what is kept
         if not self._tables and self.samples_path.exists():
             return  # no new rows yet: keep the records being overwritten until there are
         schema = self._schema_with_metadata()
         if self._tables:
-            table = pa.concat_tables(self._tables).replace_schema_metadata(schema.metadata)
+            table = pair_with_baseline(pa.concat_tables(self._tables), self._unpaired)
+            table = table.replace_schema_metadata(schema.metadata)
             self._tables = [table.replace_schema_metadata(None)]
         else:
             table = schema.empty_table()
-        atomic_write(self.samples_path, lambda fh: pq.write_table(table, fh))
         text = json.dumps(self.metadata.to_dict(), indent=2, sort_keys=True) + "\n"
-        atomic_write(self.run_dir / RUN_FILE, lambda fh: fh.write(text.encode()))
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self._failed = exc
+            raise self._disk_error(self.run_dir, exc) from None
+        for path, write in ((self.samples_path, lambda fh: pq.write_table(table, fh)),
+                            (self.run_dir / RUN_FILE, lambda fh: fh.write(text.encode()))):
+            try:
+                atomic_write(path, write)
+            except OSError as exc:  # the journal still holds every sample: it stays
+                self._failed = exc
+                raise self._disk_error(path, exc) from None
 
     def close(self, complete: bool) -> None:
         """Record whether the run completed or was interrupted, write everything, drop the
@@ -152,6 +241,10 @@ class RunWriter:
         removes it if this writer created it)."""
         self.metadata.status = "complete" if complete else "interrupted"
         self.metadata.finished_at = _utc_now()
+        if self._failed is not None:  # keep the journal: it is the only whole copy
+            self._release_journal()
+            self._closed = True
+            return
         if self._tables or complete:
             self.flush()
         if self._journal is not None:
@@ -159,9 +252,22 @@ class RunWriter:
             self._journal_file.close()
             self._journal = None
         self.journal_path.unlink(missing_ok=True)
-        if self._created and not any(self.run_dir.iterdir()):
+        if self._created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
             self.run_dir.rmdir()
         self._closed = True
+
+    def _release_journal(self) -> None:
+        try:
+            if self._journal is not None:
+                self._journal.close()
+        except (OSError, pa.ArrowException):
+            pass
+        try:
+            if self._journal_file is not None:
+                self._journal_file.close()
+        except OSError:
+            pass
+        self._journal = self._journal_file = None
 
     def abandon(self) -> None:
         """Nothing was measured (setup failed): leave the directory as it was found."""
@@ -184,18 +290,23 @@ class RunWriter:
             self.close(complete=exc_type is None)
 
 
-def _read_journal(path: Path) -> tuple[pa.Table | None, dict[str, Any] | None]:
-    """Every complete batch of a journal (a killed writer may have left a torn last one)."""
-    batches, schema = [], None
+def _read_journal(path: Path, unpaired: set[int] | None = None) -> tuple[pa.Table | None, dict[str, Any] | None]:
+    """Every complete batch of a journal (a killed writer may have left a torn last one);
+    the row numbers of batches marked unpaired are added to `unpaired`."""
+    batches, schema, rows = [], None, 0
     try:
         with open(path, "rb") as fh:
             reader = pa.ipc.open_stream(fh)
             schema = reader.schema
             while True:
                 try:
-                    batches.append(reader.read_next_batch())
+                    batch, custom = reader.read_next_batch_with_custom_metadata()
                 except StopIteration:
                     break
+                if unpaired is not None and custom is not None and custom.get(UNPAIRED_KEY):
+                    unpaired.update(range(rows, rows + batch.num_rows))
+                rows += batch.num_rows
+                batches.append(batch)
     except (pa.ArrowException, OSError):
         pass  # torn or empty: keep what was read
     if schema is None:
@@ -223,13 +334,14 @@ def _process_alive(meta: dict[str, Any]) -> bool:
 def _recover(journal: Path) -> tuple["pd.DataFrame", dict[str, Any]] | None:
     """A run whose writer never closed: its journal holds every sample it completed (the
     Parquet file, if any, only those of finished configurations, or another run's)."""
-    table, meta = _read_journal(journal)
+    unpaired: set[int] = set()
+    table, meta = _read_journal(journal, unpaired)
     if table is None or meta is None:
         return None
     if meta.get("status") == "running" and not _process_alive(meta):
         meta["status"] = "killed"
     meta["recovered_from_journal"] = table.num_rows
-    return table.to_pandas(), meta
+    return pair_with_baseline(table, unpaired).to_pandas(), meta
 
 
 def read_run(path: Path | str) -> tuple["pd.DataFrame", dict[str, Any]]:

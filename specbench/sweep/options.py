@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbench import limits
 from specbench.config import DEVICES, DTYPES, METHODS
 from specbench.errors import ConfigError
 from specbench.session import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, sampling_base
@@ -340,5 +341,7 @@ def section(cls: type, values: dict[str, Any], where: str) -> Any:
             if not _BOUNDS[op](value, limit):
                 raise ConfigError(f"{where}{label(f'{name}.{f.name}')} must be {op} {limit:g}{opt.unit}, "
                                   f"got {value:{opt.fmt}}")
+        if opt.kind in (INTEGER, NUMBER):  # type and both ends from the one table of bounds
+            value = limits.check(opt.flag, value, command="sweep", where=where, label=label(f"{name}.{f.name}"))
         given[f.name] = value
     return cls(**given)

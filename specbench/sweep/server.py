@@ -32,10 +32,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from specbench.errors import ConfigError
+from specbench.errors import BackendError, ConfigError
+from specbench.sweep.options import label as label_of
 from specbench.sweep.serving import vllm_speculative_config
 from specbench.sweep.space import Point
 from specbench.sweep.spec import SweepSpec
+from specbench.sweep.storage import first_line
+from specbench.sweep.trials import TrialFailed
 
 
 def speculative_config_json(point: Point) -> str:
@@ -112,7 +115,8 @@ def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path
     srv = spec.server
     assert srv is not None
     base_template = srv.base_url
-    host = urlparse(base_template.replace("{port}", "1")).hostname or "127.0.0.1"
+    parsed = urlparse(base_template.replace("{port}", "1"))
+    host = parsed.hostname or "127.0.0.1"
     port = free_port("127.0.0.1")
     base_url = base_template.replace("{port}", str(port))
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +126,12 @@ def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path
     if session.log:
         session.log(f"starting server: {shlex.join(launcher.argv)}")
     try:
+        if "{port}" not in base_template and host in ("127.0.0.1", "localhost", "::1"):
+            # A fixed port someone else holds: readiness would be answered by *their* server.
+            fixed = urlparse(base_url).port or (443 if parsed.scheme == "https" else 80)
+            if port_in_use(host, fixed):
+                raise BackendError(f"port {fixed} of {host} ({label_of('server.base_url')}) is already in use "
+                                   "by another process: stop it, or use {port} in the URL and the command")
         launcher.start()
         backend = OpenAIBackend.connect(base_url, endpoint=srv.endpoint)
         # the server must run the trial's configuration (its card / counters say so)
@@ -130,7 +140,54 @@ def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path
                             declared=True)
         tok = session.tokenizer
         backend.prepare(session.requests[0], tok.tokenizer, tok.eos_token_ids)
-    except BaseException:
+        if launcher.proc is None or launcher.proc.poll() is not None:  # something else answered
+            raise BackendError(f"the server exited (code {launcher.exit_code()}) although {base_url} answered: "
+                               f"another process holds that port; log {launcher.log_path}")
+    except (KeyboardInterrupt, SystemExit):
         launcher.stop()
         raise
-    return launcher, backend
+    except BaseException as exc:  # noqa: BLE001 - every way a server fails is this trial's reason
+        launcher.stop()
+        raise TrialFailed(f"server failed: {first_line(exc)}") from None
+    return launcher, WatchedBackend(backend, launcher)
+
+
+def port_in_use(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+class WatchedBackend:
+    """The trial's openai backend, with its server watched: when the server process is gone
+    after a run, the trial fails as `server failed: exited with code N during the trial`
+    instead of being recorded with a wave of connection errors as its measurement."""
+
+    def __init__(self, backend: Any, launcher: Any) -> None:
+        self._backend, self._launcher = backend, launcher
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def _check(self) -> None:
+        proc = self._launcher.proc
+        code = proc.poll() if proc is not None else None
+        if code is not None:
+            tail = self._launcher.log_tail(3).replace("\n", " | ")
+            raise TrialFailed(f"server failed: exited with code {code} during the trial; log "
+                              f"{self._launcher.log_path}: {tail[-300:]!r}")
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._backend.run(*args, **kwargs)
+        self._check()
+        return out
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._backend.generate(*args, **kwargs)
+        self._check()
+        return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specbench import limits
 from specbench.config import METHODS, EngineConfig
 from specbench.errors import ConfigError
 from specbench.session import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -236,6 +237,10 @@ def _server(values: dict[str, Any], where: str) -> ServerOptions | None:
     given = [k for k in keys("server") if values.get(f"server.{k}") is not None]
     if not given:
         return None
+    for key in ("server.command", "server.baseline_command"):
+        if values.get(key) is not None and not str(values[key]).strip():
+            raise ConfigError(f"{where}{label(key)} is empty: give the server's launch command, e.g. "
+                              "\"vllm serve {target} --port {port}\"")
     if not values.get("server.command"):
         raise ConfigError(f"{where}{label('server.command')} is needed with "
                           f"{', '.join(label('server.' + k) for k in given)}")
@@ -270,18 +275,26 @@ def _as_list(key: str, value: Any, where: str) -> list[Any]:
     out: list[Any] = []
     for item in items:
         if isinstance(item, str) and OPTIONS[key].kind is not NAMES:
-            for part in item.split(","):  # CLI style "1,4,16"
-                part = part.strip()
-                if part:
-                    try:
-                        out.append(int(part))
-                    except ValueError:
-                        raise ConfigError(f"{where}{label(key)}: {part!r} is not an integer") from None
+            for part in _items(key, item, where):  # CLI style "1,4,16"
+                try:
+                    out.append(int(part))
+                except ValueError:
+                    raise ConfigError(f"{where}{label(key)}: {part!r} is not an integer") from None
         elif isinstance(item, str):
-            out.extend(p.strip() for p in item.split(",") if p.strip())
+            out.extend(_items(key, item, where))
         else:
             out.append(item)
     return out
+
+
+def _items(key: str, text: str, where: str) -> list[str]:
+    """The comma-separated items of one value; an empty one (`4,,2`, `,`, '') is refused."""
+    if not text.strip():
+        return []  # nothing given: the search space says it is empty
+    parts = [p.strip() for p in text.split(",")]
+    if any(not p for p in parts):
+        raise ConfigError(f"{where}{label(key)}: empty item in {text!r} (give comma-separated values, e.g. 1,2,4)")
+    return parts
 
 
 def _ints(key: str, values: list[Any], where: str, minimum: int) -> tuple[int, ...]:
@@ -290,6 +303,7 @@ def _ints(key: str, values: list[Any], where: str, minimum: int) -> tuple[int, .
             raise ConfigError(f"{where}{label(key)}: {v!r} is not an integer")
         if v < minimum:
             raise ConfigError(f"{where}{label(key)} values must be >= {minimum}, got {v}")
+        limits.check(OPTIONS[key].flag, v, command="sweep", where=where, label=f"{label(key)} values")
     return tuple(sorted(set(values)))
 
 
@@ -317,6 +331,8 @@ def _k_values(value: Any, where: str) -> tuple[tuple[int, ...], tuple[int, int, 
         if step < 1 or low < 1 or high < low:
             raise ConfigError(f"{where}{label(key)}: need 1 <= low <= high and step >= 1, "
                               f"got low={low} high={high} step={step}")
+        limits.check("--num-speculative-tokens", high, command="sweep", where=where,
+                     label=f"{label(key)}: the range's high")
         if (high - low) % step:
             raise ConfigError(f"{where}{label(key)}: high - low must be a multiple of step "
                               f"(Optuna's int distribution), got {low}..{high}:{step}")

@@ -29,6 +29,7 @@ Boundary: storage only; what a study and its trials mean is `specbench.sweep.stu
 from __future__ import annotations
 
 import abc
+import copy
 import errno
 import time
 import warnings
@@ -117,7 +118,7 @@ class SweepStorage(BaseStorage, BaseHeartbeat):
         self._gave_up = False  # a call already waited retry_s in vain: the next ones try once
         with warnings.catch_warnings():  # experimental since Optuna 2.8
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            self._stale_callback = optuna.storages.RetryHeartbeatStaleTrialCallback()
+            self._stale_callback = _RetryStale()
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         method = getattr(self.inner, name)
@@ -187,7 +188,18 @@ class SweepStorage(BaseStorage, BaseHeartbeat):
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         """Running trials silent for the grace period, never this process's own (they are
         alive), and none within the grace period after the storage was unreachable from here:
-        nobody's heartbeat got through then, and live workers' next ones are a moment away."""
+        nobody's heartbeat got through then, and live workers' next ones are a moment away.
+        Each is given its reason (`fail_reason`, `stale`) before Optuna fails it."""
+        stale = self._stale_ids(study_id)
+        for trial_id in stale:
+            try:
+                self._call("set_trial_user_attr", trial_id, "fail_reason", STALE_REASON.format(s=self.grace_period))
+                self._call("set_trial_user_attr", trial_id, "stale", True)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # failed by another worker meanwhile: it gave the reason
+        return stale
+
+    def _stale_ids(self, study_id: int) -> list[int]:
         if self._down or (self._back_at is not None
                           and time.monotonic() - self._back_at < self.grace_period):
             return []
@@ -208,6 +220,21 @@ class SweepStorage(BaseStorage, BaseHeartbeat):
 
     def get_heartbeat_stale_trial_callback(self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
         return self._stale_callback
+
+
+STALE_REASON = ("worker lost: no heartbeat for {s} s (its process was killed or its host went away); "
+                "the configuration is measured again")
+_STALE_ATTRS = ("fail_reason", "stale")
+
+
+class _RetryStale(optuna.storages.RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry of a stale trial (called once, by the worker whose storage write failed
+    it), without the stale trial's failure attrs: the retry starts clean."""
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        trial = copy.copy(trial)
+        trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k not in _STALE_ATTRS}
+        super().__call__(study, trial)
 
 
 def _forward(name: str) -> Callable[..., Any]:

@@ -4,7 +4,9 @@ and how a trial defers to another measuring the same configuration.
 Settled: a trial complete, or failed for a recorded reason (`fail_reason`); that outcome
 stands, unless `--retry-failed` set the failures so far aside (`retry_mark`). Interrupted
 trials (Ctrl-C) fail without a reason and are enqueued again (`enqueue_pending`), as are the
-baselines, first, so speculative trials find theirs.
+baselines, first, so speculative trials find theirs. A trial whose worker was lost (no
+heartbeat) fails with `fail_reason` "worker lost: ..." and `stale`: not settled, and queued
+again by the storage's stale-trial callback only, so its retry is enqueued once.
 
 Dedupe across processes. A configuration is measured at most once per study, also when
 several workers share one storage. Each trial publishes its configuration key
@@ -67,7 +69,7 @@ def settled(t: FrozenTrial, retry_before: int = -1) -> bool:
     not set aside for a retry by --retry-failed)."""
     return t.state == TrialState.COMPLETE or (
         t.state == TrialState.FAIL and "fail_reason" in t.user_attrs and not t.user_attrs.get("retry")
-        and t.number >= retry_before)
+        and not t.user_attrs.get("stale") and t.number >= retry_before)
 
 
 def trial_key(t: FrozenTrial) -> str | None:
@@ -101,9 +103,11 @@ def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Point]:
              if t.state in (TrialState.WAITING, TrialState.RUNNING) or settled(t, mark)}
     by_key = {p.key: p for p in spec.space.points()}
     pending: list[Point] = [p for p in by_key.values() if p.is_baseline]
-    # config_key is written once every parameter is suggested, so it names the whole point
+    # config_key is written once every parameter is suggested, so it names the whole point.
+    # A trial failed as stale is queued again by Optuna's callback, once, in the worker whose
+    # write failed it: never here as well.
     pending += [by_key[k] for t in trials if t.state == TrialState.FAIL and not settled(t, mark)
-                and (k := t.user_attrs.get("config_key")) in by_key]
+                and not t.user_attrs.get("stale") and (k := t.user_attrs.get("config_key")) in by_key]
     out: list[Point] = []
     for p in pending:
         if p.key not in taken:

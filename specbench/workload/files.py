@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import math
 import gzip
 import io
 import json
@@ -59,8 +60,8 @@ def supported_suffixes() -> str:
 
 def _open_text(path: Path) -> io.TextIOBase:
     if path.suffix.lower() == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")  # a UTF-8 BOM (Excel's CSV) is not part of the first field
 
 
 def _rows_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
@@ -190,6 +191,16 @@ def _chat_prompt(value: list, where: str, field: str) -> tuple[str | None, tuple
     return None, None  # no user turn
 
 
+def _scalar(value: Any, where: str, field: str) -> str:
+    """An id or category: a string or a number, never a list's or an object's repr."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise WorkloadError(f"{where}: field {field!r} must be a string or a number, got "
+                            f"{type(value).__name__} {value!r}"[:300])
+    if isinstance(value, float) and not math.isfinite(value):
+        raise WorkloadError(f"{where}: field {field!r} must be a string or a finite number, got {value!r}")
+    return str(value)
+
+
 def _is_empty(value: Any) -> bool:
     if isinstance(value, str):
         return not value.strip()
@@ -242,10 +253,10 @@ def row_to_prompt(row: Any, where: str, *, default_id: str, prompt_field: str | 
     if messages is None and (text is None or not text.strip()):
         return None
 
-    pid = next((row[f] for f in ID_FIELDS if f in row and not is_missing(row[f])), None)
-    pid = default_id if pid is None else str(pid)
+    id_field = next((f for f in ID_FIELDS if f in row and not is_missing(row[f])), None)
+    pid = default_id if id_field is None else _scalar(row[id_field], where, id_field)
     category = row.get("category")
-    category = default_category if is_missing(category) else str(category)
+    category = default_category if is_missing(category) else _scalar(category, where, "category")
     return Prompt(id=pid, category=category, text=text, messages=messages,
                   sampling=parse_sampling(row, where))
 
@@ -279,6 +290,9 @@ def load_file(path: Path, *, prompt_field: str | None = None) -> list[Prompt]:
     if path.is_dir():
         raise WorkloadError(f"{path}: is a directory; pass a prompt file ({supported_suffixes()}) "
                             f"or hf:{path} for a dataset directory")
+    if not path.is_file():  # a FIFO would block the read until a writer comes, a device never ends
+        raise WorkloadError(f"{path}: not a regular file (a FIFO, socket or device); pass a prompt file "
+                            f"({supported_suffixes()})")
     if file_format(path) is None:
         raise WorkloadError(f"{path}: unsupported file extension; valid: {supported_suffixes()}")
     stem = path.name.split(".")[0] or "prompt"

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from specbench import limits
 from specbench.errors import WorkloadError
 
 KINDS = ("real", "high-entropy", "regression", "custom")
@@ -94,6 +95,8 @@ def _number(value: Any, name: str, where: str) -> float:
 
 
 def _integer(value: Any, name: str, where: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value  # exact, however large (the bound is checked after)
     number = _number(value, name, where)
     if number != int(number):
         raise WorkloadError(f"{where}: field {name!r} must be an integer, got {value!r}")
@@ -101,8 +104,9 @@ def _integer(value: Any, name: str, where: str) -> int:
 
 
 def is_missing(value: Any) -> bool:
-    # CSV gives "" for an empty cell; Parquet/pandas give None or NaN.
-    return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
+    # CSV gives "" for an empty cell, Parquet and JSON null None. A NaN is a value someone
+    # wrote (JSON's NaN, a float cell): refused where a number is expected, never "not given".
+    return value is None or value == ""
 
 
 def parse_sampling(row: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -125,23 +129,6 @@ def parse_sampling(row: Mapping[str, Any], where: str) -> dict[str, Any]:
         value = source.get(name)
         if is_missing(value):
             continue
-        if name == "temperature":
-            out[name] = _number(value, name, where)
-            if out[name] < 0:
-                raise WorkloadError(
-                    f"{where}: field 'temperature' must be >= 0 (0 = greedy), got {value!r}")
-        elif name == "top_p":
-            out[name] = _number(value, name, where)
-            if not 0.0 < out[name] <= 1.0:
-                raise WorkloadError(f"{where}: field 'top_p' must be in (0, 1], got {value!r}")
-        elif name == "top_k":
-            out[name] = _integer(value, name, where)
-            if out[name] < 0:
-                raise WorkloadError(f"{where}: field 'top_k' must be >= 0 (0 = off), got {value!r}")
-        elif name == "seed":
-            out[name] = _integer(value, name, where)
-        else:  # max_new_tokens
-            out[name] = _integer(value, name, where)
-            if out[name] < 1:
-                raise WorkloadError(f"{where}: field 'max_new_tokens' must be >= 1, got {value!r}")
+        number = _integer(value, name, where) if name in ("top_k", "seed", "max_new_tokens") else _number(value, name, where)
+        out[name] = limits.check(name, number, where=f"{where}: ", label=f"field {name!r}", error=WorkloadError)
     return out

@@ -50,6 +50,8 @@ def wait_for_samples(proc: subprocess.Popen, out: Path, n: int, timeout: float =
     pytest.fail("the run produced no samples in time")
 
 
+@pytest.mark.fault("run", "SIGKILL mid-configuration", sees="status killed; read_run recovers the journal",
+                   kept="every completed sample")
 def test_sigkill_mid_configuration_keeps_every_completed_sample(tiny_pair, prompts_file, tmp_path):
     out = tmp_path / "killed"
     proc = start_run(tiny_pair, prompts_file, out)
@@ -68,6 +70,71 @@ def test_sigkill_mid_configuration_keeps_every_completed_sample(tiny_pair, promp
     res = specbench("report", str(out), "--out", str(tmp_path / "r.html"))
     assert res.code == 0, res.output
     assert (tmp_path / "r.html").stat().st_size > 0
+
+
+# Runs `specbench run` with the backend's completion callback watched: after the callback
+# returned for the KILL_AT-th sample whose baseline has not completed yet (a speculative
+# sample that completed inside a wave, before its pair), the process SIGKILLs itself. Every
+# completion is appended to LOG (one line, flushed) before the kill, so the test knows exactly
+# which samples had completed.
+KILL_HOOK = """
+import os, signal, sys
+import specbench.backends.embedded as embedded
+log = open(os.environ["SPECBENCH_TEST_LOG"], "a", buffering=1)
+kill_at = int(os.environ["SPECBENCH_TEST_KILL_AT"])
+done, unpaired = set(), [0]
+original = embedded.EmbeddedBackend.run
+def run(self, requests, spec, **kw):
+    callback = kw.get("on_result")
+    if callback is None:
+        return original(self, requests, spec, **kw)
+    def watched(request, result):
+        callback(request, result)
+        log.write(f"{spec.short} {request.id}\\n")
+        if spec.speculative and ("baseline", request.id) not in done:
+            unpaired[0] += 1
+        done.add((spec.short, request.id))
+        if unpaired[0] >= kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return original(self, requests, spec, **{**kw, "on_result": watched})
+embedded.EmbeddedBackend.run = run
+sys.argv = ["specbench", *sys.argv[1:]]
+from specbench.cli import main
+main()
+"""
+
+
+@pytest.mark.fault("run", "SIGKILL inside a wave, before the baseline pair completed",
+                   sees="status killed; read_run recovers the journal",
+                   kept="every completed sample, paired with its baseline where it ran")
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_sigkill_inside_a_wave_keeps_samples_waiting_for_their_baseline(tiny_pair, prompts_file, tmp_path,
+                                                                        concurrency):
+    out, log = tmp_path / "killed", tmp_path / "completed.log"
+    hook = tmp_path / "kill_hook.py"
+    hook.write_text(KILL_HOOK)
+    env = {**ENV, "SPECBENCH_TEST_LOG": str(log), "SPECBENCH_TEST_KILL_AT": "3"}
+    proc = subprocess.run(
+        [sys.executable, str(hook), "run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]),
+         "-k", "2", "--workload", str(prompts_file), "--num-prompts", "24", *SLOW,
+         "--concurrency", str(concurrency), "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    completed = [tuple(line.split()) for line in log.read_text().splitlines()]
+    spec_label = next(label for label, _ in completed if label != "baseline")
+    waiting = [pid for label, pid in completed
+               if label == spec_label and ("baseline", pid) not in completed]
+    assert waiting  # the kill came while speculative samples waited for their pair
+    df, meta = read_run(out)
+    assert meta["status"] == "killed"
+    journaled = sorted(zip(df["config_id"].str.split("-c").str[0], df["prompt_id"]))
+    assert journaled == sorted(completed)  # every completed sample, none twice
+    speculative = df[~df["is_baseline"]].set_index("prompt_id")
+    # Greedy: a sample whose baseline also completed is paired on read; one still waiting
+    # for its baseline is kept, unpaired.
+    paired = [pid for label, pid in completed if label == spec_label and ("baseline", pid) in completed]
+    assert speculative.loc[paired, "token_match_rate"].notna().all()
+    assert speculative.loc[waiting, "token_match_rate"].isna().all()
 
 
 def test_sigterm_stops_like_ctrl_c(tiny_pair, prompts_file, tmp_path):

@@ -68,13 +68,17 @@ def test_parquet_with_missing_sampling_values(tmp_path):
         "question": ["q one", "q two"],
         "top_p": [None, 0.9],
         "max_new_tokens": [None, 32],
-        "temperature": [float("nan"), 0.7],
+        "temperature": [None, 0.7],
     })
     pq.write_table(table, tmp_path / "p.parquet")
     w = load_workload(str(tmp_path / "p.parquet"))
     assert [p.text for p in w.prompts] == ["q one", "q two"]
     assert w.prompts[0].sampling == {}
     assert w.prompts[1].sampling == {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 32}
+    # A NaN is a value someone wrote, not a missing one: refused like --temperature nan.
+    pq.write_table(pa.table({"question": ["q"], "temperature": [float("nan")]}), tmp_path / "nan.parquet")
+    with pytest.raises(WorkloadError, match="row 0: field 'temperature' must be a finite number"):
+        load_workload(str(tmp_path / "nan.parquet"))
 
 
 def test_csv_converts_string_sampling_fields_and_empty_cells(tmp_path):
