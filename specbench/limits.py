@@ -113,6 +113,9 @@ LIMITS: dict[str, Limit] = {
     "--repeats": _i(1, MAX_WAVES),
     "--time-budget": _f(0, MAX_SECONDS, hint="seconds; 0 = none"),
     "--request-timeout": _f(0, MAX_SECONDS, low_open=True),
+    # gamma shape of open-loop arrivals (vLLM's --burstiness): 1 = Poisson, < 1 burstier
+    "--burstiness": _f(0, 1000, low_open=True),
+    "--client-processes": _i(0, 256, "0 = this process"),
     "--retries": _i(0, 100),
     # ---- report, compare ----------------------------------------------------------------
     "--n-boot": _i(100, MAX_N_BOOT),

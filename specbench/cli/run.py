@@ -131,11 +131,8 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
         raise ConfigError(f"{', '.join(named)} {verb} --backend openai (the {f['backend']} backend "
                           "sends no HTTP requests)")
     rates = tuple(_parse_rates(f["request_rate"]))
-    finite("--burstiness", f["burstiness"], above=0.0)
     if f["burstiness"] != 1.0 and not rates:
         raise ConfigError("--burstiness shapes open-loop arrivals: it needs --request-rate")
-    if f["client_processes"] < 0:
-        raise ConfigError(f"--client-processes must be >= 0 (0 = this process), got {f['client_processes']}")
     if f["client_processes"] and f["backend"] != "openai":
         raise ConfigError("--client-processes needs --backend openai")
     from specbench.analysis.serving import parse_goodput

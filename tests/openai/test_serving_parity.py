@@ -183,7 +183,7 @@ def test_cli_rate_sweep_burstiness_goodput_and_client_processes(srv, prompts, ti
 
 @pytest.mark.parametrize("flags, message", [
     (["--request-rate", "abc"], "--request-rate: 'abc' is not a number"),
-    (["--request-rate", "0"], "--request-rate must be > 0"),
+    (["--request-rate", "0"], "--request-rate must be >= 0.001"),
     (["--request-rate", "inf"], "--request-rate must be a finite number"),
     (["--burstiness", "2"], "--burstiness shapes open-loop arrivals: it needs --request-rate"),
     (["--request-rate", "2", "--burstiness", "0"], "--burstiness must be > 0"),
