@@ -202,7 +202,7 @@ class TreeAttention:
         q_pos = self.positions.to(device).unsqueeze(-1)
         ctx = t < base
         if window is not None:
-            ctx &= t > q_pos - window
+            ctx = ctx & (t > q_pos - window)
         s = (t - base).expand(n, m, kv_len)
         tree = self.visible.to(device).gather(2, s.clamp(0, S - 1)) & (s >= 0) & (s < S)
         return (ctx | tree).unsqueeze(1)

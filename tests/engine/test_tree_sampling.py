@@ -18,7 +18,7 @@ from specbench.engine import verify as verify_mod
 from specbench.engine.drafters import Proposal, StatelessDrafter
 
 V = 8
-N = 3000
+N = 2000
 MAX_NEW = 6  # >= depth + 2: the first step drafts the whole depth (3)
 
 
@@ -85,7 +85,6 @@ CASES = [  # (concurrency, sampling, drafter, topk)
     (4, "temperature", "draft_model", 4),
     (1, "temperature", "iid", 2),
     (4, "top_k", "iid", 4),
-    (1, "top_p", "iid", 4),
     (4, "all", "static", 0),
 ]
 
@@ -110,6 +109,8 @@ def test_tree_outputs_follow_target_distribution(engine, target, concurrency, sa
     spec = tree_spec(topk, token_tree=STATIC) if drafter == "static" else tree_spec(max(topk, 1))
     outputs = run(engine, sp, spec, drafter_for(drafter, topk), concurrency)
     p_joint, p_later = check(outputs, target, sp)
+    print(f"c{concurrency} {sampling} {drafter} topk {topk}: joint p = {p_joint:.3g}, tokens 4-6 p = "
+          + ", ".join(f"{p:.3g}" for p in p_later.values()))
     assert p_joint > 1e-3
     for i, p in p_later.items():
         assert p > 1e-3, f"token {i + 1}: p = {p:.2g}"
