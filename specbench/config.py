@@ -7,6 +7,9 @@ before any model loads; errors name the field and what would be valid.
 `parse_speculative_config` accepts vLLM's `--speculative-config` JSON shape; `split_list` and
 `parse_int_list` read the comma-separated, repeatable list flags every command takes.
 
+Longer than 400 lines because every field's validation (the one-line errors naming the flag)
+sits beside the field it checks, draft trees' knobs included.
+
 Boundary: the lowest layer. Plain data and parsing only: no models, files or output, so every
 other layer (the report included) may import it.
 """

@@ -5,10 +5,13 @@
 opens a `Batch`, the continuous batch of running requests: `admit()` prefills one request
 into the next row, `step()` runs one speculative step for every row:
 
-    draft     the drafter proposes up to k tokens per row (batched passes)
-    verify    ONE target pass scores [last token, drafts...] of every row; rejection
-              sampling accepts a prefix per row and adds one recovered or bonus token
-    roll back each row keeps its own accepted length (the KV slots simply move their length)
+    draft     the drafter proposes a tree per row, at most k deep (a chain: one child per
+              node), in batched passes
+    verify    ONE target pass scores [last token, tree nodes...] of every row with a tree
+              attention mask; rejection sampling accepts a path per row and adds one
+              recovered or bonus token
+    roll back each row keeps its own accepted path (its KV entries gathered into the slot's
+              next positions; a chain's are there already, the slot just moves its length)
     emit      tokens are appended up to a stop id or the budget; finished rows leave
 
 A single request is a batch of one (`Engine.generate`); `Engine.run` drives many requests
@@ -35,10 +38,10 @@ import torch
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine.drafters import Drafter, Proposal, make_drafter
 from specbench.engine.fused import can_fuse, fuse_layers
+from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner, can_pack, pack_linears
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
-from specbench.engine.kv import TreeAttention
-from specbench.engine.tree import tree_batch
+from specbench.engine.tree import gather_paths, path_features, tree_batch
 from specbench.engine.verify import verify_tree
 from specbench.types import StepEvent
 
@@ -340,14 +343,11 @@ class Batch:
         accepted = [len(p) for p in paths]
         # The accepted path's entries move into the slot's next positions (a chain's are there
         # already); each row keeps its context plus them, the rest of its slot is reused.
-        self._gather(self.target.cache, start + 1, paths)
+        gather_paths(self.target.cache, start + 1, paths)
         valid = [c + n for c, n in zip(context, accepted)]
         if self.drafter is not None:
             if feats is not None:  # the target's features along the accepted path, in sequence order
-                index = torch.zeros(B, 1 + max(accepted), dtype=torch.long)
-                for b, path in enumerate(paths):
-                    index[b, 1:1 + len(path)] = torch.tensor(path, dtype=torch.long) + 1
-                feats = feats.gather(1, index.to(feats.device).unsqueeze(-1).expand(-1, -1, feats.shape[-1]))
+                feats = path_features(feats, paths)
             accept_paths = getattr(self.drafter, "accept_paths", None)
             if accept_paths is not None:
                 accept_paths(paths)
@@ -393,15 +393,6 @@ class Batch:
         if lm is not None:
             s.draft_kv_allocated_bytes = max(s.draft_kv_allocated_bytes, lm.cache.allocated_bytes)
             s.draft_kv_peak_bytes = max(s.draft_kv_peak_bytes, sum(self.drafter.lengths) * lm.cache.bytes_per_token)
-
-    @staticmethod
-    def _gather(cache, first: torch.Tensor, paths: Sequence[Sequence[int]]) -> None:
-        """Move row b's accepted tree nodes from their feed positions first[b] + node to its
-        next positions first[b] + depth - 1 (nothing moves for a chain)."""
-        moves = [(b, int(first[b]) + node, int(first[b]) + d) for b, path in enumerate(paths)
-                 for d, node in enumerate(path) if node != d]
-        if moves:
-            cache.gather(*torch.tensor(moves, dtype=torch.long).T)
 
     def _compact(self) -> None:
         """Drop finished rows; survivors from the end fill their slots (one copy per move)."""

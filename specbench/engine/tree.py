@@ -93,3 +93,23 @@ def tree_batch(roots: Sequence[int], prop: Proposal, ks: Sequence[int]) -> TreeB
         visible.scatter_(2, anc.unsqueeze(-1), True)
     return TreeBatch(feed, depth, visible, children[:, :, :max(R, 1)], nodes, parents, ranks, has_children,
                      max_depth)
+
+
+def gather_paths(cache, first: torch.Tensor, paths: Sequence[Sequence[int]]) -> None:
+    """Move row b's accepted nodes in `cache` (a SlotKV) from their feed positions
+    first[b] + node to the row's next positions first[b] + depth - 1 (nothing moves for a
+    chain, whose nodes are there already)."""
+    moves = [(b, int(first[b]) + node, int(first[b]) + d) for b, path in enumerate(paths)
+             for d, node in enumerate(path) if node != d]
+    if moves:
+        cache.gather(*torch.tensor(moves, dtype=torch.long).T)
+
+
+def path_features(feats: torch.Tensor, paths: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The verify pass's features [B, M, F] at [root, accepted path...] in sequence order
+    [B, 1 + longest path, F] (zero-index padding past a row's path)."""
+    index = torch.zeros(len(paths), 1 + max((len(p) for p in paths), default=0), dtype=torch.long)
+    for b, path in enumerate(paths):
+        if path:
+            index[b, 1:1 + len(path)] = torch.tensor(path, dtype=torch.long) + 1
+    return feats.gather(1, index.to(feats.device).unsqueeze(-1).expand(-1, -1, feats.shape[-1]))

@@ -18,7 +18,7 @@ from specbench.engine.drafters.base import tree_from_paths
 from specbench.engine.fused import fuse_layers
 from specbench.engine.kv import TreeAttention, causal_mask
 from specbench.engine.model import ModelRunner, pack_linears
-from specbench.engine.tree import tree_batch
+from specbench.engine.tree import gather_paths, tree_batch
 from specbench.engine.verify import verify_tree
 from specbench.errors import ConfigError
 
@@ -96,8 +96,7 @@ def test_tree_forward_scores_each_node_as_its_chain_and_gathered_kv_is_a_chains(
                 assert torch.allclose(logits[b, i + 1], ref, atol=1e-4), (b, i)
     # Accept row 0's path to node 4 (nodes 0, 3, 4: the second child of node 0), row 1's node 2.
     paths = [[0, 3, 4], [2]]
-    from specbench.engine.engine import Batch
-    Batch._gather(runner.cache, start + 1, paths)
+    gather_paths(runner.cache, start + 1, paths)
     nxt = torch.tensor([[7], [7]])
     after = start + 1 + torch.tensor([3, 1])
     logits2, _ = runner.forward(nxt, slice(0, 2), after)
@@ -224,3 +223,26 @@ def test_tree_knobs_parse_to_sglang_meaning():
     tree = parse_speculative_config('{"method": "draft_model", "model": "d", "speculative_token_tree": '
                                     '[[0], [1], [0, 0]]}')
     assert (tree.num_speculative_tokens, tree.draft_nodes, tree.is_tree) == (2, 3, True)
+
+
+def test_records_carry_the_tree_shape_per_step():
+    import pyarrow as pa
+
+    from specbench.metrics import sample_metrics
+    from specbench.records import SCHEMA, make_row
+    from specbench.types import Request, Result, StepEvent
+
+    spec = SpeculativeConfig(method="draft_model", draft="d", num_speculative_tokens=3, topk=2, num_draft_tokens=6)
+    req = Request(id="p", prompt_ids=(1, 2), sampling=SamplingParams(max_new_tokens=8))
+    steps = [StepEvent(5, 2, 2, 3, 0.01, 0.02, 1, 10, draft_depth=3, accepted_ranks=(1, 0)),
+             StepEvent(5, 3, -1, 4, 0.01, 0.02, 1, 13, draft_depth=3, accepted_ranks=(0, 1, 0)),
+             StepEvent(0, 0, -1, 1, 0.0, 0.02, 1, 17)]  # a step of a backend that reports no tree
+    res = Result(request_id="p", output_ids=list(range(9)), arrival_time=0.0, start_time=0.0,
+                 token_times=[0.1] * 9, finish_reason="length", steps=steps, target_forward_passes=4)
+    row = make_row(run_id="r", config_id=spec.short, backend="embedded", spec=spec, concurrency=1,
+                   request_rate=None, request=req, metrics=sample_metrics(req, res))
+    assert (row["topk"], row["num_draft_tokens"]) == (2, 6)
+    assert row["step_drafted"] == [5, 5, 0] and row["step_accepted"] == [2, 3, 0]  # their meaning kept
+    assert row["step_draft_depth"] == [3, 3, None] and row["step_accepted_ranks"] == [[1, 0], [0, 1, 0], None]
+    table = pa.Table.from_pylist([row], schema=SCHEMA)
+    assert table.column("step_accepted_ranks").to_pylist() == [[[1, 0], [0, 1, 0], None]]
