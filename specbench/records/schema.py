@@ -112,10 +112,11 @@ SCHEMA = pa.schema(
         _f("step_accepted", pa.list_(_I32), "Draft tokens accepted at each step."),
         _f("step_emitted", pa.list_(_I32), "Tokens emitted by each step (accepted + 1, clipped at a stop)."),
         _f("step_draft_depth", pa.list_(_I32),
-           "Depth of the draft tree of each step (a chain: step_drafted; null entries: not reported)."),
+           "Depth of the draft tree of each step (a chain: step_drafted; null, or null entries: not "
+           "reported).", True),
         _f("step_accepted_ranks", pa.list_(pa.list_(_I32)),
            "Per step, the branch rank (0 = the drafter's best child) of each accepted node along the "
-           "accepted path, root's child first (a chain: zeros; null entries: not reported)."),
+           "accepted path, root's child first (a chain: zeros; null, or null entries: not reported).", True),
         _f("step_draft_time_s", pa.list_(_F64),
            "Drafting time of each step in s (shared by the rows of a batched step)."),
         _f("step_verify_time_s", pa.list_(_F64),
