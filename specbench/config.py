@@ -7,12 +7,16 @@ before any model loads; errors name the field and what would be valid.
 `parse_speculative_config` accepts vLLM's `--speculative-config` JSON shape; `split_list` and
 `parse_int_list` read the comma-separated, repeatable list flags every command takes.
 
+Longer than 400 lines because every field's validation (the one-line errors naming the flag)
+sits beside the field it checks, draft trees' knobs included.
+
 Boundary: the lowest layer. Plain data and parsing only: no models, files or output, so every
 other layer (the report included) may import it.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -31,6 +35,7 @@ DEFAULT_NAMED_PROMPTS = 6  # a named prompt set is sampled down to this many unl
 
 METHODS = ("none", "draft_model", "ngram", "eagle3")
 DRAFTED_METHODS = ("draft_model", "eagle3")  # the methods that take a --draft (model or head)
+TREE_METHODS = ("draft_model", "eagle3")  # the methods whose drafter builds trees (topk > 1, a token tree)
 _NGRAM_NO_DRAFT = "--draft cannot be used with method 'ngram' (prompt lookup needs no model)"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -136,6 +141,15 @@ class SpeculativeConfig:
     # Per request, k grows by 2 after a fully accepted step and shrinks by 1 otherwise,
     # within [1, num_speculative_tokens] (transformers' "heuristic" schedule, capped).
     dynamic_k: bool = False
+    # Draft trees, SGLang's knobs: num_speculative_tokens is the tree's depth (SGLang's
+    # num_steps), `topk` the children expanded per node, `num_draft_tokens` the tokens each
+    # row verifies per step, root (the last emitted token) included, so the tree keeps
+    # num_draft_tokens - 1 nodes (None: 1 + depth * topk). topk 1 is a chain of depth k.
+    topk: int = 1
+    num_draft_tokens: int | None = None
+    # vLLM's speculative_token_tree: a static tree as paths of branch ranks, e.g.
+    # ((0,), (1,), (0, 0)); fixes depth and node count (topk, num_draft_tokens stay unset).
+    token_tree: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -158,6 +172,64 @@ class SpeculativeConfig:
                 f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got "
                 f"{self.ngram_min}..{self.ngram_max}"
             )
+
+        self._check_tree()
+
+    def _check_tree(self) -> None:
+        if isinstance(self.topk, bool) or not isinstance(self.topk, int) or self.topk < 1:
+            raise ConfigError(f"--topk must be an integer >= 1, got {self.topk!r}")
+        n = self.num_draft_tokens
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 2):
+            raise ConfigError(f"--num-draft-tokens must be an integer >= 2 (the root and at least one "
+                              f"draft), got {n!r}")
+        if self.token_tree is not None:
+            tree = self.token_tree
+            if not tree or any(not p or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in p)
+                               for p in tree):
+                raise ConfigError("speculative_token_tree must be a non-empty list of paths of branch ranks "
+                                  "(integers >= 0), e.g. [[0], [1], [0, 0]]")
+            missing = sorted({p[:-1] for p in tree if len(p) > 1} - set(tree))
+            if missing:
+                raise ConfigError(f"speculative_token_tree: path {list(missing[0])} is missing (every prefix of "
+                                  "a path must be a path too)")
+            if len(set(tree)) != len(tree):
+                raise ConfigError("speculative_token_tree lists a path twice")
+            if self.topk != 1 or n is not None:
+                raise ConfigError("speculative_token_tree fixes the tree: give neither topk nor num_draft_tokens")
+            depth = max(len(p) for p in tree)
+            if self.num_speculative_tokens not in (0, depth):
+                raise ConfigError(f"speculative_token_tree is {depth} deep but num_speculative_tokens (the "
+                                  f"depth) is {self.num_speculative_tokens}")
+        tree_asked = self.topk > 1 or n is not None or self.token_tree is not None
+        if tree_asked and self.method not in TREE_METHODS and self.method != "none":
+            raise ConfigError(f"method {self.method!r} drafts one continuation: topk, num_draft_tokens and "
+                              f"speculative_token_tree need a tree drafter ({', '.join(TREE_METHODS)})")
+        k = self.num_speculative_tokens
+        if n is not None and k > 0:
+            pool = self.topk + (k - 1) * self.topk * self.topk  # the candidates a search of depth k reaches
+            if n - 1 > pool:
+                raise ConfigError(f"--num-draft-tokens {n} exceeds what a tree of depth {k} and topk "
+                                  f"{self.topk} can hold ({pool} nodes + the root = {pool + 1})")
+
+    @property
+    def is_tree(self) -> bool:
+        """Drafts are trees (more than one child per node somewhere, or a static tree)."""
+        return self.topk > 1 or self.token_tree is not None
+
+    @property
+    def draft_nodes(self) -> int:
+        """The most draft nodes a row verifies per step."""
+        if self.token_tree is not None:
+            return len(self.token_tree)
+        if self.num_draft_tokens is not None:
+            return min(self.num_draft_tokens - 1, self.topk + max(self.num_speculative_tokens - 1, 0) * self.topk ** 2)
+        return self.num_speculative_tokens * self.topk
+
+    @property
+    def verify_width(self) -> int:
+        """Tokens per row in a verify pass: the root and the draft nodes (SGLang's
+        num_draft_tokens; a chain's k + 1)."""
+        return 1 + self.draft_nodes if self.speculative else 1
 
     @classmethod
     def for_method(cls, method: str, num_speculative_tokens: int, draft: str | None = None,
@@ -183,6 +255,10 @@ class SpeculativeConfig:
         label = f"{self.method}-k{self.num_speculative_tokens}"
         if self.dynamic_k:
             label += "dyn"
+        if self.token_tree is not None:
+            label += f"-tree{len(self.token_tree)}"
+        elif self.topk > 1 or self.num_draft_tokens is not None:
+            label += f"-t{self.topk}n{self.verify_width}"
         if self.disable_by_batch_size is not None:
             label += f"-off{self.disable_by_batch_size}"
         return label
@@ -243,7 +319,7 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         raise ConfigError("--speculative-config must be a JSON object")
     known = {"method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
              "draft_confidence_threshold", "disable_by_batch_size", "speculative_disable_by_batch_size",
-             "dynamic_k"}
+             "dynamic_k", "topk", "num_draft_tokens", "num_steps", "speculative_token_tree"}
     unknown = sorted(set(obj) - known)
     if unknown:
         raise ConfigError(
@@ -253,7 +329,7 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
     for key in ("method", "model"):
         if obj.get(key) is not None and not (isinstance(obj[key], str) and obj[key].strip()):
             raise ConfigError(f"{where}{key} must be a non-empty string, got {obj[key]!r}")
-    for key in sorted(known - {"method", "model"}):
+    for key in sorted(known - {"method", "model", "speculative_token_tree"}):  # the tree: _token_tree
         if key in obj:
             if obj[key] is None:
                 raise ConfigError(f"{where}{key} must be {limits.limit(key).describe()}, got null "
@@ -269,13 +345,29 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         raise ConfigError(
             f"--speculative-config: unknown method {raw_method!r}; valid: {', '.join(sorted(_VLLM_METHOD_ALIASES))}"
         )
-    k = limits.check("num_speculative_tokens",
-                     obj.get("num_speculative_tokens", 0 if method == "none" else DEFAULT_NUM_SPECULATIVE_TOKENS),
-                     where=where)
+    tree = _token_tree(obj.get("speculative_token_tree"))
+    for key in ("num_steps", "topk", "num_draft_tokens"):
+        if key in obj and (not isinstance(obj[key], int) or isinstance(obj[key], bool)):
+            raise ConfigError(f"--speculative-config: {key} must be an integer, got {obj[key]!r}")
+    default_k = 0 if method == "none" else DEFAULT_NUM_SPECULATIVE_TOKENS
+    if tree is not None:
+        # vLLM: num_speculative_tokens counts the tree's nodes; here the depth is what varies
+        nodes = obj.get("num_speculative_tokens", len(tree))
+        if nodes != len(tree):
+            raise ConfigError(f"--speculative-config: num_speculative_tokens is {nodes!r} but "
+                              f"speculative_token_tree has {len(tree)} nodes (vLLM: they must agree)")
+        k = max(len(p) for p in tree)
+    else:
+        k = obj.get("num_steps", obj.get("num_speculative_tokens", default_k))
+        if "num_steps" in obj and "num_speculative_tokens" in obj and obj["num_steps"] != obj["num_speculative_tokens"]:
+            raise ConfigError("--speculative-config: num_steps (the tree's depth) and num_speculative_tokens "
+                              "disagree; give one")
+    k = limits.check("num_speculative_tokens", k, where=where)
     if k < 1 and method != "none":
         raise ConfigError(f"--speculative-config: num_speculative_tokens must be >= 1 for method "
                           f"{raw_method!r}, got {k}")
     return SpeculativeConfig(
+        topk=obj.get("topk", 1), num_draft_tokens=obj.get("num_draft_tokens"), token_tree=tree,
         method=method,
         num_speculative_tokens=k,
         draft=obj.get("model"),
@@ -287,6 +379,23 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
             "disable_by_batch_size", obj.get("speculative_disable_by_batch_size"))),
         dynamic_k=obj.get("dynamic_k", False),
     )
+
+
+def _token_tree(value: Any) -> tuple[tuple[int, ...], ...] | None:
+    """vLLM's speculative_token_tree: a list of paths, or that list written as a Python
+    literal string ("[(0,), (1,), (0, 0)]", as vLLM takes it)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"--speculative-config: speculative_token_tree {value!r} is not a list of "
+                              "paths, e.g. \"[(0,), (1,), (0, 0)]\"") from None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(p, (list, tuple)) for p in value):
+        raise ConfigError("--speculative-config: speculative_token_tree must be a list of paths of branch "
+                          "ranks, e.g. [[0], [1], [0, 0]]")
+    return tuple(tuple(p) for p in value)
 
 
 def _plain(value: Any) -> Any:

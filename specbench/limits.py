@@ -29,6 +29,8 @@ SEED32_MAX = 2**32 - 1  # NumPy's and Optuna's samplers take 32-bit seeds
 MAX_K = 256  # draft tokens per step: far beyond any acceptance length that pays
 MAX_CONCURRENCY = 65_536
 MAX_NGRAM = 256  # prompt lookup's longest n-gram
+MAX_TOPK = 64  # children per draft-tree node (SGLang's defaults use 4, vLLM guides 8)
+MAX_TREE_TOKENS = 4096  # tokens one row verifies per step, the root included
 MAX_NEW_TOKENS = 2**20  # beyond any model context
 MAX_WAVES = 1_000  # --warmup, --repeats: each multiplies the run's length
 MAX_N_BOOT = 100_000  # bootstrap resamples: 2000 is plenty, 100k already takes a while
@@ -109,6 +111,8 @@ LIMITS: dict[str, Limit] = {
     # below one request in about 17 minutes a run waits more than it measures
     "--request-rate": _f(1e-3, 10**6, hint="requests/s; leave it out for all at once"),
     "--disable-by-batch-size": _DISABLE,
+    "--topk": _i(1, MAX_TOPK),
+    "--num-draft-tokens": _i(1, MAX_TREE_TOKENS),
     "--warmup": _i(0, MAX_WAVES),
     "--repeats": _i(1, MAX_WAVES),
     "--time-budget": _f(0, MAX_SECONDS, hint="seconds; 0 = none"),
@@ -143,6 +147,10 @@ LIMITS: dict[str, Limit] = {
     "disable_by_batch_size": _DISABLE,
     "speculative_disable_by_batch_size": _DISABLE,
     "dynamic_k": Limit(bool),
+    # draft trees (SGLang's knobs): depth, children per node, tokens verified per row
+    "num_steps": _K,
+    "topk": _i(1, MAX_TOPK),
+    "num_draft_tokens": _i(1, MAX_TREE_TOKENS),
     # ---- a prompt file's sampling cells ---------------------------------------------------
     "temperature": _TEMPERATURE,
     "top_p": _TOP_P,

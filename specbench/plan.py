@@ -59,6 +59,9 @@ class Speculation:
     disable_by_batch_size: int | None = None
     dynamic_k: bool = False
     draft_confidence_threshold: float = 0.0
+    topk: int = 1  # draft trees: children per node (k is then the depth)
+    num_draft_tokens: int | None = None  # draft trees: tokens verified per row and step, root included
+    token_tree: tuple[tuple[int, ...], ...] | None = None  # a static tree (vLLM's speculative_token_tree)
     # openai: the flags describe the server's setup (checked against it); else it is read
     # from the server's model card and counters
     declared: bool = True
@@ -166,7 +169,8 @@ def _settle(plan: RunPlan, remote: Any = None, log: Log | None = None) -> _Settl
     specs = tuple(SpeculativeConfig.for_method(
         sp.method, k, draft, ngram_min=sp.ngram[0], ngram_max=sp.ngram[1],
         disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
-        draft_confidence_threshold=sp.draft_confidence_threshold) for k in ks)
+        draft_confidence_threshold=sp.draft_confidence_threshold, topk=sp.topk,
+        num_draft_tokens=sp.num_draft_tokens, token_tree=sp.token_tree) for k in ks)
     rates = plan.request_rates or (plan.request_rate,)
     configs = [c for rate in rates for c in runner.plan(specs, plan.concurrency, baseline=baseline,
                                                           request_rate=rate, burstiness=plan.burstiness)]

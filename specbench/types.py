@@ -39,6 +39,10 @@ class StepEvent:
     verify_time_s: float
     batch_size: int | None = None  # rows in the target pass of this step (None: not reported)
     context_tokens: int | None = None  # tokens in context (prompt + output) before this step
+    # the drafted tree: its depth (a chain's: drafted), and the rank among its siblings of
+    # each accepted node, root's child first (a chain's: zeros); None: not reported
+    draft_depth: int | None = None
+    accepted_ranks: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

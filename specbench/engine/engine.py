@@ -5,10 +5,13 @@
 opens a `Batch`, the continuous batch of running requests: `admit()` prefills one request
 into the next row, `step()` runs one speculative step for every row:
 
-    draft     the drafter proposes up to k tokens per row (batched passes)
-    verify    ONE target pass scores [last token, drafts...] of every row; rejection
-              sampling accepts a prefix per row and adds one recovered or bonus token
-    roll back each row keeps its own accepted length (the KV slots simply move their length)
+    draft     the drafter proposes a tree per row, at most k deep (a chain: one child per
+              node), in batched passes
+    verify    ONE target pass scores [last token, tree nodes...] of every row with a tree
+              attention mask; rejection sampling accepts a path per row and adds one
+              recovered or bonus token
+    roll back each row keeps its own accepted path (its KV entries gathered into the slot's
+              next positions; a chain's are there already, the slot just moves its length)
     emit      tokens are appended up to a stop id or the budget; finished rows leave
 
 A single request is a batch of one (`Engine.generate`); `Engine.run` drives many requests
@@ -35,9 +38,11 @@ import torch
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine.drafters import Drafter, Proposal, make_drafter
 from specbench.engine.fused import can_fuse, fuse_layers
+from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner, can_pack, pack_linears
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
-from specbench.engine.verify import verify
+from specbench.engine.tree import gather_paths, path_features, tree_batch
+from specbench.engine.verify import verify_tree
 from specbench.types import StepEvent
 
 
@@ -251,6 +256,9 @@ class Batch:
         self.target = engine.target_runner
         self.target.set_capture(drafter.capture_layers if drafter is not None else ())
         self.k = spec.num_speculative_tokens if drafter is not None else 0
+        # slot positions a step may write past a row's context: its verify feed (a tree's
+        # nodes lie at consecutive positions, then move onto the accepted path's)
+        self.scratch = max(self.k, spec.draft_nodes if drafter is not None else 0) + 1
         self.rows: list[_Row] = []
         self.stats = BatchStats(target_weight_bytes=self.target.weight_bytes)
         draft_lm = getattr(drafter, "lm", None)
@@ -261,9 +269,9 @@ class Batch:
 
     def reserve(self, rows: int, capacity: int) -> None:
         """Allocate KV slots up front (`run` knows every request) so no step grows them."""
-        self.target.reserve(rows, capacity + self.k + 1)
+        self.target.reserve(rows, capacity + self.scratch)
         if self.drafter is not None and hasattr(self.drafter, "reserve"):
-            self.drafter.reserve(rows, capacity + self.k + 1)
+            self.drafter.reserve(rows, capacity + self.scratch)
 
     # ---- admission --------------------------------------------------------------------
 
@@ -280,7 +288,7 @@ class Batch:
         start = e.now()
         row = _Row(prompt, sampling, make_generator(sampling.seed or 0, e.device), stops, budget, self.k,
                    start if arrival is None else arrival, start, tag=tag, on_tokens=on_tokens)
-        self.target.reserve(b + 1, len(prompt) + budget + self.k + 1)
+        self.target.reserve(b + 1, len(prompt) + budget + self.scratch)
         # Prefill: the first token comes from the prompt's last position alone.
         logits, feats = self.target.forward(torch.tensor([prompt]), slice(b, b + 1), torch.zeros(1, dtype=torch.long),
                                             positions=torch.tensor([len(prompt) - 1]), prefill=True)
@@ -323,27 +331,39 @@ class Batch:
         prop = self.drafter.propose(rows, ks) if self.drafter is not None and any(ks) else \
             Proposal([[] for _ in rows])
         t1 = e.now()
-        lens = [len(d) for d in prop.tokens]
-        K = max(lens)
+        tree = tree_batch([r.ids[-1] for r in rows], prop, ks)
         context = [len(r.ids) for r in rows]
-        # One target pass verifies every row: [last emitted token, drafts..., padding].
-        feed = torch.tensor([[r.ids[-1], *d, *([0] * (K - len(d)))] for r, d in zip(rows, prop.tokens)])
-        logits, feats = self.target.forward(feed, slice(0, B), torch.tensor([c - 1 for c in context]))
-        accepted, extra = verify(feed[:, 1:].to(e.device), lens, logits, prop.q,
-                                 [r.sampling for r in rows], [r.gen for r in rows])
+        # One target pass verifies every row's tree: [last emitted token, nodes..., padding],
+        # each node at its depth and seeing only its ancestors (a chain: plain causal).
+        start = torch.tensor([c - 1 for c in context])
+        attn = TreeAttention(start, start.view(B, 1) + tree.depth, tree.visible)
+        logits, feats = self.target.forward(tree.feed, slice(0, B), start, tree=attn)
+        paths, extra = verify_tree(tree, logits, prop.q, [r.sampling for r in rows], [r.gen for r in rows])
         t2 = e.now()
-        # Roll back: row b keeps its context plus its accepted drafts; the rest of its slot is reused.
+        accepted = [len(p) for p in paths]
+        # The accepted path's entries move into the slot's next positions (a chain's are there
+        # already); each row keeps its context plus them, the rest of its slot is reused.
+        gather_paths(self.target.cache, start + 1, paths)
         valid = [c + n for c, n in zip(context, accepted)]
         if self.drafter is not None:
+            if feats is not None:  # the target's features along the accepted path, in sequence order
+                feats = path_features(feats, paths)
+            accept_paths = getattr(self.drafter, "accept_paths", None)
+            if accept_paths is not None:
+                accept_paths(paths)
             self.drafter.commit(accepted, valid, feats)
         for b, r in enumerate(rows):
-            d, n = prop.tokens[b], accepted[b]
-            emitted = r.emit([*d[:n], extra[b]], t2)
-            r.steps.append(StepEvent(drafted=len(d), accepted=n, first_rejection=-1 if n == len(d) else n,
+            d, path = prop.tokens[b], paths[b]
+            n = len(path)
+            leaf = not d or (n > 0 and not tree.has_children[b][path[-1]])  # the whole path was accepted
+            emitted = r.emit([*(d[i] for i in path), extra[b]], t2)
+            r.steps.append(StepEvent(drafted=len(d), accepted=n, first_rejection=-1 if leaf else n,
                                      emitted=emitted, draft_time_s=t1 - t0, verify_time_s=t2 - t1,
-                                     batch_size=B, context_tokens=context[b]))
+                                     batch_size=B, context_tokens=context[b],
+                                     draft_depth=int(tree.depth[b].max()),
+                                     accepted_ranks=tuple(tree.ranks[b][i] for i in path)))
             if spec.dynamic_k and d:
-                r.k = min(r.k + 2, self.k) if n == len(d) else max(1, r.k - 1)
+                r.k = min(r.k + 2, self.k) if leaf else max(1, r.k - 1)
         done = [r for r in rows if r.done]
         if done:
             finished += [self._generation(r) for r in done]

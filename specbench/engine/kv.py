@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -118,6 +119,17 @@ class SlotKV:
             self._write_b = torch.arange(rows.start, rows.stop).view(n, 1).expand(n, width).to(self.device)
             self._write_t = pos.to(self.device)
 
+    @torch.inference_mode()
+    def gather(self, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy position src[i] of slot rows[i] to position dst[i] (1-D long tensors), every
+        layer: an accepted tree path moving into the slot's next positions. Sources are read
+        before any destination is written."""
+        if rows.numel() == 0:
+            return
+        rows, src, dst = rows.to(self.device), src.to(self.device), dst.to(self.device)
+        for buf in self.keys + self.values:
+            buf[rows, :, dst] = buf[rows, :, src]
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         """transformers' Cache protocol: store this forward's keys/values [n, kv_heads, M, D]
@@ -166,14 +178,45 @@ def layer_window(module: torch.nn.Module | None) -> int | None:
     return window if types[index] == "sliding_attention" else None
 
 
+@dataclass
+class TreeAttention:
+    """What the queries of a forward over tree entries see. Row b's keys below base[b] are
+    its context (visible by position, as in `causal_mask`); key base[b] + s (s < S) is tree
+    entry s, visible to query j iff visible[b, j, s]. `positions` [n, M] are the queries'
+    rotary positions (context + depth). A chain is the tree whose entry j sees entries 0..j
+    at depths 0..j: `causal_mask` exactly.
+
+    The sliding window applies to the context keys; the tree's own keys lie within its depth
+    of each query (drafts are far shallower than any window)."""
+
+    base: torch.Tensor  # [n] long
+    positions: torch.Tensor  # [n, M] long
+    visible: torch.Tensor  # [n, M, S] bool
+
+    def mask(self, kv_len: int, device: torch.device, window: int | None = None) -> torch.Tensor:
+        """Bool [n, 1, M, kv_len]."""
+        n, m = self.positions.shape
+        S = self.visible.shape[-1]
+        t = torch.arange(kv_len, device=device).view(1, 1, -1)
+        base = self.base.to(device).view(-1, 1, 1)
+        q_pos = self.positions.to(device).unsqueeze(-1)
+        ctx = t < base
+        if window is not None:
+            ctx = ctx & (t > q_pos - window)
+        s = (t - base).expand(n, m, kv_len)
+        tree = self.visible.to(device).gather(2, s.clamp(0, S - 1)) & (s >= 0) & (s < S)
+        return (ctx | tree).unsqueeze(1)
+
+
 class ForwardMasks:
-    """The masks of one forward over the slots (`causal_mask`), one per sliding window in use,
-    built on first use. A prefill from position 0 needs none (None: `slot_attention`'s plain
-    causal attention) unless a window is shorter than the prompt."""
+    """The masks of one forward over the slots (`causal_mask`, or a tree's), one per sliding
+    window in use, built on first use. A prefill from position 0 needs none (None:
+    `slot_attention`'s plain causal attention) unless a window is shorter than the prompt."""
 
     def __init__(self, start: torch.Tensor, width: int, kv_len: int, device: torch.device,
-                 prefill: bool = False):
+                 prefill: bool = False, tree: TreeAttention | None = None):
         self.start, self.width, self.kv_len, self.device, self.prefill = start, width, kv_len, device, prefill
+        self.tree = tree
         self._masks: dict[int | None, torch.Tensor] = {}
 
     def get(self, window: int | None) -> torch.Tensor | None:
@@ -181,7 +224,8 @@ class ForwardMasks:
         if self.prefill and (window is None or self.width <= window):
             return None
         if window not in self._masks:
-            self._masks[window] = causal_mask(self.start, self.width, self.kv_len, self.device, window)
+            self._masks[window] = causal_mask(self.start, self.width, self.kv_len, self.device, window) \
+                if self.tree is None else self.tree.mask(self.kv_len, self.device, window)
         return self._masks[window]
 
 

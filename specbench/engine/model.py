@@ -28,7 +28,8 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from specbench.engine.fused import FusedLayer
-from specbench.engine.kv import ATTN_IMPLEMENTATION, ForwardMasks, SlotKV, forward_masks, register_attention
+from specbench.engine.kv import (ATTN_IMPLEMENTATION, ForwardMasks, SlotKV, TreeAttention, forward_masks,
+                                register_attention)
 
 
 class PackedLinear(torch.nn.Module):
@@ -174,20 +175,24 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, rows: slice, start: torch.Tensor, *,
-                positions: torch.Tensor | str | None = "all", prefill: bool = False
-                ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+                positions: torch.Tensor | str | None = "all", prefill: bool = False,
+                tree: TreeAttention | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Write `tokens` [n, M] into slots `rows` at positions start[b] + 0..M-1 and return
         (logits, captured features).
 
         positions = "all": logits [n, M, V]; a CPU int64 tensor [n]: logits [n, V] at each row's
         own position index; None: no logits (the LM head does not run). Captured features (when the runner captures layers) are the
-        concatenated layer inputs [n, M, len(capture_layers) * hidden]."""
+        concatenated layer inputs [n, M, len(capture_layers) * hidden].
+
+        `tree`: the tokens are draft-tree entries (specbench.engine.kv.TreeAttention): rotary
+        positions and visibility come from it instead of start + 0..M-1 causally."""
         n, width = tokens.shape
         start = start.to(torch.long).cpu()
         self.cache.begin(rows, start, width, prefill=prefill)
         kv_len = self.cache.kv_len
-        pos = (start.view(n, 1) + torch.arange(width).view(1, width)).to(self.device)
-        masks = ForwardMasks(start, width, kv_len, self.device, prefill=prefill)
+        pos = (start.view(n, 1) + torch.arange(width).view(1, width)) if tree is None else tree.positions
+        pos = pos.to(self.device)
+        masks = ForwardMasks(start, width, kv_len, self.device, prefill=prefill, tree=tree)
         with _attention(self._configs), forward_masks(masks):
             hidden = self.decoder(input_ids=tokens.to(self.device), position_ids=pos,
                                   cache=self.cache, use_cache=True).last_hidden_state

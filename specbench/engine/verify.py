@@ -1,16 +1,24 @@
-"""Lossless verification of every row's draft in one batched computation (docs/engine.md,
-"The rule"), in vLLM's words: accepted draft tokens, then one recovered token (after the
-first rejection) or one bonus token (after a fully accepted draft).
+"""Lossless verification of every row's draft tree in one batched computation (docs/engine.md,
+"The rule"), in vLLM's words: accepted draft tokens along one path of the tree, then one
+recovered token (after the last sibling was rejected) or one bonus token (at a leaf). A
+chain is the tree with one child per node; there is no separate chain path.
 
-`verify` takes the padded drafts [B, K] with each row's draft length, the target's logits
-[B, K+1, V] over [last token, drafts...], the distributions q the drafts were drawn from
-([B, K, V], or None for deterministic drafters: one-hot q), and each row's sampling
-parameters and generator. It returns, per row, how many drafts were accepted and the one
-extra token the target emits, with a single device-to-host transfer. Each row emits between
-1 and its draft length + 1 tokens.
+`verify_tree` takes the verify feed of the trees (specbench.engine.tree.TreeBatch), the
+target's logits over it [B, M, V] (feed index 0: the root, the row's last emitted token;
+node i at feed index i + 1), the distributions q the nodes were drawn from ([B, N, V], or
+None for deterministic drafters: a point mass per node), and each row's sampling parameters
+and generator. It walks every row's tree from the root at once, depth by depth: at a node,
+the children are tried in order, child x accepted with probability min(1, p(x)/q(x)) (u * q(x)
+< p(x); q(x) = 0 rejects); a rejected child turns p into the residual norm(max(p - q, 0))
+before the next sibling is tried (for a point mass: p with x removed); an accepted child
+becomes the node, p the target's distribution there. Where no child is accepted (or at a
+leaf) the extra token is drawn from what p has become. Greedy rows accept the child equal to
+the target's argmax and emit the argmax. Returns, per row, the accepted path (node indices,
+depth order) and the extra token, with a single device-to-host transfer.
 
-A row's random draws come from its own generator in a fixed order (its draft length's
-uniforms, then one categorical draw), so its samples never depend on its batch mates.
+A row's random draws come from its own generator in a fixed order (one uniform per node, in
+node order, then one categorical draw), so its samples never depend on its batch mates.
+`verify` is the same for chains given as a padded [B, K] draft.
 """
 
 from __future__ import annotations
@@ -20,67 +28,95 @@ from collections.abc import Sequence
 import torch
 
 from specbench.config import SamplingParams
+from specbench.engine.drafters.base import Proposal
 from specbench.engine.sampling import probs_from_logits, sampling_groups
+from specbench.engine.tree import TreeBatch, tree_batch
+
+
+def rejected(p: torch.Tensor, q_node: torch.Tensor | None, x: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """p [B, V] after child x [B] (drawn from q_node [B, V]; None: a point mass) was rejected:
+    norm(max(p - q, 0)), for a point mass p without x, renormalized; where that sums to zero
+    (p == q up to rounding), p. `last`: x was its parent's last child (the result is then what
+    the recovered token is drawn from), else the next sibling is tried against it."""
+    residual = p.scatter(1, x.view(-1, 1), 0.0) if q_node is None else torch.clamp(p - q_node, min=0.0)
+    total = residual.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, residual / total.clamp_min(1e-30), p)
+
+
+def verify_tree(tree: TreeBatch, logits: torch.Tensor, q: torch.Tensor | None,
+                samplings: Sequence[SamplingParams], generators: Sequence[torch.Generator]
+                ) -> tuple[list[list[int]], list[int]]:
+    """(accepted path per row, extra token per row)."""
+    B, M, V = logits.shape
+    dev = logits.device
+    D = tree.max_depth
+    feed = tree.feed.to(dev)
+    children = tree.children.to(dev)
+    rows = torch.arange(B, device=dev)
+    greedy, sampled = sampling_groups(samplings)
+    is_greedy = torch.zeros(B, dtype=torch.bool, device=dev)
+    argmax = torch.zeros(B, M, dtype=torch.long, device=dev)
+    if greedy:
+        g = torch.tensor(greedy, device=dev)
+        is_greedy[g] = True
+        argmax[g] = logits[g].argmax(dim=-1)
+    u = torch.ones(B, M, device=dev)  # u of node i at feed index i + 1
+    for _, members in sampled:
+        for b in members:
+            if tree.nodes[b]:
+                u[b, 1: tree.nodes[b] + 1] = torch.rand(tree.nodes[b], generator=generators[b], device=dev)
+    groups = [(sp, torch.tensor(m, device=dev)) for sp, m in sampled]
+    p = torch.zeros(B, V, dtype=torch.float32, device=dev)  # sampled rows: the distribution in hand
+    cur = torch.zeros(B, dtype=torch.long, device=dev)  # feed index of each row's current node
+    alive = torch.ones(B, dtype=torch.bool, device=dev)  # still walking down
+    path = torch.full((B, max(D, 1)), -1, dtype=torch.long, device=dev)
+    for depth in range(D + 1):
+        for sp, s in groups:  # the target's distribution at the node reached
+            p[s] = torch.where(alive[s].view(-1, 1), probs_from_logits(logits[s, cur[s]], sp), p[s])
+        moved = torch.zeros(B, dtype=torch.bool, device=dev)
+        nxt = cur.clone()
+        for r in range(children.shape[-1] if depth < D else 0):
+            child = children[rows, cur, r]
+            cand = alive & ~moved & (child >= 0)
+            at = child.clamp(min=0)
+            x = feed[rows, at]
+            accept = torch.zeros(B, dtype=torch.bool, device=dev)
+            if greedy:
+                accept = x == argmax[rows, cur]
+            if sampled:
+                p_x = p.gather(1, x.view(-1, 1)).view(-1)
+                q_node = None if q is None else q[rows, (at - 1).clamp(min=0)].float()
+                q_x = torch.ones_like(p_x) if q_node is None else q_node.gather(1, x.view(-1, 1)).view(-1)
+                last = children[rows, cur, r + 1] < 0 if r + 1 < children.shape[-1] else torch.ones_like(cand)
+                residual = rejected(p, q_node, x, last)
+                accept_s = (u[rows, at] * q_x < p_x) & (q_x > 0)
+                accept = torch.where(is_greedy, accept, accept_s)
+                no = cand & ~accept & ~is_greedy
+                p = torch.where(no.view(-1, 1), residual, p)
+            accept &= cand
+            moved |= accept
+            nxt = torch.where(accept, child, nxt)
+        if depth < D:
+            path[:, depth] = torch.where(moved, nxt - 1, -1)
+        cur, alive = nxt, moved
+    extra = argmax[rows, cur]
+    for _, members in sampled:
+        for b in members:
+            extra[b] = torch.multinomial(p[b], 1, generator=generators[b])[0]
+    out = torch.cat([path, extra.view(-1, 1)], dim=1).tolist()  # the one device-to-host transfer
+    paths = [[n for n in row[:-1] if n >= 0] for row in out]
+    return paths, [row[-1] for row in out]
 
 
 def verify(draft: torch.Tensor, draft_len: Sequence[int], logits: torch.Tensor, q: torch.Tensor | None,
            samplings: Sequence[SamplingParams], generators: Sequence[torch.Generator]
            ) -> tuple[list[int], list[int]]:
-    """(accepted per row, extra token per row). draft: [B, K] long on the logits' device."""
-    B, K1, _ = logits.shape
-    K = K1 - 1
-    dev = logits.device
-    lens = torch.tensor(list(draft_len), device=dev)
-    in_draft = torch.arange(K, device=dev).view(1, K) < lens.view(B, 1)  # [B, K]: a real draft
-    n_acc = torch.zeros(B, dtype=torch.long, device=dev)
-    extra = torch.zeros(B, dtype=torch.long, device=dev)
-    greedy, sampled = sampling_groups(samplings)
-    if greedy:
-        g = torch.tensor(greedy, device=dev)
-        # Temperature 0: accept while the draft equals the target's argmax, then emit the argmax.
-        am = logits[g].argmax(dim=-1)  # [G, K+1]
-        n = ((draft[g] == am[:, :K]) & in_draft[g]).long().cumprod(dim=1).sum(dim=1)
-        n_acc[g] = n
-        extra[g] = am.gather(1, n.view(-1, 1)).view(-1)
-    for sp, members in sampled:
-        s = torch.tensor(members, device=dev)
-        S = len(members)
-        # p: the target's distribution at each verified position (only j <= draft length is
-        # ever read; padding is left at zero), by the same function plain decoding samples with.
-        needed = torch.arange(K1, device=dev).view(1, K1) <= lens[s].view(S, 1)
-        p = torch.zeros(S, K1, logits.shape[-1], dtype=torch.float32, device=dev)
-        p[needed] = probs_from_logits(logits[s][needed], sp)
-        x = draft[s]  # [S, K]
-        if K:
-            p_x = p[:, :K].gather(-1, x.unsqueeze(-1)).squeeze(-1)  # p(x_i)
-            # q(x_i): 1 for a deterministic drafter; q(x) = 0 cannot have produced x: reject.
-            q_x = torch.ones_like(p_x) if q is None else q[s].gather(-1, x.unsqueeze(-1)).squeeze(-1)
-            u = torch.ones(S, K, device=dev)
-            for i, b in enumerate(members):
-                if draft_len[b]:
-                    u[i, : draft_len[b]] = torch.rand(draft_len[b], generator=generators[b], device=dev)
-            # Accept x_i with probability min(1, p/q), written u*q < p to avoid dividing by 0.
-            accept = (u * q_x < p_x) & (q_x > 0) & in_draft[s]
-            n = accept.long().cumprod(dim=1).sum(dim=1)
-        else:
-            n = torch.zeros(S, dtype=torch.long, device=dev)
-        rows = torch.arange(S, device=dev)
-        p_n = p[rows, n]  # [S, V]: the target's distribution at the first rejection / after the draft
-        full = n == lens[s]
-        if K:
-            at = n.clamp(max=K - 1)
-            if q is None:  # one-hot q: the residual is p with the rejected token removed
-                residual = p_n.scatter(1, x.gather(1, at.view(-1, 1)), 0.0)
-            else:  # norm(max(0, p - q)) at the first rejection
-                residual = torch.clamp(p_n - q[s][rows, at], min=0.0)
-            dist = torch.where(full.view(-1, 1), p_n, residual)  # bonus token after full acceptance
-        else:
-            dist = p_n
-        total = dist.sum(dim=-1, keepdim=True)
-        # p <= q everywhere (p == q up to rounding): fall back to p.
-        dist = torch.where(total > 0, dist / total.clamp_min(1e-30), p_n)
-        for i, b in enumerate(members):
-            extra[b] = torch.multinomial(dist[i], 1, generator=generators[b])[0]
-        n_acc[s] = n
-    out = torch.stack([n_acc, extra]).tolist()  # the one device-to-host transfer
-    return out[0], out[1]
+    """Chains: (accepted per row, extra token per row). draft: [B, K] long (padded), logits
+    [B, K+1, V] over [last token, drafts...]; `verify_tree` on the chains' trees."""
+    B = draft.shape[0]
+    lens = [int(n) for n in draft_len]
+    table = draft.tolist()
+    tree = tree_batch([0] * B, Proposal([table[b][:lens[b]] for b in range(B)]), lens)
+    width = tree.feed.shape[1]
+    paths, extra = verify_tree(tree, logits[:, :width], q, samplings, generators)
+    return [len(p) for p in paths], extra

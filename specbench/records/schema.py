@@ -45,6 +45,11 @@ SCHEMA = pa.schema(
         _f("method", _STR, "Speculative method: none | draft_model | ngram | eagle3."),
         _f("num_speculative_tokens", _I32,
            "k: draft tokens proposed per verification step (0 = baseline)."),
+        _f("topk", _I32,
+           "Draft trees: children expanded per node (1 = a chain; null: written before trees).", True),
+        _f("num_draft_tokens", _I32,
+           "Tokens each row verifies per step, root included (a chain: k + 1; 1 = baseline; null: written "
+           "before trees).", True),
         _f("draft_model", _STR,
            "Draft model name or path (draft_model), or the EAGLE-3 head's directory (eagle3); "
            "null otherwise.", True),
@@ -106,6 +111,12 @@ SCHEMA = pa.schema(
         _f("step_drafted", pa.list_(_I32), "Draft tokens proposed at each step (0 = plain decode step)."),
         _f("step_accepted", pa.list_(_I32), "Draft tokens accepted at each step."),
         _f("step_emitted", pa.list_(_I32), "Tokens emitted by each step (accepted + 1, clipped at a stop)."),
+        _f("step_draft_depth", pa.list_(_I32),
+           "Depth of the draft tree of each step (a chain: step_drafted; null, or null entries: not "
+           "reported).", True),
+        _f("step_accepted_ranks", pa.list_(pa.list_(_I32)),
+           "Per step, the branch rank (0 = the drafter's best child) of each accepted node along the "
+           "accepted path, root's child first (a chain: zeros; null, or null entries: not reported).", True),
         _f("step_draft_time_s", pa.list_(_F64),
            "Drafting time of each step in s (shared by the rows of a batched step)."),
         _f("step_verify_time_s", pa.list_(_F64),
@@ -143,7 +154,8 @@ ADDED_IN: dict[int, frozenset[str]] = {
     2: frozenset({"repeat", "tokens_per_target_pass", "step_batch_size", "step_context_tokens", "step_drafted",
                   "step_accepted", "step_emitted", "step_draft_time_s", "step_verify_time_s"}),
     3: frozenset({"chunk_itl_s"}),
-    4: frozenset({"token_count_delta", "client_loop_lag_s", "meets_slo"}),
+    4: frozenset({"token_count_delta", "client_loop_lag_s", "meets_slo", "topk", "num_draft_tokens",
+                  "step_draft_depth", "step_accepted_ranks"}),
 }
 
 
@@ -195,6 +207,8 @@ def make_row(
         "backend": backend,
         "method": spec.method,
         "num_speculative_tokens": spec.num_speculative_tokens,
+        "topk": spec.topk,
+        "num_draft_tokens": spec.verify_width,
         "draft_model": spec.draft,
         "concurrency": concurrency,
         "request_rate": request_rate,

@@ -68,6 +68,11 @@ def speculative_config(spec: SpeculativeConfig) -> dict[str, Any] | None:
         cfg["disable_by_batch_size"] = spec.disable_by_batch_size
     if spec.dynamic_k:
         cfg["dynamic_k"] = True
+    if spec.token_tree is not None:  # vLLM's form: num_speculative_tokens counts the tree's nodes
+        cfg["num_speculative_tokens"] = len(spec.token_tree)
+        cfg["speculative_token_tree"] = str([tuple(p) for p in spec.token_tree])
+    elif spec.is_tree or spec.num_draft_tokens is not None:
+        cfg.update(topk=spec.topk, num_draft_tokens=spec.verify_width)
     return cfg
 
 

@@ -359,6 +359,11 @@ BAD_FLAGS = {
     "time-budget-nan": (["--time-budget", "nan"], ["--time-budget", "finite"]),
     "repeats-zero": (["--repeats", "0"], ["--repeats", ">= 1"]),
     "k-only-zero": (["-k", "0"], ["-k 0 is the baseline", "--method none"]),
+    "topk-zero": (["--topk", "0"], ["--topk", ">= 1", "0"]),
+    "num-draft-tokens-one": (["--num-draft-tokens", "1"], ["--num-draft-tokens", ">= 2"]),
+    "num-draft-tokens-too-many": (["-k", "2", "--topk", "2", "--num-draft-tokens", "9"],
+                                  ["--num-draft-tokens 9", "depth 2", "topk 2"]),
+    "topk-with-ngram": (["--method", "ngram", "--topk", "2"], ["'ngram'", "topk", "draft_model, eagle3"]),
     "unknown-workload": (["--workload", "nosuch"],
                          ["unknown workload 'nosuch'", "regression", "business", "high-entropy"]),
 }

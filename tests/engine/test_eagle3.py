@@ -74,21 +74,21 @@ def test_rollback_after_partial_acceptance_equals_never_drafting(target, monkeyp
     propose the same next drafts."""
     head = tiny.make_head(target, draft_vocab_size=80, seed=6)
     eng = Engine(target, head=head, pack=False)
-    real = engine_mod.verify
+    real = engine_mod.verify_tree
 
-    def accept_one(draft, lens, logits, q, samplings, gens):
-        n_acc, extra = real(draft, lens, logits, q, samplings, gens)
+    def accept_one(tree, logits, q, samplings, gens):
+        _, extra = real(tree, logits, q, samplings, gens)
         # accept the first draft, "reject" the second with a different recovered token
-        return [min(1, m) for m in lens], [(int(draft[b, 1]) + 1) % 300 if lens[b] > 1 else e
-                                            for b, e in enumerate(extra)]
+        return [[0][:n] for n in tree.nodes], [(int(tree.feed[b, 2]) + 1) % 300 if tree.nodes[b] > 1 else e
+                                               for b, e in enumerate(extra)]
 
     sp = SamplingParams(max_new_tokens=40, ignore_eos=True)
     prompt = [5, 17, 33, 2, 250, 9]
     batch = eng.batch(eagle3(3))
     batch.admit(prompt, sp)
-    monkeypatch.setattr(engine_mod, "verify", accept_one)
+    monkeypatch.setattr(engine_mod, "verify_tree", accept_one)
     batch.step()
-    monkeypatch.setattr(engine_mod, "verify", real)
+    monkeypatch.setattr(engine_mod, "verify_tree", real)
     row, drafter = batch.rows[0], batch.drafter
     assert row.steps[-1].drafted == 3 and row.steps[-1].accepted == 1
     seq = list(row.ids)  # prompt + first token + 1 accepted draft + the recovered token

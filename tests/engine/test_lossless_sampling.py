@@ -1,9 +1,10 @@
 """End-to-end losslessness under sampling, on the one decode path: the engine's first three
 output tokens, drawn with speculation, follow the target's exact joint distribution
-(enumerated on a 6-token vocabulary) under temperature, top-k and top-p, for the draft
-model, n-gram lookup and adversarial drafters, alone (concurrency 1) and in a continuous
-batch at concurrency 4 with ragged companions that join and leave mid-batch, with dynamic k;
-and the same test catches a deliberately wrong verifier."""
+(enumerated on a 6-token vocabulary), and tokens 4, 5 and 6 their exact marginals, under
+temperature, top-k and top-p, for the draft model, n-gram lookup and adversarial drafters,
+alone (concurrency 1) and in a continuous batch at concurrency 4 with ragged companions that
+join and leave mid-batch, with dynamic k; and the same test catches a deliberately wrong
+verifier. (Trees: tests/engine/test_tree_sampling.py.)"""
 
 import random
 
@@ -15,16 +16,18 @@ import tiny
 from gof import gof_pvalue
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
-from specbench.engine import engine as engine_mod
+from specbench.engine import verify as verify_mod
 from specbench.engine.drafters import Proposal, StatelessDrafter
 from specbench.engine.sampling import probs_from_logits
 
 V = 6
 PROMPT = [1, 2, 3]
 N = 3000
-# Budget 4: the first token comes from the prefill, the next ones from speculative steps
-# (k = 3: one step verifying two drafts; k = 1: two steps), so every draft position counts.
-MAX_NEW = 4
+# Budget 6: the first token comes from the prefill, the next ones from speculative steps; a
+# step drafts at most (tokens left - 1), so the first step of k = 3 drafts all three (k + 2
+# <= 6) and every draft position is verified; tokens 4-6 come from later steps.
+MAX_NEW = 6
+LATER = (3, 4, 5)  # output positions (0-based) whose exact marginals are checked too
 
 
 @pytest.fixture(scope="module")
@@ -37,21 +40,28 @@ def engine(target):
     return Engine(target, tiny.perturbed_copy(target, 0.5, seed=9))
 
 
-def exact_joint(target, sp: SamplingParams) -> np.ndarray:
-    """P(t1, t2, t3 | prompt) by enumeration with full (uncached) forward passes."""
-    joint = np.zeros((V, V, V))
+def exact_prefixes(target, sp: SamplingParams, n: int, prompt=PROMPT, vocab: int = V) -> torch.Tensor:
+    """P(t1..tn | prompt) [V]*n by enumeration, one batched full (uncached) forward per length."""
+    joint = torch.ones(1, dtype=torch.float64)
+    seqs = torch.tensor([prompt])
     with torch.inference_mode():
-        p1 = probs_from_logits(target(torch.tensor([PROMPT])).logits[0, -1], sp)
-        for a in range(V):
-            if p1[a] == 0:
-                continue
-            p2 = probs_from_logits(target(torch.tensor([PROMPT + [a]])).logits[0, -1], sp)
-            for b in range(V):
-                if p2[b] == 0:
-                    continue
-                p3 = probs_from_logits(target(torch.tensor([PROMPT + [a, b]])).logits[0, -1], sp)
-                joint[a, b] = (p1[a] * p2[b] * p3).numpy()
-    return joint.ravel()
+        for _ in range(n):
+            p = probs_from_logits(target(seqs).logits[:, -1], sp).double()  # [prefixes, V]
+            joint = (joint.view(-1, 1) * p).view(-1)
+            seqs = torch.cat([seqs.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(len(seqs)).view(-1, 1)], 1)
+    return joint.view(*([vocab] * n))
+
+
+def exact_joint(target, sp: SamplingParams, prompt=PROMPT, vocab: int = V) -> np.ndarray:
+    """P(t1, t2, t3 | prompt)."""
+    return exact_prefixes(target, sp, 3, prompt, vocab).numpy().ravel()
+
+
+def exact_marginals(target, sp: SamplingParams, positions=LATER, prompt=PROMPT, vocab: int = V) -> dict:
+    """P(t_i | prompt) for each 0-based output position i, summing the joint over the rest."""
+    joint = exact_prefixes(target, sp, max(positions) + 1, prompt, vocab)
+    dims = list(range(joint.dim()))
+    return {i: joint.sum(dim=[d for d in dims if d != i]).numpy() for i in positions}
 
 
 class FixedQDrafter(StatelessDrafter):
@@ -106,26 +116,39 @@ def spec_for(drafter: str, k: int, dynamic_k: bool = False) -> SpeculativeConfig
     return SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft="draft", dynamic_k=dynamic_k)
 
 
-def sample_counts(engine, sp, spec, drafter, concurrency) -> np.ndarray:
+def sample_outputs(engine, sp, spec, drafter, concurrency, n=None, vocab: int = V) -> list[list[int]]:
     """N seeded requests of PROMPT; at concurrency > 1 each shares its batch with ragged
     companions (other prompts, lengths, budgets and samplings, greedy included) that join and
-    leave while it runs. Counts of the first three output tokens of the N measured requests."""
+    leave while it runs. The outputs of the N measured requests."""
     rng = random.Random(7)
     reqs, measured = [], []
-    for seed in range(N):
+    for seed in range(n or N):
         measured.append(len(reqs))
         reqs.append((PROMPT, sp.with_(seed=seed)))
         if concurrency > 1 and seed % 2 == 0:
-            other = [rng.randrange(V) for _ in range(rng.randint(2, 12))]
+            other = [rng.randrange(vocab) for _ in range(rng.randint(2, 12))]
             companion = rng.choice([sp, SamplingParams(), SamplingParams(temperature=0.6, top_p=0.9)])
             reqs.append((other, companion.with_(seed=10_000 + seed, max_new_tokens=rng.randint(1, 9),
                                                 ignore_eos=True)))
     results, _ = engine.run(reqs, spec, concurrency=concurrency, drafter=drafter)
-    counts = np.zeros(V ** 3, dtype=np.int64)
-    for i in measured:
-        a, b, c = results[i].output_ids[:3]
-        counts[(a * V + b) * V + c] += 1
+    return [results[i].output_ids for i in measured]
+
+
+def joint_counts(outputs, vocab: int = V) -> np.ndarray:
+    """Counts of the first three output tokens."""
+    counts = np.zeros(vocab ** 3, dtype=np.int64)
+    for out in outputs:
+        a, b, c = out[:3]
+        counts[(a * vocab + b) * vocab + c] += 1
     return counts
+
+
+def marginal_counts(outputs, i: int, vocab: int = V) -> np.ndarray:
+    return np.bincount([out[i] for out in outputs], minlength=vocab)
+
+
+def sample_counts(engine, sp, spec, drafter, concurrency) -> np.ndarray:
+    return joint_counts(sample_outputs(engine, sp, spec, drafter, concurrency))
 
 
 CASES = [  # (concurrency, sampling, drafter, k, dynamic_k)
@@ -147,26 +170,18 @@ CASES = [  # (concurrency, sampling, drafter, k, dynamic_k)
 @pytest.mark.parametrize("concurrency,sampling,drafter,k,dynamic_k", CASES)
 def test_first_three_tokens_follow_target_distribution(engine, target, concurrency, sampling, drafter, k, dynamic_k):
     sp = SAMPLINGS[sampling]
-    counts = sample_counts(engine, sp, spec_for(drafter, k, dynamic_k), drafter_for(drafter, target), concurrency)
-    expected = exact_joint(target, sp)
+    outputs = sample_outputs(engine, sp, spec_for(drafter, k, dynamic_k), drafter_for(drafter, target), concurrency)
+    counts, expected = joint_counts(outputs), exact_joint(target, sp)
     assert counts[expected == 0].sum() == 0, "emitted a sequence the target can never produce"
     assert gof_pvalue(counts, expected) > 1e-3
+    for i, marginal in exact_marginals(target, sp).items():
+        assert gof_pvalue(marginal_counts(outputs, i), marginal) > 1e-3, f"token {i + 1}"
 
 
 def test_goodness_of_fit_catches_a_wrong_verifier(engine, target, monkeypatch):
     """Resampling from p instead of the residual after a rejection is a classic, subtle bug:
     the same test, on the same batched path, must reject it."""
-    real = engine_mod.verify
-
-    def resample_from_p(draft, lens, logits, q, samplings, gens):
-        n_acc, extra = real(draft, lens, logits, q, samplings, gens)
-        for b, (n, m) in enumerate(zip(n_acc, lens)):
-            if n < m and not samplings[b].greedy:
-                p = probs_from_logits(logits[b, n], samplings[b])
-                extra[b] = int(torch.multinomial(p, 1, generator=gens[b]))
-        return n_acc, extra
-
-    monkeypatch.setattr(engine_mod, "verify", resample_from_p)
+    monkeypatch.setattr(verify_mod, "rejected", lambda p, q_node, x, last: p)  # the residual is p
     sp = SAMPLINGS["temperature"]
     counts = sample_counts(engine, sp, spec_for("draft_model", 3), None, 4)
     assert gof_pvalue(counts, exact_joint(target, sp)) < 1e-3

@@ -13,21 +13,22 @@ from specbench.engine.drafters.base import Drafter, Proposal, StatelessDrafter
 from specbench.engine.drafters.draft_model import DraftModelDrafter
 from specbench.engine.drafters.eagle3 import Eagle3Drafter
 from specbench.engine.drafters.ngram import NgramDrafter
+from specbench.engine.drafters.tree_search import TreeShape
 
 if TYPE_CHECKING:
     from specbench.config import SpeculativeConfig
     from specbench.engine.engine import Engine
 
-__all__ = ["Drafter", "Proposal", "StatelessDrafter", "DraftModelDrafter", "Eagle3Drafter", "NgramDrafter", "make_drafter"]
+__all__ = ["Drafter", "Proposal", "StatelessDrafter", "DraftModelDrafter", "Eagle3Drafter", "NgramDrafter", "TreeShape", "make_drafter"]
 
 
 def make_drafter(spec: "SpeculativeConfig", engine: "Engine") -> Drafter:
     if spec.method == "ngram":
         return NgramDrafter(spec.ngram_min, spec.ngram_max)
     if spec.method == "draft_model":
-        return DraftModelDrafter(engine.draft_runner, spec.draft_confidence_threshold)
+        return DraftModelDrafter(engine.draft_runner, spec.draft_confidence_threshold, TreeShape.from_spec(spec))
     if spec.method == "eagle3":
         if engine.head is None:
             raise ValueError("method eagle3 needs an engine built with an EAGLE-3 head (Engine(..., head=))")
-        return Eagle3Drafter(engine.head)
+        return Eagle3Drafter(engine.head, TreeShape.from_spec(spec))
     raise ValueError(f"no drafter for method {spec.method!r}")

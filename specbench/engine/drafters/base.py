@@ -1,20 +1,59 @@
-"""The drafter interface: batch-first, one file per method.
+"""The drafter interface: batch-first, one file per method; a proposal is a tree per row.
 
-A drafter proposes up to k tokens for every row of the running batch at once and keeps
+A drafter proposes draft tokens for every row of the running batch at once and keeps
 whatever per-row state it needs (a draft model's KV cache, a head's features), row-aligned
 with the engine's batch: row b of the drafter is row b of the engine. The engine calls
 
 - `add_row(row, prompt_ids, features)` after the target prefilled a new request into row
   `row` (features: the target's captured hidden states over the prompt, or None);
-- `propose(rows, ks)` once per step: up to ks[b] tokens for row b (0 = none), with the
-  distributions q they were drawn from;
+- `propose(rows, ks)` once per step: a draft of depth at most ks[b] for row b (0 = none),
+  with the distributions q its tokens were drawn from (a `Proposal`);
+- `accept_paths(paths)` (optional: only drafters that must know which branch won define it)
+  right after verification: paths[b] lists the accepted nodes of row b's proposal, root's
+  child first (a chain's accepted prefix is [0, 1, .., n-1]);
 - `commit(accepted, valid, features)` after verification: row b accepted `accepted[b]`
-  drafts and only the first `valid[b]` tokens of its sequence survive; `features` are the
-  target's captured hidden states of the verify pass ([B, K+1, F], or None);
+  drafts (the depth of its accepted path) and only the first `valid[b]` tokens of its
+  sequence survive; `features` are the target's captured hidden states of the verify pass at
+  [last token, accepted path...] in sequence order ([B, 1 + max accepted, F], or None), i.e.
+  what a chain holding exactly the accepted tokens would have given;
 - `retain(keep)` when rows finish: new row i is old row keep[i].
 
 Rows are the engine's row objects; a drafter may read `ids` (prompt + output so far),
 `sampling` and `gen` (the row's own generator) from them, never write them.
+
+## The tree a proposal describes (one per row)
+
+Node i of row b has token `tokens[b][i]` and parent `parents[b][i]`: -1 for a child of the
+root (the row's last emitted token, which the verify pass scores first), else the index of an
+earlier node (parents[b][i] < i: nodes are in topological order). `parents=None` means every
+row is a chain (parent of node i is i - 1), the form a single-continuation drafter returns.
+A node's depth is its parent's plus one (the root's children: depth 1); a row's deepest node
+is at depth <= ks[b]. The siblings of a node (nodes with the same parent) are tried by the
+verifier in node order, so a drafter puts its best candidate first; the position of a node
+among its siblings is its *branch rank* (records: `step_accepted_ranks`).
+
+`q[b, i]` is the distribution node i was drawn from, over the target vocabulary (zero
+padding past a row's nodes; q is never read for greedy rows). The verifier (specbench.engine.verify,
+rule in docs/engine.md) is lossless when, given the path to a node, each child was drawn
+from its q[b, i] independently of its siblings and of whether it is tried, e.g.
+
+- children drawn i.i.d. from the draft's distribution at the parent (SpecInfer): each child's
+  q is that distribution; the verifier applies min(1, p/q) and the residual
+  norm(max(p - q, 0)) between siblings;
+- deterministic children (top-k of a draft model, EAGLE-2's dynamic tree, a Medusa sparse
+  tree of head ranks, an n-gram or suffix tree's continuations): a point mass each;
+  `q=None` says every node of every row is one (the verifier accepts x with probability
+  p(x) and removes x from p before the next sibling).
+
+Which children a node gets may depend on the path to it (a confidence threshold, a
+cumulative-probability budget over deterministic candidates), never on the values of sampled
+siblings: keeping the best of several *sampled* children biases them away from q.
+
+Examples, in the form Medusa's sparse trees and vLLM's `speculative_token_tree` take
+(paths of branch ranks, e.g. [(0,), (1,), (0, 0)]): tokens [a, b, c] with parents
+[-1, -1, 0] is the root's top two children a and b, and a's best child c. A suffix/n-gram
+drafter with continuations [a, c] and [b] returns the same tree. `tree_from_paths` turns
+such a path list into parents.
 """
 
 from __future__ import annotations
@@ -28,10 +67,29 @@ import torch
 
 @dataclass
 class Proposal:
-    tokens: list[list[int]]  # per row, the proposed ids (possibly fewer than asked, or none)
-    # [B, K, V] distributions the tokens were drawn from (K = longest proposal, zero padding);
-    # None for a deterministic drafter, whose q is one-hot.
+    # per row, the proposed node tokens (possibly fewer than asked, or none)
+    tokens: list[list[int]]
+    # [B, N, V] distributions the nodes were drawn from (N = most nodes of a row, zero
+    # padding); None for deterministic drafters, whose q is a point mass per node.
     q: torch.Tensor | None = None
+    # per row, each node's parent (-1 = the root); None = every row is a chain
+    parents: list[list[int]] | None = None
+
+    def parents_of(self, b: int) -> list[int]:
+        """Row b's parent indices (a chain's when the proposal gives none)."""
+        if self.parents is None:
+            return list(range(-1, len(self.tokens[b]) - 1))
+        return list(self.parents[b])
+
+
+def tree_from_paths(paths: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, ...]]]:
+    """(parents, paths sorted) of a static tree given as paths of branch ranks (vLLM's
+    `speculative_token_tree`, Medusa's sparse trees): (0,) the root's best child, (0, 1) its
+    second child, ... Nodes come out sorted by (depth, path), so parents precede children;
+    every prefix of a path must be a path too (checked by specbench.config)."""
+    ordered = sorted({tuple(int(r) for r in p) for p in paths}, key=lambda t: (len(t), t))
+    index = {p: i for i, p in enumerate(ordered)}
+    return [index[p[:-1]] if len(p) > 1 else -1 for p in ordered], ordered
 
 
 class Drafter(Protocol):

@@ -1,15 +1,24 @@
-"""A smaller model of the same tokenizer proposes k tokens autoregressively, for every row at once.
+"""A smaller model of the same tokenizer drafts a tree (a chain at topk 1), for every row at once.
 
-Each draft position is one batched forward of the draft model over all rows (rows that need
-no more tokens ride along on a dummy token that is never read, so the batch keeps one
-shape). The first forward of a step also catches each row up on the tokens the target
-emitted since the draft last saw it (one or two, ragged).
+The first forward of a step catches each row up on the tokens the target emitted since the
+draft last saw it (one or two, ragged); its last position gives the root's distribution.
+Then each depth of the tree is one batched forward of the draft model over every row's
+frontier (specbench.engine.drafters.tree_search: EAGLE-2's dynamic tree, a static tree, or
+a chain), the frontier entries written past the row's context at the positions of their
+depth, each attending to the context and its own ancestors (a tree attention mask). Rows
+that need no more tokens ride along on entries that are never read, so the batch keeps one
+shape.
 
-Greedy requests draft the draft model's argmax (one-hot q). Sampled requests draw each draft
-token from the draft's own distribution with the request's temperature/top-k/top-p, from the
-row's own generator, and hand those distributions to the verifier as q. Optionally a row
-stops early when the draft's confidence in the token it just proposed falls below a
-threshold: that only shortens the proposal, so it stays lossless.
+Greedy requests draft the draft model's top-ranked tokens (a point mass each). Sampled
+requests in a chain draw each draft token from the draft's own distribution with the
+request's temperature/top-k/top-p, from the row's own generator, and hand those
+distributions to the verifier as q; in a tree they take the top-ranked tokens of that
+distribution. Optionally a node whose own draft probability falls below a threshold is not
+expanded: that only shortens the proposal, so it stays lossless.
+
+After verification the accepted path's draft entries (those that were fed) are gathered
+into the row's next positions (`accept_paths`), so the draft cache holds exactly what it
+would after drafting the accepted chain; what the draft never fed is caught up next step.
 """
 
 from __future__ import annotations
@@ -20,17 +29,20 @@ from typing import Any
 import torch
 
 from specbench.engine.drafters.base import Proposal
+from specbench.engine.drafters.tree_search import TreeShape, gather_moves, grow
+from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner
-from specbench.engine.sampling import probs_from_logits, sampling_groups
 
 
 class DraftModelDrafter:
     capture_layers: Sequence[int] = ()
 
-    def __init__(self, runner: ModelRunner, confidence_threshold: float = 0.0):
+    def __init__(self, runner: ModelRunner, confidence_threshold: float = 0.0, shape: TreeShape = TreeShape()):
         self.lm = runner
         self.threshold = confidence_threshold
+        self.shape = shape
         self.lengths: list[int] = []  # positions of each row's sequence the draft cache holds
+        self._scratch: list[list[int]] = []  # per row, where each node of the last proposal was fed
 
     def add_row(self, row: int, prompt_ids: Sequence[int], features: torch.Tensor | None) -> None:
         assert row == len(self.lengths), "rows join at the end of the batch"
@@ -40,9 +52,9 @@ class DraftModelDrafter:
 
     def propose(self, rows: Sequence[Any], ks: Sequence[int]) -> Proposal:
         B, K = len(rows), max(ks, default=0)
+        self._scratch = [[] for _ in rows]
         if K == 0:
             return Proposal([[] for _ in rows])
-        dev = self.lm.device
         # Catch up on what the draft has not seen (rows not drafting feed a dummy, unread).
         feeds = [r.ids[self.lengths[b]:] if ks[b] > 0 else [r.ids[-1]] for b, r in enumerate(rows)]
         width = max(len(f) for f in feeds)
@@ -53,53 +65,24 @@ class DraftModelDrafter:
         for b in range(B):
             if ks[b] > 0:
                 self.lengths[b] += len(feeds[b])
+        base = torch.tensor(self.lengths, dtype=torch.long)
 
-        greedy, sampled = sampling_groups([r.sampling for r in rows])
-        active = [k > 0 for k in ks]
-        counts = [0] * B  # tokens proposed per row
-        steps: list[torch.Tensor] = []
-        qs: list[torch.Tensor] = []
-        first = torch.zeros(B, dtype=torch.long)  # the one token fed per row is at index 0
-        for i in range(K):
-            tok = torch.zeros(B, dtype=torch.long, device=dev)
-            conf = torch.ones(B, device=dev)
-            if greedy:
-                g = torch.tensor(greedy, device=dev)
-                if self.threshold > 0:
-                    c, t = torch.softmax(logits[g].float(), dim=-1).max(dim=-1)
-                    tok[g], conf[g] = t, c
-                else:
-                    tok[g] = logits[g].argmax(dim=-1)
-            if sampled:
-                q_i = torch.zeros(B, logits.shape[-1], dtype=torch.float32, device=dev)
-                for sp, members in sampled:
-                    q_i[members] = probs_from_logits(logits[members], sp)
-                    for b in members:
-                        if active[b]:  # inactive rows draw nothing: their RNG streams stay their own
-                            tok[b] = torch.multinomial(q_i[b], 1, generator=rows[b].gen)[0]
-                            conf[b] = q_i[b, tok[b]]
-                qs.append(q_i)
-            steps.append(tok)
-            for b in range(B):
-                if active[b]:
-                    counts[b] += 1
-            done = [counts[b] >= ks[b] for b in range(B)]
-            if self.threshold > 0:
-                low = (conf < self.threshold).tolist()  # one sync per draft position, only with a threshold
-                done = [d or lo for d, lo in zip(done, low)]
-            active = [a and not d for a, d in zip(active, done)]
-            if not any(active):
-                break
-            # Feed this position's tokens; only active rows advance (the rest write unread slots).
-            start = torch.tensor(self.lengths, dtype=torch.long)
-            logits, _ = self.lm.forward(tok.view(B, 1), slice(0, B), start, positions=first)
-            for b in range(B):
-                if active[b]:
-                    self.lengths[b] += 1
-        table = torch.stack(steps, dim=1).tolist()  # [B, steps]: the one device-to-host transfer
-        tokens_out = [table[b][: counts[b]] for b in range(B)]
-        q = torch.stack(qs, dim=1) if qs else None
-        return Proposal(tokens_out, q)
+        def expand(tok: torch.Tensor, parent: torch.Tensor, visible: torch.Tensor, offset: int,
+                   depth: int) -> torch.Tensor:
+            w = tok.shape[1]
+            tree = TreeAttention(base, (base + depth - 1).view(B, 1).expand(B, w), visible.cpu())
+            out, _ = self.lm.forward(tok, slice(0, B), base + offset, tree=tree)
+            return out
+
+        prop, self._scratch = grow(self.shape, logits, ks, rows, expand, threshold=self.threshold)
+        return prop
+
+    def accept_paths(self, paths: Sequence[Sequence[int]]) -> None:
+        """Move the accepted nodes' draft entries into place; the rest are dropped."""
+        kept, moves = gather_moves(self.lengths, self._scratch, paths)
+        if moves:
+            self.lm.cache.gather(*torch.tensor(moves, dtype=torch.long).T)
+        self.lengths = [n + k for n, k in zip(self.lengths, kept)]
 
     def commit(self, accepted: Sequence[int], valid: Sequence[int], features: torch.Tensor | None) -> None:
         # The draft cache keeps only what survived: the rejected drafts' positions are reused.

@@ -1,4 +1,4 @@
-"""EAGLE-3 drafting: a one-layer head drafts a top-1 chain from the target's own features.
+"""EAGLE-3 drafting: a one-layer head drafts a tree (a chain at topk 1) from the target's own features.
 
 Alignment (as in vLLM, SGLang and the EAGLE-3 training recipe): head position t reads the
 target's features at position t together with the token at t + 1, at rotary position t, and
@@ -9,19 +9,23 @@ target features of positions L..n-2 wait in `pending` until their next tokens ar
     add_row   prompt of P tokens: entries 0..P-2 at once (one prefill), feature P-1 pending
               (its next token is the first output token, sampled after the prefill)
     propose   catch up: every pending feature with the token after it (ragged, one batched
-              pass); the last of these drafts d_1. Then each further draft step feeds the
-              layer's own output (before its final norm) with the token just drafted, at the
-              next position: (h, d_1) -> d_2, (h', d_2) -> d_3, ...
-    commit    the verify pass's features at [last token, accepted drafts] become pending;
+              pass); the last of these gives the root's distribution. Then each depth of the
+              tree (specbench.engine.drafters.tree_search) feeds its frontier nodes, each
+              with the layer's output (before its final norm) at its parent, at its depth's
+              position, seeing its ancestors: (h, d_1) -> d_2, (h', d_2) -> d_3, ...
+    commit    the verify pass's features at [last token, accepted path] become pending;
               the draft steps' entries lie past L and are overwritten by the next catch-up,
               so rolling back is moving nothing: a rejected token never reached a real entry
     retain    finished rows leave; survivors' cache slots move down
 
 Vocabulary: the head scores a reduced draft vocabulary; draft id i is target id i + d2t[i].
-Greedy rows draft the head's argmax (one-hot q). Sampled rows draw from the head's logits
-scattered into the target vocabulary (-inf elsewhere) under the request's temperature, top-k
-and top-p, with the row's own generator; that q, zero outside the draft vocabulary, goes to
-the verifier, so min(1, p/q) and the residual max(0, p - q) stay exact.
+Greedy rows draft the head's top-ranked tokens (point masses). Sampled rows in a chain draw
+from the head's logits scattered into the target vocabulary (-inf elsewhere) under the
+request's temperature, top-k and top-p, with the row's own generator; that q, zero outside
+the draft vocabulary, goes to the verifier, so min(1, p/q) and the residual max(0, p - q)
+stay exact. In a tree they take the top-ranked tokens of that distribution (point masses).
+The head's scratch entries of a tree need no gathering: the accepted tokens' entries are
+rebuilt from the target's features at the next catch-up.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ from typing import Any
 import torch
 
 from specbench.engine.drafters.base import Proposal
-from specbench.engine.kv import SlotKV, causal_mask, slot_attention
+from specbench.engine.drafters.tree_search import TreeShape, grow
+from specbench.engine.kv import SlotKV, TreeAttention, causal_mask, slot_attention
 from specbench.engine.model import PackedLinear
-from specbench.engine.sampling import probs_from_logits, sampling_groups
 
 
 class HeadRunner:
@@ -60,14 +64,19 @@ class HeadRunner:
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, hidden: torch.Tensor, rows: slice, start: torch.Tensor,
-                prefill: bool = False) -> torch.Tensor:
+                prefill: bool = False, tree: TreeAttention | None = None) -> torch.Tensor:
         """Write [n, M] entries (target token ids, hidden [n, M, H]) at positions
-        start[b] + 0..M-1 of slots `rows`; return the layer outputs [n, M, H]."""
+        start[b] + 0..M-1 of slots `rows` (draft-tree entries: at the positions and with the
+        visibility `tree` gives); return the layer outputs [n, M, H]."""
         n, width = tokens.shape
         start = start.to(torch.long).cpu()
         self.cache.begin(rows, start, width, prefill=prefill)
-        mask = causal_mask(start, width, self.cache.kv_len, self.device)
-        pos = (start.view(n, 1) + torch.arange(width).view(1, width)).to(self.device)
+        if tree is None:
+            mask = causal_mask(start, width, self.cache.kv_len, self.device)
+            pos = (start.view(n, 1) + torch.arange(width).view(1, width)).to(self.device)
+        else:
+            mask = tree.mask(self.cache.kv_len, self.device)
+            pos = tree.positions.to(self.device)
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             keys, values = self.cache.update(k, v, 0)
@@ -77,8 +86,9 @@ class HeadRunner:
 
 
 class Eagle3Drafter:
-    def __init__(self, head: Any):
+    def __init__(self, head: Any, shape: TreeShape = TreeShape()):
         self.head = head
+        self.shape = shape
         self.lm = HeadRunner(head)  # the engine reads the draft's weight and KV bytes from `lm`
         self.capture_layers: tuple[int, ...] = tuple(head.aux_layers)
         self.draft_ids = head.draft_ids.to(self.lm.device)  # draft id -> target id
@@ -126,42 +136,23 @@ class Eagle3Drafter:
                 self.lengths[b] += ms[b]
                 self.pending[b] = self.pending[b][:0]
 
-        greedy, sampled = sampling_groups([r.sampling for r in rows])
-        active = [k > 0 for k in ks]
-        counts = [0] * B
-        steps: list[torch.Tensor] = []
-        qs: list[torch.Tensor] = []
-        for i in range(K):
-            logits = self.head.logits(hidden).float()  # [B, draft vocabulary]
-            tok = torch.zeros(B, dtype=torch.long, device=dev)
-            if greedy:
-                g = torch.tensor(greedy, device=dev)
-                tok[g] = self.draft_ids[logits[g].argmax(dim=-1)]
-            if sampled:
-                q_i = torch.zeros(B, self.vocab_size, dtype=torch.float32, device=dev)
-                for sp, members in sampled:
-                    # q over the target vocabulary: the head's distribution, zero off its vocabulary
-                    full = torch.full((len(members), self.vocab_size), float("-inf"), device=dev)
-                    full[:, self.draft_ids] = logits[members]
-                    q_i[members] = probs_from_logits(full, sp)
-                    for b in members:
-                        if active[b]:  # inactive rows draw nothing: their RNG streams stay their own
-                            tok[b] = torch.multinomial(q_i[b], 1, generator=rows[b].gen)[0]
-                qs.append(q_i)
-            steps.append(tok)
-            for b in range(B):
-                if active[b]:
-                    counts[b] += 1
-            active = [a and counts[b] < ks[b] for b, a in enumerate(active)]
-            if not any(active):
-                break
-            # The token just drafted, with the hidden state it was drafted from, at the next
-            # position (entries past each row's length: scratch until the next catch-up).
-            start = torch.tensor([n + i for n in self.lengths])
-            hidden = self.lm.forward(tok.view(B, 1), hidden.unsqueeze(1), slice(0, B), start)[:, 0]
-        table = torch.stack(steps, dim=1).tolist()  # [B, steps]: the one device-to-host transfer
-        q = torch.stack(qs, dim=1) if qs else None
-        return Proposal([table[b][: counts[b]] for b in range(B)], q)
+        base = torch.tensor(self.lengths, dtype=torch.long)
+        outputs = hidden.unsqueeze(1)  # [B, W, H]: the layer outputs of the frontier (the root's)
+
+        def expand(tok: torch.Tensor, parent: torch.Tensor, visible: torch.Tensor, offset: int,
+                   depth: int) -> torch.Tensor:
+            # each node with the hidden state it was drafted from (its parent's), at its depth's
+            # position (entries past each row's length: scratch until the next catch-up)
+            nonlocal outputs
+            w = tok.shape[1]
+            h = outputs.gather(1, parent.unsqueeze(-1).expand(B, w, outputs.shape[-1]))
+            tree = TreeAttention(base, (base + depth - 1).view(B, 1).expand(B, w), visible.cpu())
+            outputs = self.lm.forward(tok, h, slice(0, B), base + offset, tree=tree)
+            return self.head.logits(outputs)
+
+        prop, _ = grow(self.shape, self.head.logits(hidden), ks, rows, expand, draft_ids=self.draft_ids,
+                       vocab_size=self.vocab_size)
+        return prop
 
     def commit(self, accepted: Sequence[int], valid: Sequence[int], features: torch.Tensor | None) -> None:
         assert features is not None

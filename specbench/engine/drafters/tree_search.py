@@ -1,0 +1,240 @@
+"""Growing a draft tree for every row at once: EAGLE-2's dynamic tree, a static tree of branch
+ranks (vLLM's speculative_token_tree), or a chain (topk 1), one search for all three.
+
+The drafter supplies the distribution at the root (its catch-up pass) and `expand`, one
+batched draft forward over a frontier of nodes (each attending to the row's context and its
+own fed ancestors: a tree attention mask, specbench.engine.kv.TreeAttention). Per depth:
+
+- every frontier node gets its best children: the top `topk` of its distribution (dynamic),
+  the ranks the static tree lists, or one child (a chain);
+- dynamic: the `topk` candidates of highest cumulative draft log-probability (sum over the
+  path) become the next frontier and are fed; static: the nodes that have children in the
+  tree; a chain: its one node.
+
+At the end a dynamic tree keeps the `draft_nodes` candidates of highest cumulative
+probability (a child never scores above its parent, so the kept set is a tree: EAGLE-2's
+re-ranking; a node whose parent was not kept on a tie is dropped), a chain keeps its first
+`draft_nodes`, a static tree all of its nodes. A row's tree is no deeper than ks[b].
+
+Children are deterministic (a point mass each, `Proposal.q` None) except in a chain, where a
+sampled row draws its child from the draft's distribution under the request's sampling
+parameters with the row's own generator (q goes to the verifier), as chain drafting always
+did. Picking the best of several *sampled* children would bias them away from q (see
+specbench.engine.drafters.base), so trees of sampled rows take the draft's top-ranked tokens.
+
+Nodes come out in creation order (depth by depth; siblings best first), so the verifier
+tries the drafter's best child first. `scratch[b][i]` is where node i was fed: entry
+`base + scratch` of the drafter's cache, -1 for leaves never fed; a drafter with its own KV
+gathers the accepted path from there (`gather_moves`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specbench.engine.drafters.base import Proposal, tree_from_paths
+from specbench.engine.sampling import probs_from_logits, sampling_groups
+
+# expand(tokens [B, W] target ids, parent [B, W] index into the previous frontier (0 = root
+# at depth 1), visible [B, W, S] over the fed entries so far + these, offset of these
+# entries, depth of these nodes) -> draft logits [B, W, V']
+Expand = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, int], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """How a drafter grows its tree (from the speculative configuration)."""
+
+    topk: int = 1
+    draft_nodes: int | None = None  # None: no cap beyond topk per depth
+    paths: tuple[tuple[int, ...], ...] | None = None  # a static tree
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> "TreeShape":
+        return cls(spec.topk, spec.draft_nodes, spec.token_tree)
+
+    @property
+    def chain(self) -> bool:
+        """One child per node."""
+        if self.paths is not None:
+            return all(p[-1] == 0 for p in self.paths) and len({len(p) for p in self.paths}) == len(self.paths)
+        return self.topk == 1
+
+
+def _static_levels(paths: Sequence[Sequence[int]]) -> list[tuple[list[tuple[int, int]], list[int]]]:
+    """Per depth d >= 1: ((index of the parent within the frontier of depth d - 1, rank) of
+    every node of depth d in tree order, the positions among them of the nodes that have
+    children: the frontier of depth d)."""
+    parents, ordered = tree_from_paths(paths)
+    has_kids = {p for p in parents if p >= 0}
+    levels: list[tuple[list[tuple[int, int]], list[int]]] = []
+    front: list[int] = [-1]  # node indices of the current frontier (-1: the root)
+    depth = 1
+    while True:
+        nodes = [i for i, p in enumerate(ordered) if len(p) == depth]
+        if not nodes:
+            break
+        kids = [j for j, i in enumerate(nodes) if i in has_kids]
+        levels.append(([(front.index(parents[i]), ordered[i][-1]) for i in nodes], kids))
+        front = [nodes[j] for j in kids]
+        depth += 1
+    return levels
+
+
+def grow(shape: TreeShape, root_logits: torch.Tensor, ks: Sequence[int], rows: Sequence[Any],
+         expand: Expand, draft_ids: torch.Tensor | None = None, vocab_size: int | None = None,
+         threshold: float = 0.0) -> tuple[Proposal, list[list[int]]]:
+    """(proposal, scratch) for every row. root_logits [B, V'] over the draft vocabulary;
+    draft_ids maps draft id -> target id (None: the same vocabulary), vocab_size the
+    target's. A frontier node whose own probability is below `threshold` is not expanded."""
+    B, dev = len(ks), root_logits.device
+    static = _static_levels(shape.paths) if shape.paths is not None else None
+    D = max(ks, default=0)
+    if static is not None:
+        D = min(D, len(static))
+    if shape.chain and shape.draft_nodes is not None:
+        D = min(D, shape.draft_nodes)
+    V = vocab_size or root_logits.shape[-1]
+    greedy, sampled = sampling_groups([r.sampling for r in rows])
+    sample_chain = shape.chain and bool(sampled)
+    kcap = torch.tensor(list(ks), device=dev).view(B, 1, 1)
+
+    pool_tok, pool_score, pool_parent, pool_valid, pool_fed = [], [], [], [], []
+    qs: list[torch.Tensor] = []
+    n_pool = 0
+    dist = root_logits.unsqueeze(1)  # [B, W, V'] at the frontier (W = 1: the root)
+    front_idx = torch.full((B, 1), -1, dtype=torch.long, device=dev)  # pool index of frontier nodes
+    front_score = torch.zeros(B, 1, device=dev)
+    front_ok = torch.ones(B, 1, dtype=torch.bool, device=dev)
+    front_vis = torch.zeros(B, 1, 0, dtype=torch.bool, device=dev)
+    fed = 0
+    for depth in range(1, D + 1):
+        W = dist.shape[1]
+        if static is not None:
+            spec_nodes, with_kids = static[depth - 1]
+            c = max(r for _, r in spec_nodes) + 1
+        else:
+            c = 1 if shape.chain else shape.topk
+        tok = torch.zeros(B, W, c, dtype=torch.long, device=dev)
+        logp = torch.full((B, W, c), float("-inf"), device=dev)
+        if greedy:
+            g = torch.tensor(greedy, device=dev)
+            lp, idx = torch.log_softmax(dist[g].float(), dim=-1).topk(c, dim=-1)
+            tok[g] = idx if draft_ids is None else draft_ids[idx]
+            logp[g] = lp
+        q_level = torch.zeros(B, V, device=dev) if sample_chain else None
+        for sp, members in sampled:
+            full = dist[members].float()
+            if draft_ids is not None:  # the draft's distribution over the target vocabulary
+                full = torch.full((len(members), W, V), float("-inf"), device=dev).index_copy_(
+                    2, draft_ids, full)
+            q = probs_from_logits(full, sp)  # [S, W, V]
+            if sample_chain:
+                active = front_ok[members, 0].tolist()  # rows whose chain still grows draw
+                for i, b in enumerate(members):
+                    if active[i] and depth <= ks[b]:
+                        x = torch.multinomial(q[i, 0], 1, generator=rows[b].gen)[0]
+                        tok[b, 0, 0] = x
+                        logp[b, 0, 0] = torch.log(q[i, 0, x])
+                q_level[members] = q[:, 0]
+            else:
+                qv, idx = q.topk(c, dim=-1)
+                tok[members], logp[members] = idx, torch.log(qv)
+        if static is not None:
+            exists = torch.zeros(W, c, dtype=torch.bool, device=dev)
+            for w, r in spec_nodes:
+                exists[w, r] = True
+        else:
+            exists = torch.ones(W, c, dtype=torch.bool, device=dev)
+        ok = front_ok.unsqueeze(-1) & exists & (depth <= kcap) & (logp > float("-inf"))
+        score = front_score.unsqueeze(-1) + logp
+        flat = W * c
+        pool_tok.append(tok.view(B, flat))
+        pool_score.append(torch.where(ok, score, float("-inf")).view(B, flat))
+        pool_parent.append(front_idx.unsqueeze(-1).expand(B, W, c).reshape(B, flat))
+        pool_valid.append(ok.view(B, flat))
+        pool_fed.append(torch.full((B, flat), -1, dtype=torch.long, device=dev))
+        if q_level is not None:
+            qs.append(q_level)
+        if depth == D:
+            break
+        # the next frontier: fed now, expanded at the next depth
+        if static is not None:
+            flat_idx = [spec_nodes[j][0] * c + spec_nodes[j][1] for j in with_kids]
+            if not flat_idx:
+                break
+            sel = torch.tensor(flat_idx, device=dev).repeat(B, 1)
+        elif shape.chain:
+            sel = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        else:
+            sel = pool_score[-1].topk(min(shape.topk, flat), dim=-1).indices
+        W2 = sel.shape[1]
+        f_ok = ok.view(B, flat).gather(1, sel)
+        if threshold > 0:
+            f_ok &= logp.view(B, flat).gather(1, sel).exp() >= threshold
+            if not bool(f_ok.any()):
+                break
+        parent_w = sel // c
+        vis = torch.zeros(B, W2, fed + W2, dtype=torch.bool, device=dev)
+        vis[:, :, :fed] = front_vis.gather(1, parent_w.unsqueeze(-1).expand(B, W2, fed))
+        vis[:, :, fed:] = torch.eye(W2, dtype=torch.bool, device=dev)
+        pool_fed[-1].scatter_(1, sel, torch.arange(fed, fed + W2, device=dev).repeat(B, 1))
+        dist = expand(tok.view(B, flat).gather(1, sel), parent_w, vis, fed, depth)
+        front_idx = n_pool + sel
+        front_score = pool_score[-1].gather(1, sel)
+        front_ok = f_ok
+        front_vis = vis
+        fed += W2
+        n_pool += flat
+    if not pool_tok:
+        return Proposal([[] for _ in range(B)]), [[] for _ in range(B)]
+    toks, scores = torch.cat(pool_tok, 1), torch.cat(pool_score, 1)
+    parents, valid, fed_at = torch.cat(pool_parent, 1), torch.cat(pool_valid, 1), torch.cat(pool_fed, 1)
+    P = toks.shape[1]
+    keep = valid.clone()
+    if static is None and not shape.chain and shape.draft_nodes is not None and shape.draft_nodes < P:
+        top = scores.topk(shape.draft_nodes, dim=-1).indices
+        keep = torch.zeros_like(valid).scatter_(1, top, True) & valid
+    table = torch.stack([toks, parents, keep.long(), fed_at], dim=0).tolist()  # one device-to-host transfer
+    tokens, parents_out, scratch = [], [], []
+    for b in range(B):
+        t_b, p_b, k_b, f_b = (table[i][b] for i in range(4))
+        index: dict[int, int] = {}
+        tt, pp, ss = [], [], []
+        for i in range(P):
+            if not k_b[i] or (p_b[i] >= 0 and p_b[i] not in index):
+                continue
+            index[i] = len(tt)
+            tt.append(t_b[i])
+            pp.append(index[p_b[i]] if p_b[i] >= 0 else -1)
+            ss.append(f_b[i])
+        tokens.append(tt)
+        parents_out.append(pp)
+        scratch.append(ss)
+    q = None
+    if qs:  # a chain: node i is depth i + 1
+        n = max(len(t) for t in tokens)
+        q = torch.stack(qs, dim=1)[:, :n] if n else None
+    return Proposal(tokens, q, None if shape.chain else parents_out), scratch
+
+
+def gather_moves(base: Sequence[int], scratch: Sequence[Sequence[int]], paths: Sequence[Sequence[int]]
+                 ) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """(entries kept per row, (row, src, dst) moves): row b's accepted nodes that were fed move
+    from base + scratch to base + depth - 1, up to the first that was not."""
+    kept, moves = [], []
+    for b, path in enumerate(paths):
+        n = 0
+        for d, node in enumerate(path):
+            s = scratch[b][node] if node < len(scratch[b]) else -1
+            if s < 0:
+                break
+            if s != d:
+                moves.append((b, base[b] + s, base[b] + d))
+            n += 1
+        kept.append(n)
+    return kept, moves

@@ -1,0 +1,115 @@
+"""A batch of draft trees as the one verify pass sees them (a chain is the tree with one child
+per node).
+
+Row b's verify feed is [root, node 0, node 1, ..., padding]: the root is the row's last
+emitted token (feed index 0), node i sits at feed index i + 1. `TreeBatch` holds, per row,
+the depth of every feed entry (the rotary position offset: the root at depth 0, a node one
+deeper than its parent), which feed entries each one may attend to (its ancestors and
+itself, `visible`; with the row's context that is the tree attention mask,
+specbench.engine.kv.TreeAttention), and each entry's children in the order the verifier
+tries them (`children`, feed indices, -1 past the last). Padding entries see only
+themselves and have no children.
+
+Boundary: tensors and token ids; nothing here runs a model or samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from specbench.engine.drafters.base import Proposal
+
+
+@dataclass
+class TreeBatch:
+    feed: torch.Tensor  # [B, M] long: root token, node tokens, zero padding
+    depth: torch.Tensor  # [B, M] long
+    visible: torch.Tensor  # [B, M, M] bool: entry j sees entry a
+    children: torch.Tensor  # [B, M, R] long: feed indices of entry j's children, -1 past the last
+    nodes: list[int]  # nodes per row
+    parents: list[list[int]]  # per row, node parents (-1 = root)
+    ranks: list[list[int]]  # per row, each node's rank among its siblings
+    has_children: list[list[bool]]  # per row, whether node i has children
+    max_depth: int  # deepest node over the batch (0: nothing drafted)
+
+    @property
+    def depths(self) -> list[int]:
+        """The depth of each row's tree (0 for a row without drafts)."""
+        return [int(d) for d in self.depth.max(dim=1).values]
+
+
+def tree_batch(roots: Sequence[int], prop: Proposal, ks: Sequence[int]) -> TreeBatch:
+    """The verify feed of a proposal; a row's tree may be no deeper than ks[b] (a drafter that
+    breaks that, or the parent order, gets a ValueError naming the row)."""
+    B = len(roots)
+    nodes = [len(t) for t in prop.tokens]
+    M = 1 + max(nodes, default=0)
+    feed = torch.zeros(B, M, dtype=torch.long)
+    depth = torch.zeros(B, M, dtype=torch.long)
+    par = torch.arange(M).repeat(B, 1)  # feed index of each entry's parent (root, padding: itself)
+    parents, ranks, has_children = [], [], []
+    kids: list[list[list[int]]] = []
+    for b in range(B):
+        tok, pa = prop.tokens[b], prop.parents_of(b)
+        if len(pa) != len(tok):
+            raise ValueError(f"drafter proposal row {b}: {len(tok)} tokens but {len(pa)} parents")
+        ch: list[list[int]] = [[] for _ in range(M)]
+        d = [0] * (len(tok) + 1)
+        rk = []
+        for i, p in enumerate(pa):
+            if not -1 <= p < i:
+                raise ValueError(f"drafter proposal row {b}: node {i} has parent {p} "
+                                 "(valid: -1 for the root or an earlier node)")
+            d[i + 1] = d[p + 1] + 1
+            rk.append(len(ch[p + 1]))
+            ch[p + 1].append(i + 1)
+        if len(tok) and max(d) > ks[b]:
+            raise ValueError(f"drafter proposal row {b}: depth {max(d)} exceeds the {ks[b]} asked for")
+        feed[b, 0] = roots[b]
+        if tok:
+            feed[b, 1:len(tok) + 1] = torch.tensor(tok)
+            depth[b, :len(tok) + 1] = torch.tensor(d)
+            par[b, 1:len(tok) + 1] = torch.tensor(pa) + 1
+        parents.append(list(pa))
+        ranks.append(rk)
+        has_children.append([bool(ch[i + 1]) for i in range(len(tok))])
+        kids.append(ch)
+    R = max((len(c) for ch in kids for c in ch), default=0)
+    children = torch.full((B, M, max(R, 1)), -1, dtype=torch.long)
+    for b, ch in enumerate(kids):
+        for j, c in enumerate(ch):
+            if c:
+                children[b, j, :len(c)] = torch.tensor(c)
+    # ancestors: follow the parent links max_depth times from every entry
+    max_depth = int(depth.max()) if B else 0
+    visible = torch.zeros(B, M, M, dtype=torch.bool)
+    anc = torch.arange(M).repeat(B, 1)
+    visible.scatter_(2, anc.unsqueeze(-1), True)
+    for _ in range(max_depth):
+        anc = par.gather(1, anc)
+        visible.scatter_(2, anc.unsqueeze(-1), True)
+    return TreeBatch(feed, depth, visible, children[:, :, :max(R, 1)], nodes, parents, ranks, has_children,
+                     max_depth)
+
+
+def gather_paths(cache, first: torch.Tensor, paths: Sequence[Sequence[int]]) -> None:
+    """Move row b's accepted nodes in `cache` (a SlotKV) from their feed positions
+    first[b] + node to the row's next positions first[b] + depth - 1 (nothing moves for a
+    chain, whose nodes are there already)."""
+    moves = [(b, int(first[b]) + node, int(first[b]) + d) for b, path in enumerate(paths)
+             for d, node in enumerate(path) if node != d]
+    if moves:
+        cache.gather(*torch.tensor(moves, dtype=torch.long).T)
+
+
+def path_features(feats: torch.Tensor, paths: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The verify pass's features [B, M, F] at [root, accepted path...] in sequence order
+    [B, 1 + longest path, F] (zero-index padding past a row's path)."""
+    index = torch.zeros(len(paths), 1 + max((len(p) for p in paths), default=0), dtype=torch.long)
+    for b, path in enumerate(paths):
+        if path:
+            index[b, 1:1 + len(path)] = torch.tensor(path, dtype=torch.long) + 1
+    return feats.gather(1, index.to(feats.device).unsqueeze(-1).expand(-1, -1, feats.shape[-1]))
