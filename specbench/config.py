@@ -28,9 +28,13 @@ DEFAULT_NUM_SPECULATIVE_TOKENS = 4  # k when no -k is given
 DEFAULT_MAX_NEW_TOKENS = 64  # new tokens per request unless --max-new-tokens says otherwise
 DEFAULT_NAMED_PROMPTS = 6  # a named prompt set is sampled down to this many unless told otherwise
 
-METHODS = ("none", "draft_model", "ngram", "eagle3")
-DRAFTED_METHODS = ("draft_model", "eagle3")  # the methods that take a --draft (model or head)
-_NGRAM_NO_DRAFT = "--draft cannot be used with method 'ngram' (prompt lookup needs no model)"
+METHODS = ("none", "draft_model", "ngram", "eagle3", "medusa", "suffix")
+DRAFTED_METHODS = ("draft_model", "eagle3", "medusa")  # the methods that take a --draft (model or heads)
+HEAD_METHODS = ("eagle3", "medusa")  # drafters that read the target's hidden states (--draft: their directory)
+MODEL_FREE_METHODS = ("ngram", "suffix")  # no draft model: --draft is refused
+_NO_DRAFT = "--draft cannot be used with method {method!r} ({why} needs no model)"
+_NO_DRAFT_WHY = {"ngram": "prompt lookup", "suffix": "suffix decoding"}
+_NGRAM_NO_DRAFT = _NO_DRAFT.format(method="ngram", why=_NO_DRAFT_WHY["ngram"])
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 INT32_MAX = 2**31 - 1  # the records store counts such as top_k as int32
@@ -116,9 +120,10 @@ class SamplingParams:
 class SpeculativeConfig:
     """Which drafter proposes tokens and how many per step."""
 
-    method: str = "none"  # none | draft_model | ngram | eagle3
+    method: str = "none"  # none | draft_model | ngram | eagle3 | medusa | suffix
     num_speculative_tokens: int = 0  # k: draft tokens proposed per verification step
-    # draft_model: the draft model (catalog name, HF dir or .gguf); eagle3: the head's directory
+    # draft_model: the draft model (catalog name, HF dir or .gguf); eagle3: the head's
+    # directory; medusa: the Medusa heads' directory
     draft: str | None = None
     ngram_min: int = 1  # prompt lookup: shortest suffix n-gram to match
     ngram_max: int = 4  # prompt lookup: longest suffix n-gram to match (tried first)
@@ -131,6 +136,14 @@ class SpeculativeConfig:
     # Per request, k grows by 2 after a fully accepted step and shrinks by 1 otherwise,
     # within [1, num_speculative_tokens] (transformers' "heuristic" schedule, capped).
     dynamic_k: bool = False
+    # Suffix decoding (vLLM's names and defaults): the depth of the suffix trees (it bounds
+    # the matched pattern plus the proposal), outputs kept in the global tree across requests
+    # (FIFO; 0 = no global tree), proposal length <= factor x matched length, and the lowest
+    # estimated probability (frequency ratio) of a proposed token.
+    suffix_decoding_max_tree_depth: int = 24
+    suffix_decoding_max_cached_requests: int = 10000
+    suffix_decoding_max_spec_factor: float = 1.0
+    suffix_decoding_min_token_prob: float = 0.1
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -139,13 +152,17 @@ class SpeculativeConfig:
             raise ConfigError(
                 f"--num-speculative-tokens must be >= 0, got {self.num_speculative_tokens}"
             )
-        if self.method == "ngram" and self.draft is not None:
-            raise ConfigError(_NGRAM_NO_DRAFT)
+        if self.method in MODEL_FREE_METHODS and self.draft is not None:
+            raise ConfigError(_NO_DRAFT.format(method=self.method, why=_NO_DRAFT_WHY[self.method]))
         if self.method == "draft_model" and self.num_speculative_tokens > 0 and not self.draft:
             raise ConfigError("method 'draft_model' needs a draft model (--draft)")
         if self.method == "eagle3" and self.num_speculative_tokens > 0 and not self.draft:
             raise ConfigError("method 'eagle3' needs an EAGLE-3 head directory (--draft PATH, or \"model\" "
                               "in --speculative-config)")
+        if self.method == "medusa" and self.num_speculative_tokens > 0 and not self.draft:
+            raise ConfigError("method 'medusa' needs the Medusa heads' directory (--draft PATH, or \"model\" "
+                              "in --speculative-config)")
+        _check_suffix(self)
         if not (1 <= self.ngram_min <= self.ngram_max):
             raise ConfigError(
                 f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got "
@@ -167,8 +184,8 @@ class SpeculativeConfig:
         none is the baseline (k = 0)."""
         spec = cls(method=method, num_speculative_tokens=num_speculative_tokens if method != "none" else 0,
                    draft=draft if method in DRAFTED_METHODS else None, **knobs)
-        if method == "ngram" and draft is not None:
-            raise ConfigError(_NGRAM_NO_DRAFT)
+        if method in MODEL_FREE_METHODS and draft is not None:
+            raise ConfigError(_NO_DRAFT.format(method=method, why=_NO_DRAFT_WHY[method]))
         return spec
 
     @property
@@ -187,6 +204,29 @@ class SpeculativeConfig:
             label += f"-off{self.disable_by_batch_size}"
         return label
 
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_suffix(spec: SpeculativeConfig) -> None:
+    """The suffix decoding knobs, each with its valid range (they are checked for every method,
+    so a bad value never hides until a suffix configuration runs)."""
+    depth, cached = spec.suffix_decoding_max_tree_depth, spec.suffix_decoding_max_cached_requests
+    if not _is_int(depth) or depth < 1:
+        raise ConfigError(f"suffix_decoding_max_tree_depth must be an integer >= 1, got {depth!r}")
+    if not _is_int(cached) or not 0 <= cached <= INT32_MAX:
+        raise ConfigError(f"suffix_decoding_max_cached_requests must be an integer between 0 (no global "
+                          f"tree) and {INT32_MAX}, got {cached!r}")
+    finite("suffix_decoding_max_spec_factor", spec.suffix_decoding_max_spec_factor, above=0.0, allow_none=False)
+    prob = finite("suffix_decoding_min_token_prob", spec.suffix_decoding_min_token_prob, minimum=0.0,
+                  allow_none=False)
+    if prob > 1.0:
+        raise ConfigError(f"suffix_decoding_min_token_prob must be in [0, 1], got {prob:g}")
+
+
+SUFFIX_KNOBS = ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+                "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob")
 
 BASELINE = SpeculativeConfig()
 # prompt lookup's (shortest, longest) n-gram when nothing names them: the field defaults above
@@ -225,6 +265,8 @@ _VLLM_METHOD_ALIASES = {
     "ngram": "ngram",
     "prompt_lookup": "ngram",
     "eagle3": "eagle3",
+    "medusa": "medusa",
+    "suffix": "suffix",
     "none": "none",
 }
 
@@ -241,7 +283,7 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         raise ConfigError("--speculative-config must be a JSON object")
     known = {"method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
              "draft_confidence_threshold", "disable_by_batch_size", "speculative_disable_by_batch_size",
-             "dynamic_k"}
+             "dynamic_k", *SUFFIX_KNOBS}
     unknown = sorted(set(obj) - known)
     if unknown:
         raise ConfigError(
@@ -255,7 +297,10 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         raise ConfigError(
             f"--speculative-config: unknown method {raw_method!r}; valid: {', '.join(sorted(_VLLM_METHOD_ALIASES))}"
         )
-    k = obj.get("num_speculative_tokens", 0 if method == "none" else DEFAULT_NUM_SPECULATIVE_TOKENS)
+    # vLLM's suffix method drafts up to the tree depth when no k is given
+    depth = obj.get("suffix_decoding_max_tree_depth", BASELINE.suffix_decoding_max_tree_depth)
+    default_k = depth if method == "suffix" and _is_int(depth) and depth >= 1 else DEFAULT_NUM_SPECULATIVE_TOKENS
+    k = obj.get("num_speculative_tokens", 0 if method == "none" else default_k)
     if not isinstance(k, int) or isinstance(k, bool):
         raise ConfigError(f"--speculative-config: num_speculative_tokens must be an integer, got {k!r}")
     if k < 1 and method != "none":
@@ -270,6 +315,7 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         draft_confidence_threshold=float(obj.get("draft_confidence_threshold", 0.0)),
         disable_by_batch_size=obj.get("disable_by_batch_size", obj.get("speculative_disable_by_batch_size")),
         dynamic_k=bool(obj.get("dynamic_k", False)),
+        **{knob: obj[knob] for knob in SUFFIX_KNOBS if knob in obj},
     )
 
 
@@ -326,6 +372,8 @@ class RunConfig:
     dtype_resolved: str | None = None  # the dtype the models really run in
     engine: Mapping[str, Any] | None = None  # embedded: the forward path and why
     eagle3_head: Mapping[str, Any] | None = None  # eagle3: the head's format and sizes
+    medusa_heads: Mapping[str, Any] | None = None  # medusa: the heads' layout and sizes
+    suffix_decoding: Mapping[str, Any] | None = None  # suffix: the suffix_decoding_* knobs run
     openai: Mapping[str, Any] | None = None  # openai: the server and how it is spoken to
     server: Mapping[str, Any] | None = None  # a sweep across servers: the trial's command and log
     sweep: Mapping[str, Any] | None = None  # a sweep trial: study, storage, trial, objectives, host
@@ -365,6 +413,6 @@ class RunConfig:
         return cls(**values, extra={k: v for k, v in data.items() if k not in known})
 
 
-_SET_WHEN_KNOWN = frozenset({"dtype_resolved", "engine", "eagle3_head", "openai", "server", "sweep",
+_SET_WHEN_KNOWN = frozenset({"dtype_resolved", "engine", "eagle3_head", "medusa_heads", "suffix_decoding", "openai", "server", "sweep",
                              "configuration_stats", "interrupted_by"})
 _LIST_KEYS = frozenset({"num_speculative_tokens", "ngram", "concurrency", "configurations"})

@@ -26,6 +26,7 @@ from specbench.config import (
     DEFAULT_NUM_SPECULATIVE_TOKENS,
     DEFAULT_TARGET,
     DRAFTED_METHODS,
+    SUFFIX_KNOBS,
     EngineConfig,
     RunConfig,
     SamplingParams,
@@ -52,13 +53,15 @@ class Speculation:
     """The speculative configurations asked for, before defaults (and an openai server) settle
     them: one configuration per k."""
 
-    method: str = "draft_model"  # none | draft_model | ngram | eagle3
+    method: str = "draft_model"  # none | draft_model | ngram | eagle3 | medusa | suffix
     ks: tuple[int, ...] = (DEFAULT_NUM_SPECULATIVE_TOKENS,)
     draft: str | None = None  # draft model or EAGLE-3 head; None: the default target's draft
     ngram: tuple[int, int] = DEFAULT_NGRAM
     disable_by_batch_size: int | None = None
     dynamic_k: bool = False
     draft_confidence_threshold: float = 0.0
+    # suffix decoding's knobs given (SpeculativeConfig's suffix_decoding_* fields), as pairs
+    suffix: tuple[tuple[str, Any], ...] = ()
     # openai: the flags describe the server's setup (checked against it); else it is read
     # from the server's model card and counters
     declared: bool = True
@@ -145,7 +148,7 @@ def _settle(plan: RunPlan, remote: Any = None, log: Log | None = None) -> _Settl
     if remote is not None:  # the server speculates: the flags only label (and check) its setup
         got = remote.server_spec(sp.method, list(sp.ks), sp.draft, sp.ngram, declared=sp.declared)
         sp = replace(sp, method=got.method, ks=(got.num_speculative_tokens,), draft=got.draft,
-                     ngram=(got.ngram_min, got.ngram_max))
+                     ngram=(got.ngram_min, got.ngram_max), suffix=tuple((k, getattr(got, k)) for k in SUFFIX_KNOBS))
         baseline, target = not got.speculative, remote.model
     if sp.method == "none" and not baseline:
         raise ConfigError("--method none with --no-baseline leaves nothing to run")
@@ -162,11 +165,11 @@ def _settle(plan: RunPlan, remote: Any = None, log: Log | None = None) -> _Settl
     specs = tuple(SpeculativeConfig.for_method(
         sp.method, k, draft, ngram_min=sp.ngram[0], ngram_max=sp.ngram[1],
         disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
-        draft_confidence_threshold=sp.draft_confidence_threshold) for k in ks)
+        draft_confidence_threshold=sp.draft_confidence_threshold, **dict(sp.suffix)) for k in ks)
     configs = runner.plan(specs, plan.concurrency, baseline=baseline, request_rate=plan.request_rate)
-    if plan.backend == "hf" and sp.method == "eagle3":
-        raise ConfigError("--backend hf cannot run method eagle3 (transformers' assisted generation has no "
-                          "EAGLE-3 heads); use --backend embedded")
+    if plan.backend == "hf" and sp.method in ("eagle3", "medusa", "suffix"):
+        raise ConfigError(f"--backend hf cannot run method {sp.method} (transformers' assisted generation "
+                          "has no such drafter); use --backend embedded")
     if plan.backend == "hf" and (any(c != 1 for c in plan.concurrency) or plan.request_rate):
         raise ConfigError("--backend hf runs one request at a time: use --concurrency 1 without "
                           "--request-rate (the embedded backend batches)")
@@ -229,6 +232,12 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
         from specbench.models.eagle3 import describe
 
         metadata.note(eagle3_head=describe(sess.eagle3_head(draft)))  # before the engine packs it
+    if draft is not None and sp.method == "medusa":
+        from specbench.models.medusa import describe as describe_medusa
+
+        metadata.note(medusa_heads=describe_medusa(sess.medusa_heads(draft)))
+    if sp.method == "suffix":
+        metadata.note(suffix_decoding={k: getattr(s.specs[0], k) for k in SUFFIX_KNOBS} if s.specs else {})
     if plan.backend == "embedded":
         backend = sess.backend_for(draft, sp.method)
         metadata.note(engine=backend.describe())

@@ -42,11 +42,12 @@ SCHEMA = pa.schema(
         _f("run_id", _STR, "Run identifier (also the run directory name)."),
         _f("config_id", _STR, "Configuration label within the run (method, k, concurrency)."),
         _f("backend", _STR, "Backend that served the request: embedded | hf | openai."),
-        _f("method", _STR, "Speculative method: none | draft_model | ngram | eagle3."),
+        _f("method", _STR, "Speculative method: none | draft_model | ngram | eagle3 | medusa | suffix."),
         _f("num_speculative_tokens", _I32,
            "k: draft tokens proposed per verification step (0 = baseline)."),
         _f("draft_model", _STR,
-           "Draft model name or path (draft_model), or the EAGLE-3 head's directory (eagle3); "
+           "Draft model name or path (draft_model), the EAGLE-3 head's directory (eagle3) or the "
+           "Medusa heads' directory (medusa); "
            "null otherwise.", True),
         _f("concurrency", _I32, "Maximum requests in flight at once."),
         _f("request_rate", _F64,
