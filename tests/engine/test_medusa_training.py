@@ -40,6 +40,10 @@ def language(n: int, length: int, seed: int, perm: torch.Tensor) -> torch.Tensor
 
 @pytest.fixture(scope="module")
 def world():
+    return build_world()
+
+
+def build_world():
     perm = torch.randperm(V, generator=torch.Generator().manual_seed(0))
     target = tiny.make_model(vocab_size=V, layers=2, seed=0, init_range=0.02, hidden=64).train()
     opt = torch.optim.AdamW(target.parameters(), lr=3e-3)
