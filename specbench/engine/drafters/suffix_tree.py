@@ -13,7 +13,8 @@ method runs through Snowflake's Arctic Inference, with the same knobs and meanin
   multiplying the running probability by count(child) / count(node), while it stays at or
   above `min_token_prob`, for at most min(max_spec_tokens, floor(m * max_spec_factor))
   tokens. Each token's estimated probability is the running product; a continuation's score
-  is their sum; the best score over all match lengths wins (ties: the shorter match). Since
+  is their sum; the best score over all match lengths wins (ties: the longer match, as in
+  Arctic Inference 0.3.0). Since
   a path holds at most max_depth tokens, a match of m leaves at most max_depth - m tokens to
   propose: the depth limits match plus speculation, as vLLM documents.
 - `candidates(...)` returns that best continuation as a `Candidate`; it is kept apart from
@@ -127,7 +128,7 @@ class SuffixTree:
             limit = max(0, min(max_spec_tokens, int(m * max_spec_factor + 1e-6)))
             cand = self._path(node, limit, min_token_prob)
             cand.match_len = m
-            if cand.tokens and (best is None or cand.score > best.score):
+            if cand.tokens and (best is None or cand.score >= best.score):  # a tie: the longer match
                 best = cand
         return [best] if best is not None else []
 
