@@ -88,8 +88,7 @@ def engine_for(method: str, target) -> Engine:
 
 
 @pytest.mark.parametrize("method,sampling,concurrency", [
-    ("suffix", "temperature", 1), ("suffix", "all", 4), ("suffix", "temperature", 4),
-    ("medusa", "temperature", 1), ("medusa", "all", 4),
+    ("suffix", "temperature", 1), ("suffix", "all", 4), ("medusa", "temperature", 1), ("medusa", "all", 4),
 ])
 def test_first_three_tokens_follow_target_distribution(target, method, sampling, concurrency):
     sp = SAMPLINGS[sampling]
