@@ -14,6 +14,7 @@ beside it; then per round the means. Greedy outputs are checked against the base
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -25,6 +26,8 @@ from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.models.loading import load_model
 from specbench.workload import build_requests, load_workload
+
+print = functools.partial(print, flush=True)  # noqa: A001 - rows show as they are measured, also into a file
 
 
 def tpot(g) -> float:
