@@ -33,10 +33,14 @@ DEFAULT_NUM_SPECULATIVE_TOKENS = 4  # k when no -k is given
 DEFAULT_MAX_NEW_TOKENS = 64  # new tokens per request unless --max-new-tokens says otherwise
 DEFAULT_NAMED_PROMPTS = 6  # a named prompt set is sampled down to this many unless told otherwise
 
-METHODS = ("none", "draft_model", "ngram", "eagle3")
-DRAFTED_METHODS = ("draft_model", "eagle3")  # the methods that take a --draft (model or head)
+METHODS = ("none", "draft_model", "ngram", "eagle3", "medusa", "suffix")
+DRAFTED_METHODS = ("draft_model", "eagle3", "medusa")  # the methods that take a --draft (model or heads)
 TREE_METHODS = ("draft_model", "eagle3")  # the methods whose drafter builds trees (topk > 1, a token tree)
-_NGRAM_NO_DRAFT = "--draft cannot be used with method 'ngram' (prompt lookup needs no model)"
+HEAD_METHODS = ("eagle3", "medusa")  # drafters that read the target's hidden states (--draft: their directory)
+MODEL_FREE_METHODS = ("ngram", "suffix")  # no draft model: --draft is refused
+_NO_DRAFT = "--draft cannot be used with method {method!r} ({why} needs no model)"
+_NO_DRAFT_WHY = {"ngram": "prompt lookup", "suffix": "suffix decoding"}
+_NGRAM_NO_DRAFT = _NO_DRAFT.format(method="ngram", why=_NO_DRAFT_WHY["ngram"])
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 INT32_MAX = limits.INT32_MAX  # the records store counts such as top_k as int32
@@ -126,9 +130,10 @@ class SamplingParams:
 class SpeculativeConfig:
     """Which drafter proposes tokens and how many per step."""
 
-    method: str = "none"  # none | draft_model | ngram | eagle3
+    method: str = "none"  # none | draft_model | ngram | eagle3 | medusa | suffix
     num_speculative_tokens: int = 0  # k: draft tokens proposed per verification step
-    # draft_model: the draft model (catalog name, HF dir or .gguf); eagle3: the head's directory
+    # draft_model: the draft model (catalog name, HF dir or .gguf); eagle3: the head's
+    # directory; medusa: the Medusa heads' directory
     draft: str | None = None
     ngram_min: int = 1  # prompt lookup: shortest suffix n-gram to match
     ngram_max: int = 4  # prompt lookup: longest suffix n-gram to match (tried first)
@@ -150,6 +155,14 @@ class SpeculativeConfig:
     # vLLM's speculative_token_tree: a static tree as paths of branch ranks, e.g.
     # ((0,), (1,), (0, 0)); fixes depth and node count (topk, num_draft_tokens stay unset).
     token_tree: tuple[tuple[int, ...], ...] | None = None
+    # Suffix decoding (vLLM's names and defaults): the depth of the suffix trees (it bounds
+    # the matched pattern plus the proposal), outputs kept in the global tree across requests
+    # (FIFO; 0 = no global tree), proposal length <= factor x matched length, and the lowest
+    # estimated probability (frequency ratio) of a proposed token.
+    suffix_decoding_max_tree_depth: int = 24
+    suffix_decoding_max_cached_requests: int = 10000
+    suffix_decoding_max_spec_factor: float = 1.0
+    suffix_decoding_min_token_prob: float = 0.1
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -160,13 +173,17 @@ class SpeculativeConfig:
         limits.check("prompt_lookup_min", self.ngram_min, label="ngram_min")
         limits.check("prompt_lookup_max", self.ngram_max, label="ngram_max")
         limits.check("draft_confidence_threshold", self.draft_confidence_threshold)
-        if self.method == "ngram" and self.draft is not None:
-            raise ConfigError(_NGRAM_NO_DRAFT)
+        if self.method in MODEL_FREE_METHODS and self.draft is not None:
+            raise ConfigError(_NO_DRAFT.format(method=self.method, why=_NO_DRAFT_WHY[self.method]))
         if self.method == "draft_model" and self.num_speculative_tokens > 0 and not self.draft:
             raise ConfigError("method 'draft_model' needs a draft model (--draft)")
         if self.method == "eagle3" and self.num_speculative_tokens > 0 and not self.draft:
             raise ConfigError("method 'eagle3' needs an EAGLE-3 head directory (--draft PATH, or \"model\" "
                               "in --speculative-config)")
+        if self.method == "medusa" and self.num_speculative_tokens > 0 and not self.draft:
+            raise ConfigError("method 'medusa' needs the Medusa heads' directory (--draft PATH, or \"model\" "
+                              "in --speculative-config)")
+        _check_suffix(self)
         if not (1 <= self.ngram_min <= self.ngram_max):
             raise ConfigError(
                 f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got "
@@ -239,8 +256,8 @@ class SpeculativeConfig:
         none is the baseline (k = 0)."""
         spec = cls(method=method, num_speculative_tokens=num_speculative_tokens if method != "none" else 0,
                    draft=draft if method in DRAFTED_METHODS else None, **knobs)
-        if method == "ngram" and draft is not None:
-            raise ConfigError(_NGRAM_NO_DRAFT)
+        if method in MODEL_FREE_METHODS and draft is not None:
+            raise ConfigError(_NO_DRAFT.format(method=method, why=_NO_DRAFT_WHY[method]))
         return spec
 
     @property
@@ -263,6 +280,20 @@ class SpeculativeConfig:
             label += f"-off{self.disable_by_batch_size}"
         return label
 
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_suffix(spec: SpeculativeConfig) -> None:
+    """The suffix decoding knobs, each held to its `specbench.limits` bound (checked for every
+    method, so a bad value never hides until a suffix configuration runs)."""
+    for knob in SUFFIX_KNOBS:
+        limits.check(knob, getattr(spec, knob))
+
+
+SUFFIX_KNOBS = ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+                "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob")
 
 BASELINE = SpeculativeConfig()
 # prompt lookup's (shortest, longest) n-gram when nothing names them: the field defaults above
@@ -301,6 +332,8 @@ _VLLM_METHOD_ALIASES = {
     "ngram": "ngram",
     "prompt_lookup": "ngram",
     "eagle3": "eagle3",
+    "medusa": "medusa",
+    "suffix": "suffix",
     "none": "none",
 }
 
@@ -319,7 +352,7 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         raise ConfigError("--speculative-config must be a JSON object")
     known = {"method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
              "draft_confidence_threshold", "disable_by_batch_size", "speculative_disable_by_batch_size",
-             "dynamic_k", "topk", "num_draft_tokens", "num_steps", "speculative_token_tree"}
+             "dynamic_k", "topk", "num_draft_tokens", "num_steps", "speculative_token_tree", *SUFFIX_KNOBS}
     unknown = sorted(set(obj) - known)
     if unknown:
         raise ConfigError(
@@ -349,7 +382,10 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
     for key in ("num_steps", "topk", "num_draft_tokens"):
         if key in obj and (not isinstance(obj[key], int) or isinstance(obj[key], bool)):
             raise ConfigError(f"--speculative-config: {key} must be an integer, got {obj[key]!r}")
-    default_k = 0 if method == "none" else DEFAULT_NUM_SPECULATIVE_TOKENS
+    # vLLM's suffix method drafts up to the tree depth when no k is given
+    depth = obj.get("suffix_decoding_max_tree_depth", BASELINE.suffix_decoding_max_tree_depth)
+    default_k = 0 if method == "none" else (
+        depth if method == "suffix" and _is_int(depth) and depth >= 1 else DEFAULT_NUM_SPECULATIVE_TOKENS)
     if tree is not None:
         # vLLM: num_speculative_tokens counts the tree's nodes; here the depth is what varies
         nodes = obj.get("num_speculative_tokens", len(tree))
@@ -378,6 +414,7 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         disable_by_batch_size=limits.check("disable_by_batch_size", obj.get(
             "disable_by_batch_size", obj.get("speculative_disable_by_batch_size"))),
         dynamic_k=obj.get("dynamic_k", False),
+        **{knob: obj[knob] for knob in SUFFIX_KNOBS if knob in obj},
     )
 
 
@@ -451,6 +488,8 @@ class RunConfig:
     dtype_resolved: str | None = None  # the dtype the models really run in
     engine: Mapping[str, Any] | None = None  # embedded: the forward path and why
     eagle3_head: Mapping[str, Any] | None = None  # eagle3: the head's format and sizes
+    medusa_heads: Mapping[str, Any] | None = None  # medusa: the heads' layout and sizes
+    suffix_decoding: Mapping[str, Any] | None = None  # suffix: the suffix_decoding_* knobs run
     openai: Mapping[str, Any] | None = None  # openai: the server and how it is spoken to
     server: Mapping[str, Any] | None = None  # a sweep across servers: the trial's command and log
     sweep: Mapping[str, Any] | None = None  # a sweep trial: study, storage, trial, objectives, host
@@ -490,6 +529,6 @@ class RunConfig:
         return cls(**values, extra={k: v for k, v in data.items() if k not in known})
 
 
-_SET_WHEN_KNOWN = frozenset({"dtype_resolved", "engine", "eagle3_head", "openai", "server", "sweep",
+_SET_WHEN_KNOWN = frozenset({"dtype_resolved", "engine", "eagle3_head", "medusa_heads", "suffix_decoding", "openai", "server", "sweep",
                              "configuration_stats", "interrupted_by"})
 _LIST_KEYS = frozenset({"num_speculative_tokens", "ngram", "concurrency", "configurations"})

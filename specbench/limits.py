@@ -112,7 +112,7 @@ LIMITS: dict[str, Limit] = {
     "--request-rate": _f(1e-3, 10**6, hint="requests/s; leave it out for all at once"),
     "--disable-by-batch-size": _DISABLE,
     "--topk": _i(1, MAX_TOPK),
-    "--num-draft-tokens": _i(1, MAX_TREE_TOKENS),
+    "--num-draft-tokens": _i(2, MAX_TREE_TOKENS, "the root and at least one draft token"),
     "--warmup": _i(0, MAX_WAVES),
     "--repeats": _i(1, MAX_WAVES),
     "--time-budget": _f(0, MAX_SECONDS, hint="seconds; 0 = none"),
@@ -147,10 +147,16 @@ LIMITS: dict[str, Limit] = {
     "disable_by_batch_size": _DISABLE,
     "speculative_disable_by_batch_size": _DISABLE,
     "dynamic_k": Limit(bool),
+    # suffix decoding (vLLM's names): tree depth, outputs kept across requests (0 = no global
+    # tree), proposal length per matched token, the lowest proposed token's frequency ratio
+    "suffix_decoding_max_tree_depth": _i(1, 4096),
+    "suffix_decoding_max_cached_requests": _i(0, 2**31 - 1, "0 = no global tree"),
+    "suffix_decoding_max_spec_factor": _f(0, 1000, low_open=True),
+    "suffix_decoding_min_token_prob": _f(0, 1, interval=True),
     # draft trees (SGLang's knobs): depth, children per node, tokens verified per row
     "num_steps": _K,
     "topk": _i(1, MAX_TOPK),
-    "num_draft_tokens": _i(1, MAX_TREE_TOKENS),
+    "num_draft_tokens": _i(2, MAX_TREE_TOKENS, "the root and at least one draft token"),
     # ---- a prompt file's sampling cells ---------------------------------------------------
     "temperature": _TEMPERATURE,
     "top_p": _TOP_P,

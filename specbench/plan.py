@@ -26,6 +26,7 @@ from specbench.config import (
     DEFAULT_NUM_SPECULATIVE_TOKENS,
     DEFAULT_TARGET,
     DRAFTED_METHODS,
+    SUFFIX_KNOBS,
     EngineConfig,
     RunConfig,
     SamplingParams,
@@ -52,7 +53,7 @@ class Speculation:
     """The speculative configurations asked for, before defaults (and an openai server) settle
     them: one configuration per k."""
 
-    method: str = "draft_model"  # none | draft_model | ngram | eagle3
+    method: str = "draft_model"  # none | draft_model | ngram | eagle3 | medusa | suffix
     ks: tuple[int, ...] = (DEFAULT_NUM_SPECULATIVE_TOKENS,)
     draft: str | None = None  # draft model or EAGLE-3 head; None: the default target's draft
     ngram: tuple[int, int] = DEFAULT_NGRAM
@@ -62,6 +63,8 @@ class Speculation:
     topk: int = 1  # draft trees: children per node (k is then the depth)
     num_draft_tokens: int | None = None  # draft trees: tokens verified per row and step, root included
     token_tree: tuple[tuple[int, ...], ...] | None = None  # a static tree (vLLM's speculative_token_tree)
+    # suffix decoding's knobs given (SpeculativeConfig's suffix_decoding_* fields), as pairs
+    suffix: tuple[tuple[str, Any], ...] = ()
     # openai: the flags describe the server's setup (checked against it); else it is read
     # from the server's model card and counters
     declared: bool = True
@@ -152,7 +155,7 @@ def _settle(plan: RunPlan, remote: Any = None, log: Log | None = None) -> _Settl
     if remote is not None:  # the server speculates: the flags only label (and check) its setup
         got = remote.server_spec(sp.method, list(sp.ks), sp.draft, sp.ngram, declared=sp.declared)
         sp = replace(sp, method=got.method, ks=(got.num_speculative_tokens,), draft=got.draft,
-                     ngram=(got.ngram_min, got.ngram_max))
+                     ngram=(got.ngram_min, got.ngram_max), suffix=tuple((k, getattr(got, k)) for k in SUFFIX_KNOBS))
         baseline, target = not got.speculative, remote.model
     if sp.method == "none" and not baseline:
         raise ConfigError("--method none with --no-baseline leaves nothing to run")
@@ -170,16 +173,16 @@ def _settle(plan: RunPlan, remote: Any = None, log: Log | None = None) -> _Settl
         sp.method, k, draft, ngram_min=sp.ngram[0], ngram_max=sp.ngram[1],
         disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
         draft_confidence_threshold=sp.draft_confidence_threshold, topk=sp.topk,
-        num_draft_tokens=sp.num_draft_tokens, token_tree=sp.token_tree) for k in ks)
+        num_draft_tokens=sp.num_draft_tokens, token_tree=sp.token_tree, **dict(sp.suffix)) for k in ks)
     rates = plan.request_rates or (plan.request_rate,)
     configs = [c for rate in rates for c in runner.plan(specs, plan.concurrency, baseline=baseline,
                                                           request_rate=rate, burstiness=plan.burstiness)]
     if plan.burstiness != 1.0 and plan.backend != "openai":
         raise ConfigError(f"--burstiness {plan.burstiness:g} needs --backend openai (the {plan.backend} backend "
                           "draws Poisson arrivals only); leave it at 1")
-    if plan.backend == "hf" and sp.method == "eagle3":
-        raise ConfigError("--backend hf cannot run method eagle3 (transformers' assisted generation has no "
-                          "EAGLE-3 heads); use --backend embedded")
+    if plan.backend == "hf" and sp.method in ("eagle3", "medusa", "suffix"):
+        raise ConfigError(f"--backend hf cannot run method {sp.method} (transformers' assisted generation "
+                          "has no such drafter); use --backend embedded")
     if plan.backend == "hf" and (any(c != 1 for c in plan.concurrency) or any(rates)):
         raise ConfigError("--backend hf runs one request at a time: use --concurrency 1 without "
                           "--request-rate (the embedded backend batches)")
@@ -248,6 +251,12 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
         from specbench.models.eagle3 import describe
 
         metadata.note(eagle3_head=describe(sess.eagle3_head(draft)))  # before the engine packs it
+    if draft is not None and sp.method == "medusa":
+        from specbench.models.medusa import describe as describe_medusa
+
+        metadata.note(medusa_heads=describe_medusa(sess.medusa_heads(draft)))
+    if sp.method == "suffix":
+        metadata.note(suffix_decoding={k: getattr(s.specs[0], k) for k in SUFFIX_KNOBS} if s.specs else {})
     if plan.backend == "embedded":
         backend = sess.backend_for(draft, sp.method)
         metadata.note(engine=backend.describe())

@@ -8,7 +8,7 @@ reload a model per trial. Here it is, once:
 - `load_prompts` resolves a workload (named sets sampled to `DEFAULT_NAMED_PROMPTS`);
 - `tokenize` turns it into `Request`s for a tokenizer, and owns the warning about prompts
   skipped for exceeding the context;
-- `open_session()` loads the target and tokenizes; `Session.draft_model` / `eagle3_head` load
+- `open_session()` loads the target and tokenizes; `Session.draft_model` / `eagle3_head` / `medusa_heads` load
   each draft (or EAGLE-3 head) the first time it is asked for and keep it; the backend factory
   `Session.backend_for` (embedded) / `Session.hf_backend` (the transformers reference) builds
   each backend once. A server backend needs no session: only its tokenizer is loaded
@@ -37,6 +37,7 @@ from specbench.config import (
     DEFAULT_NAMED_PROMPTS,
     DEFAULT_TARGET,  # noqa: F401
     DRAFTED_METHODS,
+    HEAD_METHODS,
     EngineConfig,
     SamplingParams,
 )
@@ -146,9 +147,25 @@ class Session:
             self._heads[path] = load_head(path, self.target.model, target_name=self.target.name)
         return self._heads[path]
 
+    def medusa_heads(self, path: str) -> Any:
+        """The Medusa heads in directory `path`, loaded (and checked against the target) once."""
+        key = f"medusa:{path}"
+        if key not in self._heads:
+            from specbench.models.medusa import load_heads
+
+            if self.log:
+                self.log(f"loading Medusa heads [bold]{escape(str(path))}[/]")
+            self._heads[key] = load_heads(path, self.target.model, target_name=self.target.name)
+        return self._heads[key]
+
+    def head(self, path: str, method: str) -> Any:
+        """The head module a head method (eagle3, medusa) drafts with, from directory `path`."""
+        return self.medusa_heads(path) if method == "medusa" else self.eagle3_head(path)
+
     def drafter(self, draft: str, method: str) -> Any:
-        """What drafts for `method` from `draft`: the EAGLE-3 head (eagle3) or the draft model."""
-        return self.eagle3_head(draft) if method == "eagle3" else self.draft_model(draft)
+        """What drafts for `method` from `draft`: the EAGLE-3 head (eagle3), the Medusa heads
+        (medusa) or the draft model."""
+        return self.head(draft, method) if method in HEAD_METHODS else self.draft_model(draft)
 
     def backend_for(self, draft: str | None, method: str = "draft_model") -> Any:
         """The embedded backend for the target with `draft` (None: baseline and n-gram): a
@@ -158,8 +175,8 @@ class Session:
             from specbench.backends.embedded import EmbeddedBackend
 
             pack = self.engine_cfg.pack
-            if draft is not None and method == "eagle3":
-                backend = EmbeddedBackend(self.target, head=self.eagle3_head(draft), pack=pack)
+            if draft is not None and method in HEAD_METHODS:
+                backend = EmbeddedBackend(self.target, head=self.head(draft, method), pack=pack)
             else:
                 backend = EmbeddedBackend(self.target, self.draft_model(draft) if draft is not None else None,
                                           pack=pack)
@@ -200,7 +217,7 @@ def open_engine(target: str, spec: Any, engine_cfg: EngineConfig, log: Log | Non
     drafting = spec.draft if spec.speculative and spec.method in DRAFTED_METHODS else None
     drafter = session.drafter(drafting, spec.method) if drafting is not None else None
     engine = make_engine(session.target, drafter if spec.method == "draft_model" else None,
-                         head=drafter if spec.method == "eagle3" else None, pack=engine_cfg.pack)
+                         head=drafter if spec.method in HEAD_METHODS else None, pack=engine_cfg.pack)
     return session.target, engine
 
 

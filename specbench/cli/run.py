@@ -21,6 +21,7 @@ from specbench.config import (
     DEFAULT_NGRAM,
     DEFAULT_NUM_SPECULATIVE_TOKENS,
     DEFAULT_TARGET,
+    SUFFIX_KNOBS,
     EngineConfig,
     finite,
     parse_int_list,
@@ -42,8 +43,8 @@ console = Console(stderr=True)
 def run(
     ctx: typer.Context,
     target: Annotated[str, typer.Option(help="Target model: catalog name, HF model directory or .gguf file.")] = DEFAULT_TARGET,
-    draft: Annotated[Optional[str], typer.Option(help="Draft model for method draft_model (default: the catalog's 0.5B when the target is the default); for method eagle3, the EAGLE-3 head's directory (speculators or original EAGLE-3 format).")] = None,
-    method: Annotated[str, typer.Option(help="Speculative method: none | draft_model | ngram | eagle3.")] = "draft_model",
+    draft: Annotated[Optional[str], typer.Option(help="Draft model for method draft_model (default: the catalog's 0.5B when the target is the default); for method eagle3, the EAGLE-3 head's directory (speculators or original EAGLE-3 format); for method medusa, the Medusa heads' directory (vLLM or FasterDecoding layout).")] = None,
+    method: Annotated[str, typer.Option(help="Speculative method: none | draft_model | ngram | eagle3 | medusa | suffix (suffix decoding's knobs: --speculative-config).")] = "draft_model",
     num_speculative_tokens: Annotated[Optional[list[str]], typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step; a list (1,2,4) runs one configuration each.")] = None,
     speculative_config: Annotated[Optional[str], typer.Option(help="vLLM-style JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'. Overrides --method/-k/--draft.")] = None,
     workload: Annotated[str, typer.Option(help="Named prompt set (see `specbench workloads list`), a .jsonl/.json/.parquet/.csv file, or hf:NAME[:split].")] = "real",
@@ -187,7 +188,9 @@ def _speculation(f: dict[str, Any], given: set[str]) -> Any:
                            disable_by_batch_size=f["disable_by_batch_size"], dynamic_k=f["dynamic_k"],
                            topk=f["topk"], num_draft_tokens=f["num_draft_tokens"], declared=declared)
     parsed = parse_speculative_config(f["speculative_config"])
+    suffix = tuple((k, getattr(parsed, k)) for k in SUFFIX_KNOBS)
     return Speculation(method=parsed.method, ks=(parsed.num_speculative_tokens,), draft=parsed.draft or f["draft"],
+                       suffix=suffix,
                        ngram=(parsed.ngram_min, parsed.ngram_max),
                        disable_by_batch_size=parsed.disable_by_batch_size or f["disable_by_batch_size"],
                        dynamic_k=parsed.dynamic_k or f["dynamic_k"],

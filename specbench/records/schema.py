@@ -42,7 +42,7 @@ SCHEMA = pa.schema(
         _f("run_id", _STR, "Run identifier (also the run directory name)."),
         _f("config_id", _STR, "Configuration label within the run (method, k, concurrency)."),
         _f("backend", _STR, "Backend that served the request: embedded | hf | openai."),
-        _f("method", _STR, "Speculative method: none | draft_model | ngram | eagle3."),
+        _f("method", _STR, "Speculative method: none | draft_model | ngram | eagle3 | medusa | suffix."),
         _f("num_speculative_tokens", _I32,
            "k: draft tokens proposed per verification step (0 = baseline)."),
         _f("topk", _I32,
@@ -51,7 +51,8 @@ SCHEMA = pa.schema(
            "Tokens each row verifies per step, root included (a chain: k + 1; 1 = baseline; null: written "
            "before trees).", True),
         _f("draft_model", _STR,
-           "Draft model name or path (draft_model), or the EAGLE-3 head's directory (eagle3); "
+           "Draft model name or path (draft_model), the EAGLE-3 head's directory (eagle3) or the "
+           "Medusa heads' directory (medusa); "
            "null otherwise.", True),
         _f("concurrency", _I32, "Maximum requests in flight at once."),
         _f("request_rate", _F64,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from specbench.acceptance import SpecDecodingStats
-from specbench.config import SpeculativeConfig
+from specbench.config import SUFFIX_KNOBS, SpeculativeConfig
 
 
 def spec_payload(g: Any) -> dict[str, Any]:
@@ -60,8 +60,10 @@ def speculative_config(spec: SpeculativeConfig) -> dict[str, Any] | None:
     if spec.method == "draft_model":
         cfg["model"] = spec.draft
         cfg["draft_confidence_threshold"] = spec.draft_confidence_threshold
-    elif spec.method == "eagle3":
+    elif spec.method in ("eagle3", "medusa"):
         cfg["model"] = spec.draft
+    elif spec.method == "suffix":
+        cfg.update({k: getattr(spec, k) for k in SUFFIX_KNOBS})
     else:
         cfg.update(prompt_lookup_min=spec.ngram_min, prompt_lookup_max=spec.ngram_max)
     if spec.disable_by_batch_size is not None:

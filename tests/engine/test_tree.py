@@ -193,9 +193,9 @@ def test_caches_after_accepting_other_branches_equal_a_fresh_prefill(target, met
 
 
 @pytest.mark.parametrize("text,match", [
-    ('{"method": "draft_model", "model": "d", "topk": 0}', "--topk must be an integer >= 1"),
+    ('{"method": "draft_model", "model": "d", "topk": 0}', "topk must be >= 1"),
     ('{"method": "draft_model", "model": "d", "topk": "2"}', "topk must be an integer"),
-    ('{"method": "draft_model", "model": "d", "num_draft_tokens": 1}', "--num-draft-tokens must be an integer >= 2"),
+    ('{"method": "draft_model", "model": "d", "num_draft_tokens": 1}', "num_draft_tokens must be >= 2"),
     ('{"method": "draft_model", "model": "d", "num_steps": 2, "topk": 2, "num_draft_tokens": 9}', "can hold"),
     ('{"method": "draft_model", "model": "d", "num_steps": 2, "num_speculative_tokens": 3}', "disagree"),
     ('{"method": "ngram", "topk": 2}', "drafts one continuation"),

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from specbench.config import SpeculativeConfig, parse_speculative_config
+from specbench.config import DRAFTED_METHODS, SpeculativeConfig, parse_speculative_config
 from specbench.errors import ConfigError
 
 
@@ -33,12 +33,18 @@ def served_spec(card: dict[str, Any], counters: dict[str, Any] | None, root: str
         if len(ks) != 1:
             raise ConfigError("--backend openai: a server runs one speculative configuration; pass one "
                               "-k value (launch one server per k)")
-        if method in ("draft_model", "eagle3") and not draft and server is not None:
-            draft = server.draft  # the card names the draft model (or head)
+        if method in DRAFTED_METHODS and not draft and server is not None:
+            draft = server.draft  # the card names the draft model (or heads)
+        # suffix decoding's knobs: what the card states (the flags do not name them)
+        knobs = {k: getattr(server, k) for k in ("suffix_decoding_max_tree_depth",
+                                                  "suffix_decoding_max_cached_requests",
+                                                  "suffix_decoding_max_spec_factor",
+                                                  "suffix_decoding_min_token_prob")} \
+            if server is not None and method == "suffix" else {}
         try:
             spec = SpeculativeConfig(method=method, num_speculative_tokens=ks[0] if method != "none" else 0,
-                                     draft=draft if method in ("draft_model", "eagle3") else None,
-                                     ngram_min=ngram[0], ngram_max=ngram[1])
+                                     draft=draft if method in DRAFTED_METHODS else None,
+                                     ngram_min=ngram[0], ngram_max=ngram[1], **knobs)
         except ConfigError as exc:
             raise ConfigError(f"{exc} (with --backend openai these flags describe the server's setup)") from None
     else:

@@ -1,8 +1,9 @@
 """Drafters propose up to k tokens per row per step for the target to verify (batch-first).
 
 One file per method: `ngram` (prompt lookup), `draft_model` (a smaller model of the same
-tokenizer), `eagle3` (a one-layer head over the target's own features). `make_drafter`
-builds the one a `SpeculativeConfig` names.
+tokenizer), `eagle3` (a one-layer head over the target's own features), `medusa` (K heads
+over the target's last hidden state), `suffix` (suffix trees over the request and, across
+requests, over earlier outputs). `make_drafter` builds the one a `SpeculativeConfig` names.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ from typing import TYPE_CHECKING
 from specbench.engine.drafters.base import Drafter, Proposal, StatelessDrafter
 from specbench.engine.drafters.draft_model import DraftModelDrafter
 from specbench.engine.drafters.eagle3 import Eagle3Drafter
+from specbench.engine.drafters.medusa import MedusaDrafter
 from specbench.engine.drafters.ngram import NgramDrafter
 from specbench.engine.drafters.tree_search import TreeShape
+from specbench.engine.drafters.suffix import SuffixDrafter, cache_for
 
 if TYPE_CHECKING:
     from specbench.config import SpeculativeConfig
     from specbench.engine.engine import Engine
 
-__all__ = ["Drafter", "Proposal", "StatelessDrafter", "DraftModelDrafter", "Eagle3Drafter", "NgramDrafter", "TreeShape", "make_drafter"]
+__all__ = ["Drafter", "Proposal", "StatelessDrafter", "DraftModelDrafter", "Eagle3Drafter", "NgramDrafter",
+           "MedusaDrafter", "SuffixDrafter", "TreeShape", "make_drafter"]
 
 
 def make_drafter(spec: "SpeculativeConfig", engine: "Engine") -> Drafter:
@@ -31,4 +35,11 @@ def make_drafter(spec: "SpeculativeConfig", engine: "Engine") -> Drafter:
         if engine.head is None:
             raise ValueError("method eagle3 needs an engine built with an EAGLE-3 head (Engine(..., head=))")
         return Eagle3Drafter(engine.head, TreeShape.from_spec(spec))
+    if spec.method == "medusa":
+        if engine.head is None or not hasattr(engine.head, "num_heads"):
+            raise ValueError("method medusa needs an engine built with Medusa heads (Engine(..., head=))")
+        return MedusaDrafter(engine.head, engine.target_runner)
+    if spec.method == "suffix":
+        return SuffixDrafter(cache_for(engine, spec), spec.suffix_decoding_max_spec_factor,
+                             spec.suffix_decoding_min_token_prob)
     raise ValueError(f"no drafter for method {spec.method!r}")
