@@ -128,11 +128,11 @@ def test_the_drafter_reads_the_request_and_the_global_tree_per_row():
 @pytest.mark.parametrize("knob,value,says", [
     ("suffix_decoding_max_tree_depth", 0, ">= 1"),
     ("suffix_decoding_max_tree_depth", 2.5, "integer"),
-    ("suffix_decoding_max_cached_requests", -1, "between 0"),
+    ("suffix_decoding_max_cached_requests", -1, ">= 0"),
     ("suffix_decoding_max_spec_factor", 0.0, "> 0"),
     ("suffix_decoding_max_spec_factor", float("nan"), "finite"),
     ("suffix_decoding_min_token_prob", 1.5, "[0, 1]"),
-    ("suffix_decoding_min_token_prob", -0.1, ">= 0"),
+    ("suffix_decoding_min_token_prob", -0.1, "[0, 1]"),
 ])
 def test_bad_knobs_are_one_line_errors_naming_them(knob, value, says):
     with pytest.raises(ConfigError) as exc:
