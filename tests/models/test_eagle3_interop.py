@@ -146,3 +146,15 @@ def test_qwen3_and_biased_layers_follow_transformers(saved, target, tmp_path, ki
         attn.q_norm, attn.k_norm = None, None
         with torch.no_grad():
             assert (attn(x, cos, sin, causal) - ref).abs().max() > 1e-2
+
+
+def test_a_full_vocabulary_head_is_saved_without_a_vocabulary_map(target, tmp_path):
+    """vLLM refuses d2t/t2d on a head whose draft vocabulary is the target's (it has no
+    draft_id_to_target_id there), and speculators saves none: neither do we; it loads back."""
+    head = tiny.make_head(target, draft_vocab_size=None, aux_layers=(0, 2, 3), seed=2, fit=False)
+    path = save_head(head, tmp_path / "full")
+    assert not {"d2t", "t2d"} & set(load_file(path / "model.safetensors"))
+    back = load_head(path, target)
+    assert back.draft_ids.tolist() == list(range(300))
+    reduced = save_head(tiny.make_head(target, draft_vocab_size=90, seed=2, fit=False), tmp_path / "reduced")
+    assert {"d2t", "t2d"} <= set(load_file(reduced / "model.safetensors"))

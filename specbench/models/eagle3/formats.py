@@ -324,6 +324,10 @@ def save_head(head: Eagle3Head, path: str | Path, *, fmt: str = "speculators", w
     cfg = head.config
     aux = list(head.aux_layers or cfg.aux_layers or ()) or None
     state = {k: v.detach().to("cpu").contiguous() for k, v in head.state_dict().items()}
+    if cfg.draft_vocab_size == cfg.vocab_size and not bool(state["d2t"].any()):
+        # a full-vocabulary head has no vocabulary map: speculators saves none, and vLLM refuses
+        # one ("no module or parameter named 'draft_id_to_target_id'")
+        del state["d2t"], state["t2d"]
     if fmt == "speculators":
         config: dict[str, Any] = {
             "speculators_model_type": SPECULATORS_TYPE, "architectures": ["Eagle3Speculator"],
