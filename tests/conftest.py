@@ -21,6 +21,7 @@ SLOW_MODULES = frozenset({
     "cli/test_run_concurrency.py", "cli/test_run_durability.py",
     "engine/test_batching.py", "engine/test_eagle3.py", "engine/test_eagle3_training.py",
     "engine/test_lossless_sampling.py", "models/test_eagle3_speculators.py",
+    "models/test_eagle3_vllm.py",
     "openai/test_openai_backend.py",
     "report/test_report_browser.py", "report/test_report_cli.py",
     "serve/test_serve.py", "serve/test_serve_batching.py", "serve/test_serve_hostile.py",
