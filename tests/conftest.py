@@ -22,6 +22,7 @@ SLOW_MODULES = frozenset({
     "engine/test_batching.py", "engine/test_eagle3.py", "engine/test_eagle3_training.py",
     "engine/test_lossless_sampling.py", "engine/test_tree_greedy.py", "engine/test_tree_sampling.py",
     "engine/test_lossless_suffix_medusa.py", "engine/test_medusa_training.py",
+    "models/test_eagle3_speculators.py", "models/test_eagle3_vllm.py",
     "openai/test_openai_backend.py",
     "report/test_report_browser.py", "report/test_report_cli.py",
     "serve/test_serve.py", "serve/test_serve_batching.py", "serve/test_serve_hostile.py",

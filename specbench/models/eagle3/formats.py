@@ -79,7 +79,9 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _int(path: Path, obj: dict[str, Any], key: str, where: str, default: Any = None) -> int:
-    value = obj.get(key, default)
+    value = obj.get(key)
+    if value is None:  # null means absent (speculators' converter writes target_hidden_size: null)
+        value = default
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise _fail(path, f"{where}{key} must be a positive integer, got {value!r}")
     return value
@@ -130,6 +132,17 @@ def parse_config(path: Path, cfg: dict[str, Any], keys: set[str]) -> HeadConfig:
     if cfg.get("norm_before_fc"):
         raise _fail(path, "norm_before_fc is set (an RMSNorm before fc, gpt-oss heads); this engine "
                           "runs heads without it")
+    for flag, what in (("fc_norm", "an RMSNorm on each feature layer before fc"),
+                       ("norm_output", "the next draft step reads the normalized output (EAGLE 3.1)")):
+        if cfg.get(flag):
+            raise _fail(path, f"{flag} is set ({what}); this engine runs heads without it")
+    # the decoder layer: llama, or Qwen3 (a llama layer with q/k norms, as speculators builds for
+    # Qwen3 targets); without a model_type the weights tell
+    layer_type = layer.get("model_type", "llama")
+    if layer_type not in ("llama", "qwen3"):
+        raise _fail(path, f"{where}model_type is {layer_type!r}; this engine runs EAGLE-3 heads with a "
+                          "'llama' or 'qwen3' decoder layer")
+    qk_norm = layer_type == "qwen3" or "layers.0.self_attn.q_norm.weight" in keys
     layers = layer.get("num_hidden_layers", 1)
     if layers != 1:
         raise _fail(path, f"{where}num_hidden_layers is {layers!r}; this engine runs one-layer EAGLE-3 heads")
@@ -150,6 +163,7 @@ def parse_config(path: Path, cfg: dict[str, Any], keys: set[str]) -> HeadConfig:
         max_position_embeddings=int(layer.get("max_position_embeddings", 32768)), format=fmt,
         speculative_tokens=tokens if isinstance(tokens, int) else None,
         verifier=verifier if isinstance(verifier, str) else None,
+        qk_norm=qk_norm, mlp_bias="layers.0.mlp.gate_proj.bias" in keys,
     )
 
 
@@ -191,6 +205,7 @@ def build_head(cfg: HeadConfig, weights: dict[str, torch.Tensor], path: Path | s
         raise _fail(path, f"fc.weight reads {n_aux} feature layers; without eagle_aux_hidden_state_layer_ids "
                           "the default is 3")
     head = Eagle3Head(cfg, attention_bias="layers.0.self_attn.q_proj.bias" in weights,
+                      out_bias="layers.0.self_attn.o_proj.bias" in weights,
                       own_embedding="embed_tokens.weight" in weights)
     state = dict(weights)
     if "d2t" not in state:  # full-vocabulary head: draft id = target id
@@ -208,6 +223,12 @@ def build_head(cfg: HeadConfig, weights: dict[str, torch.Tensor], path: Path | s
     missing = sorted(set(expected) - set(state))
     if missing:
         raise _fail(path, f"missing weight {missing[0]!r}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    # a weight this module has no place for would be dropped and the head would draft
+    # differently from where it was trained: refuse it
+    unknown = sorted(set(state) - set(expected))
+    if unknown:
+        raise _fail(path, f"weight {unknown[0]!r} has no place in a one-layer llama/qwen3 EAGLE-3 head"
+                          + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
     for key, value in expected.items():
         if tuple(state[key].shape) != tuple(value.shape):
             raise _fail(path, f"weight {key!r} has shape {tuple(state[key].shape)}, the config implies "
@@ -273,13 +294,15 @@ def load_head(spec: str | Path, target: Any, *, target_name: str = "target") -> 
 # Writing a head directory
 
 
-def _layer_dict(cfg: HeadConfig) -> dict[str, Any]:
-    d = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": cfg.hidden_size,
+def _layer_dict(cfg: HeadConfig, head: Eagle3Head) -> dict[str, Any]:
+    attn = head.layers[0].self_attn
+    d = {"model_type": cfg.layer_type,
+         "architectures": ["Qwen3ForCausalLM" if cfg.qk_norm else "LlamaForCausalLM"], "hidden_size": cfg.hidden_size,
          "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
          "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size,
          "rms_norm_eps": cfg.rms_norm_eps, "hidden_act": cfg.hidden_act, "vocab_size": cfg.vocab_size,
          "num_hidden_layers": 1, "max_position_embeddings": cfg.max_position_embeddings,
-         "tie_word_embeddings": False}
+         "tie_word_embeddings": False, "attention_bias": attn.q_proj.bias is not None, "mlp_bias": cfg.mlp_bias}
     d.update(cfg.rope)
     return d
 
@@ -301,10 +324,14 @@ def save_head(head: Eagle3Head, path: str | Path, *, fmt: str = "speculators", w
     cfg = head.config
     aux = list(head.aux_layers or cfg.aux_layers or ()) or None
     state = {k: v.detach().to("cpu").contiguous() for k, v in head.state_dict().items()}
+    if cfg.draft_vocab_size == cfg.vocab_size and not bool(state["d2t"].any()):
+        # a full-vocabulary head has no vocabulary map: speculators saves none, and vLLM refuses
+        # one ("no module or parameter named 'draft_id_to_target_id'")
+        del state["d2t"], state["t2d"]
     if fmt == "speculators":
         config: dict[str, Any] = {
             "speculators_model_type": SPECULATORS_TYPE, "architectures": ["Eagle3Speculator"],
-            "transformer_layer_config": _layer_dict(cfg), "draft_vocab_size": cfg.draft_vocab_size,
+            "transformer_layer_config": _layer_dict(cfg, head), "draft_vocab_size": cfg.draft_vocab_size,
             "norm_before_residual": cfg.norm_before_residual, "target_hidden_size": cfg.target_hidden_size,
             "eagle_aux_hidden_state_layer_ids": aux,
             "speculators_config": {
@@ -315,7 +342,7 @@ def save_head(head: Eagle3Head, path: str | Path, *, fmt: str = "speculators", w
             },
         }
     else:
-        config = {**_layer_dict(cfg), "architectures": ["LlamaForCausalLMEagle3"],
+        config = {**_layer_dict(cfg, head), "architectures": ["LlamaForCausalLMEagle3"],
                   "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.target_hidden_size,
                   "norm_before_residual": cfg.norm_before_residual}
         if aux:

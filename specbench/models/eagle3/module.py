@@ -47,6 +47,12 @@ class HeadConfig:
     format: str = "speculators"
     speculative_tokens: int | None = None  # what the checkpoint was trained/tuned for
     verifier: str | None = None  # the target named by the checkpoint
+    qk_norm: bool = False  # an RMSNorm over each head's query and key before rotary (a Qwen3 layer)
+    mlp_bias: bool = False
+
+    @property
+    def layer_type(self) -> str:
+        return "qwen3" if self.qk_norm else "llama"
 
     def layer_config(self) -> Any:
         """A transformers LlamaConfig for the decoder layer (MLP, rotary embedding)."""
@@ -56,7 +62,8 @@ class HeadConfig:
                            num_key_value_heads=self.num_key_value_heads, head_dim=self.head_dim,
                            intermediate_size=self.intermediate_size, rms_norm_eps=self.rms_norm_eps,
                            hidden_act=self.hidden_act, vocab_size=self.vocab_size, num_hidden_layers=1,
-                           max_position_embeddings=self.max_position_embeddings, **self.rope)
+                           max_position_embeddings=self.max_position_embeddings, mlp_bias=self.mlp_bias,
+                           **self.rope)
 
 
 # --------------------------------------------------------------------------------------
@@ -68,21 +75,29 @@ Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class Eagle3Attention(nn.Module):
-    def __init__(self, cfg: HeadConfig, bias: bool):
+    def __init__(self, cfg: HeadConfig, bias: bool, out_bias: bool = False):
         super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
         h2, hd = 2 * cfg.hidden_size, cfg.head_dim
         self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, hd
         self.q_proj = nn.Linear(h2, self.heads * hd, bias=bias)
         self.k_proj = nn.Linear(h2, self.kv_heads * hd, bias=bias)
         self.v_proj = nn.Linear(h2, self.kv_heads * hd, bias=bias)
-        self.o_proj = nn.Linear(self.heads * hd, cfg.hidden_size, bias=False)
+        self.o_proj = nn.Linear(self.heads * hd, cfg.hidden_size, bias=out_bias)
+        # a Qwen3 decoder layer normalizes each head's query and key (over head_dim) before rotary
+        self.q_norm = LlamaRMSNorm(hd, eps=cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = LlamaRMSNorm(hd, eps=cfg.rms_norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         n, m, _ = x.shape
-        q = self.q_proj(x).view(n, m, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(n, m, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(n, m, self.heads, self.head_dim)
+        k = self.k_proj(x).view(n, m, self.kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(n, m, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         out = attend(q, k, v)  # [n, M, heads, head_dim]
@@ -90,7 +105,7 @@ class Eagle3Attention(nn.Module):
 
 
 class Eagle3Layer(nn.Module):
-    def __init__(self, cfg: HeadConfig, bias: bool):
+    def __init__(self, cfg: HeadConfig, bias: bool, out_bias: bool = False):
         super().__init__()
         from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
 
@@ -98,7 +113,7 @@ class Eagle3Layer(nn.Module):
         self.norm_before_residual = cfg.norm_before_residual
         self.input_layernorm = LlamaRMSNorm(h, eps=eps)
         self.hidden_norm = LlamaRMSNorm(h, eps=eps)
-        self.self_attn = Eagle3Attention(cfg, bias)
+        self.self_attn = Eagle3Attention(cfg, bias, out_bias)
         self.post_attention_layernorm = LlamaRMSNorm(h, eps=eps)
         self.mlp = LlamaMLP(cfg.layer_config())
 
@@ -115,7 +130,8 @@ class Eagle3Layer(nn.Module):
 class Eagle3Head(nn.Module):
     """fc + one EAGLE-3 decoder layer + norm + lm_head over the draft vocabulary."""
 
-    def __init__(self, cfg: HeadConfig, *, attention_bias: bool = False, own_embedding: bool = False):
+    def __init__(self, cfg: HeadConfig, *, attention_bias: bool = False, out_bias: bool = False,
+                 own_embedding: bool = False):
         super().__init__()
         from transformers.models.llama.modeling_llama import (
             LlamaRMSNorm,
@@ -125,7 +141,7 @@ class Eagle3Head(nn.Module):
         self.config = cfg
         n_aux = len(cfg.aux_layers) if cfg.aux_layers else 3
         self.fc = nn.Linear(n_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
-        self.layers = nn.ModuleList([Eagle3Layer(cfg, attention_bias)])
+        self.layers = nn.ModuleList([Eagle3Layer(cfg, attention_bias, out_bias)])
         self.norm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
         self.rotary = LlamaRotaryEmbedding(cfg.layer_config())
