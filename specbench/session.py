@@ -242,8 +242,11 @@ def open_session(
     `workload` is a workload spec (see `load_prompts`, with `prompt_field`, `num_prompts` and
     `seed`) or a `Workload` already loaded. A spec is resolved before the model loads, so a
     bad prompt file fails fast."""
+    from specbench.models.loading import resolve_device
+
     wl = workload if not isinstance(workload, str) else load_prompts(
         workload, prompt_field=prompt_field, num_prompts=num_prompts, seed=seed)
+    resolve_device(engine_cfg)  # a device that cannot be had fails before any weights are fetched
     t0 = time.perf_counter()
     session = load_target(target, engine_cfg, log)
     for method, draft in preload:
