@@ -22,7 +22,7 @@ from specbench.engine.sampling import probs_from_logits
 
 V = 6
 PROMPT = [1, 2, 3]
-N = 3000
+N = 2000
 # Budget 6: the first token comes from the prefill, the next ones from speculative steps; a
 # step drafts at most (tokens left - 1), so the first step of k = 3 drafts all three (k + 2
 # <= 6) and every draft position is verified; tokens 4-6 come from later steps.

@@ -24,7 +24,7 @@ from specbench.models.medusa import MedusaConfig, MedusaHeads
 
 V = 6
 PROMPT = [1, 2, 3]
-N = 3000
+N = 1500
 MAX_NEW = 5
 K = 3
 SAMPLINGS = {

@@ -18,7 +18,7 @@ from specbench.engine import verify as verify_mod
 from specbench.engine.drafters import Proposal, StatelessDrafter
 
 V = 8
-N = 2000
+N = 1200
 MAX_NEW = 6  # >= depth + 2: the first step drafts the whole depth (3)
 
 

@@ -128,7 +128,10 @@ def specbench_side(head, features: torch.Tensor, seqs: list[list[int]]) -> dict:
     for b, (P, seq) in enumerate(zip(PROMPT_LENGTHS, seqs)):
         drafter.add_row(b, seq[:P], features[b, :P].unsqueeze(0))
     caught: list[torch.Tensor] = []
-    hook = head.lm_head.register_forward_hook(lambda mod, inp, out: caught.append(out.float().clone()))
+    # each draft step's logits, one row per sequence ([B, V], or [B, 1, V] where the tree search
+    # feeds the frontier as a length-1 sequence)
+    hook = head.lm_head.register_forward_hook(lambda mod, inp, out: caught.append(
+        out.float().reshape(len(seqs), -1, out.shape[-1])[:, -1].clone()))
     try:
         rows = [Row(seq[: P + 1], SamplingParams(), None) for P, seq in zip(PROMPT_LENGTHS, seqs)]
         proposal = drafter.propose(rows, [K] * len(rows))
