@@ -532,6 +532,6 @@ def test_cli_needs_a_tokenizer_source(fake, prompts):
 
 def test_cli_openai_flags_need_the_openai_backend(prompts):
     specbench("run", "--base-url", "http://127.0.0.1:1", "--workload", prompts,
-              ).refusal("need --backend openai", alone=False)
+              ).refusal("--base-url needs --backend openai", alone=False)
     specbench("run", "--backend", "openai", "--base-url", "http://127.0.0.1:1",
               "--endpoint", "embeddings", "--workload", prompts).refusal("--endpoint", alone=False)
