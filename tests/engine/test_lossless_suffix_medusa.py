@@ -18,7 +18,7 @@ import tiny
 from gof import gof_pvalue
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
-from specbench.engine import engine as engine_mod
+from specbench.engine import verify as verify_mod
 from specbench.engine.sampling import probs_from_logits
 from specbench.models.medusa import MedusaConfig, MedusaHeads
 
@@ -100,16 +100,10 @@ def test_first_three_tokens_follow_target_distribution(target, method, sampling,
 
 
 def test_goodness_of_fit_catches_a_wrong_one_hot_rule(target, monkeypatch):
-    real = engine_mod.verify
-
-    def resample_from_p(draft, lens, logits, q, samplings, gens):
-        n_acc, extra = real(draft, lens, logits, q, samplings, gens)
-        for b, (n, m) in enumerate(zip(n_acc, lens)):
-            if n < m and not samplings[b].greedy:
-                extra[b] = int(torch.multinomial(probs_from_logits(logits[b, n], samplings[b]), 1, generator=gens[b]))
-        return n_acc, extra
-
-    monkeypatch.setattr(engine_mod, "verify", resample_from_p)
+    """After a rejected one-hot draft, resampling from p instead of p without the draft token:
+    the same test must reject it (the rule lives in `verify.rejected`, which every tree and
+    chain step uses)."""
+    monkeypatch.setattr(verify_mod, "rejected", lambda p, q_node, x, last: p)  # the residual is p
     sp = SAMPLINGS["temperature"]
     counts, _ = sample_counts(engine_for("suffix", target), sp, spec_for("suffix"), 4)
     assert gof_pvalue(counts, exact_joint(target, sp)) < 1e-3
