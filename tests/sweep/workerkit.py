@@ -115,7 +115,13 @@ def check_study(study: optuna.Study, out: Path, concurrency: tuple[int, ...],
         assert run_dir.is_dir() and t.user_attrs["run_id"] == source.user_attrs["run_id"]
         df, meta = read_run(run_dir)
         speculative = t.params["method"] != "none"  # a paired trial holds its own baseline too
-        assert len(df) == n_prompts * (2 if speculative else 1) and set(df["run_id"]) == {t.user_attrs["run_id"]}
+        assert set(df["run_id"]) == {t.user_attrs["run_id"]}
+        if speculative:  # both alike: every prompt, or as many as the sequential rule took
+            paired = t.user_attrs["paired"]
+            per_config = df.groupby("config_id").size()
+            assert len(per_config) == 2 and (per_config == (paired["n"] if paired["stopped"] else n_prompts)).all()
+        else:
+            assert len(df) == n_prompts
         assert meta["config"]["sweep"]["trial"] == source.number
         # the host that measured it, in the run directory and in the trial
         assert meta["hostname"] == meta["config"]["sweep"]["host"] == t.user_attrs["host"]
