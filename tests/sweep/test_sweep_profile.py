@@ -37,8 +37,9 @@ def summary(p: Point, speedup: float) -> dict:
     return s
 
 
-def study_with(spec, speedups: dict[tuple[int, int], float], infeasible=()) -> optuna.Study:
-    """speedups: (k, concurrency) -> TPOT p50 speedup; baselines are added at every level."""
+def study_with(spec, speedups: dict[tuple[int, int], float], infeasible=(), attrs=None) -> optuna.Study:
+    """speedups: (k, concurrency) -> TPOT p50 speedup; baselines are added at every level.
+    `attrs(point, speedup)`, when given, adds (or replaces) user attrs of each trial."""
     study = optuna.create_study(directions=spec.directions)
     dists = {"method": CategoricalDistribution(("none", "draft_model")),
              "concurrency": CategoricalDistribution(spec.space.concurrency),
@@ -50,13 +51,15 @@ def study_with(spec, speedups: dict[tuple[int, int], float], infeasible=()) -> o
         s = summary(p, x)
         values = {"speedup": x, "tpot_p50": s["tpot_p50_s"], "tpot_p95": s["tpot_p95_s"],
                   "output_tps": s["output_tps"]}
-        attrs = {"config_key": p.key, "run_id": f"run-{i}", "run_dir": f"runs/run-{i}", "summary": s}
+        user_attrs = {"config_key": p.key, "run_id": f"run-{i}", "run_dir": f"runs/run-{i}", "summary": s}
         if (p.num_speculative_tokens, p.concurrency) in infeasible:
-            attrs.update(feasible=False, constraint=1.0)
+            user_attrs.update(feasible=False, constraint=1.0)
+        if attrs is not None:
+            user_attrs.update(attrs(p, x))
         study.add_trial(create_trial(
             state=TrialState.COMPLETE, params=p.params,
             distributions={k: dists[k] for k in p.params},
-            values=[values[o] for o in spec.objectives], user_attrs=attrs))
+            values=[values[o] for o in spec.objectives], user_attrs=user_attrs))
     return study
 
 

@@ -13,15 +13,13 @@ import re
 import optuna
 import pytest
 import yaml
-from optuna.distributions import CategoricalDistribution
-from optuna.trial import TrialState, create_trial
 from rich.console import Console
 
 from specbench.analysis import SUMMARY_COLUMNS
 from specbench.cli.sweep import _print_results
 from specbench.sweep import build_profile, write_profile
 from specbench.sweep.space import Point
-from test_sweep_profile import BASE_TPOT, make_spec
+from test_sweep_profile import BASE_TPOT, make_spec, study_with
 
 HALF = 0.08  # half-width of each trial's paired interval (relative)
 LEVELS = (1, 4, 16)
@@ -39,29 +37,22 @@ def _summary(p: Point, speedup: float, mal: float) -> dict:
 
 def paired_study(spec, speedups: dict[tuple[int, int], float], mal: float = 3.0,
                  flagged: dict[tuple[int, int], str] | None = None) -> optuna.Study:
-    """(k, concurrency) -> paired TPOT speedup; each trial carries its interval and baseline."""
+    """(k, concurrency) -> paired TPOT speedup; each trial carries its interval and baseline.
+    The objective is the speedup (`make_spec`'s default)."""
     flagged = flagged or {}
-    study = optuna.create_study(directions=spec.directions)
-    dists = {"method": CategoricalDistribution(("none", "draft_model")),
-             "concurrency": CategoricalDistribution(spec.space.concurrency),
-             "num_speculative_tokens": CategoricalDistribution(spec.space.num_speculative_tokens),
-             "draft": CategoricalDistribution(("d",))}
-    points = [(Point.of("none", concurrency=c), 1.0) for c in spec.space.concurrency]
-    points += [(Point.of("draft_model", k, "d", c), x) for (k, c), x in speedups.items()]
-    for i, (p, x) in enumerate(points):
-        attrs = {"config_key": p.key, "run_id": f"run-{i}", "run_dir": f"runs/run-{i}",
-                 "summary": _summary(p, x, mal)}
+
+    def paired(p: Point, x: float) -> dict:
+        out = {"summary": _summary(p, x, mal)}
         if not p.is_baseline:
             outcome = "win" if x * (1 - HALF) > 1 else "loss" if x * (1 + HALF) < 1 else "even"
-            attrs["baseline_summary"] = _summary(Point.of("none", concurrency=p.concurrency), 1.0, mal)
-            attrs["paired"] = {"point": x, "lo": x * (1 - HALF), "hi": x * (1 + HALF), "n": 8,
-                               "planned": 24, "outcome": outcome, "stopped": None}
+            out["baseline_summary"] = _summary(Point.of("none", concurrency=p.concurrency), 1.0, mal)
+            out["paired"] = {"point": x, "lo": x * (1 - HALF), "hi": x * (1 + HALF), "n": 8,
+                             "planned": 24, "outcome": outcome, "stopped": None}
             if (p.num_speculative_tokens, p.concurrency) in flagged:
-                attrs["inconsistent"] = [flagged[(p.num_speculative_tokens, p.concurrency)]]
-        study.add_trial(create_trial(state=TrialState.COMPLETE, params=p.params,
-                                     distributions={k: dists[k] for k in p.params}, values=[x],
-                                     user_attrs=attrs))
-    return study
+                out["inconsistent"] = [flagged[(p.num_speculative_tokens, p.concurrency)]]
+        return out
+
+    return study_with(spec, speedups, attrs=paired)
 
 
 def outputs(tmp_path, spec, study) -> dict[str, list[bool]]:
