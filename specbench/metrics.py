@@ -132,9 +132,10 @@ def sample_metrics(
     # text-only stream are the client's re-tokenization of the text, which can differ.
     n_out = int(result.extra.get("output_tokens", len(result.output_ids)))
     arrival = result.arrival_time
+    sent = result.sent_time if result.sent_time is not None else arrival
 
-    ttft = times[0] - arrival if times else None
-    e2e = times[-1] - arrival if times else None
+    ttft = times[0] - sent if times else None
+    e2e = times[-1] - sent if times else None
     tpot = (e2e - ttft) / (n_out - 1) if (times and n_out >= 2) else None
     itl = [b - a for a, b in zip(times, times[1:])]
     chunk_times = [t for i, t in enumerate(times) if i == 0 or t != times[i - 1]]
@@ -176,7 +177,7 @@ def sample_metrics(
         "ttft_s": ttft,
         "tpot_s": tpot,
         "e2e_s": e2e,
-        "queue_s": result.start_time - arrival,
+        "queue_s": (result.sent_time if result.sent_time is not None else result.start_time) - arrival,
         "itl_s": itl,
         "chunk_itl_s": chunk_itl,
         "target_forward_passes": result.target_forward_passes,

@@ -78,3 +78,7 @@ class Result:
     # acceptance a server reported for this request without step events (see ReportedAcceptance)
     reported_acceptance: ReportedAcceptance | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # perf_counter when the request left the client for a server (openai: its body was handed
+    # to the socket). Latencies are timed from it when set: the client's own wait before it
+    # (a concurrency slot, its send delay) is not the server's, and shows as queue_s instead.
+    sent_time: float | None = None

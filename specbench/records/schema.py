@@ -77,11 +77,15 @@ SCHEMA = pa.schema(
            "Arrival time in s, relative to the start of this configuration.", True),
         _f("finish_s", _F64,
            "Last-token time in s, relative to the start of this configuration.", True),
-        _f("ttft_s", _F64, "Time to first token in s: arrival to first output token.", True),
+        _f("ttft_s", _F64, "Time to first token in s: arrival to first output token (openai: from when the "
+           "request's bytes were written to the server's socket).", True),
         _f("tpot_s", _F64,
            "Time per output token in s: (e2e_s - ttft_s) / (output_tokens - 1).", True),
-        _f("e2e_s", _F64, "End-to-end latency in s: arrival to last output token.", True),
-        _f("queue_s", _F64, "Queue wait in s: arrival to start of prefill."),
+        _f("e2e_s", _F64, "End-to-end latency in s: arrival to last output token (openai: from the write, as "
+           "ttft_s).", True),
+        _f("queue_s", _F64, "Queue wait in s: arrival to start of prefill (openai: the client's "
+           "wait from when the request was due, its slot freed or its --request-rate arrival, "
+           "until its bytes were written: a concurrency slot and the client's own send delay)."),
         _f("itl_s", pa.list_(_F64),
            "Inter-token latencies in s (zero gaps inside one accepted burst kept)."),
         _f("chunk_itl_s", pa.list_(_F64),

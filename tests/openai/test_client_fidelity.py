@@ -236,3 +236,28 @@ def test_loop_lag_warning_names_the_lag_only_when_the_client_was_the_bottleneck(
     (line,) = lag_lines(pd.concat([calm, busy]))
     assert line.startswith("[yellow]b: the client itself was the bottleneck") and "30.0 ms (p50)" in line
     assert "--client-processes" in line
+
+
+def test_latencies_are_timed_from_the_write_and_the_clients_own_delay_is_queue_s(server, monkeypatch):
+    """A client slow to build its requests (30 ms on its loop before each write, at
+    concurrency 1) must not put that delay into TTFT: the server only saw the request at the
+    write. The delay shows as queue_s instead; timed from the request's arrival, the same
+    TTFT would read 30 ms long (the check below fails for that)."""
+    srv = server()
+    be = backend(srv)
+    reqs = requests(3)
+    build = be.payload
+
+    def slow_payload(request):
+        time.sleep(0.030)  # blocks the loop, as heavy per-request work would
+        return build(request)
+    monkeypatch.setattr(be, "payload", slow_payload)
+    results, _ = be.run(reqs, SpeculativeConfig(), concurrency=1)
+    ttft, _ = errors(srv, reqs, results)
+    for res in results:
+        m = sample_metrics(reqs[0], res)
+        assert res.sent_time is not None and res.arrival_time <= res.sent_time <= res.token_times[0]
+        assert m["queue_s"] >= 0.030, m["queue_s"]
+    assert max(ttft) < 0.020, ttft  # timed from arrival each would be >= 30 ms
+    assert min(ttft) >= 0, ttft
+

@@ -41,7 +41,8 @@ class Chunk:
 
 @dataclass
 class Attempt:
-    sent: float
+    sent: float  # perf_counter when the client began the request (before connecting)
+    wire: float | None = None  # when its body was handed to the socket (None: never written)
     end: float | None = None  # perf_counter when the stream ended (or failed)
     chunks: list[Chunk] = field(default_factory=list)
     finish: str | None = None
