@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import queue
+import gc
 import threading
 import time
 from collections import deque
@@ -31,24 +32,45 @@ from typing import Any
 
 def _worker(conn: Connection, settings: dict[str, Any]) -> None:
     """A worker process: requests in on `conn`, (index, attempt, attempts, error, lag) out."""
-    from specbench.backends.openai.client import OpenAIBackend
+    from specbench.backends.openai.client import GC_SWEEP_S, OpenAIBackend
     from specbench.backends.openai.lag import LoopLag
 
     be = OpenAIBackend(settings["root"], settings["model"], api_key=settings["api_key"],
                        endpoint=settings["endpoint"], request_timeout=settings["request_timeout"],
                        retries=settings["retries"])
     be.prompt_form, be.extras = settings["prompt_form"], settings["extras"]
+    # as OpenAIBackend.run: the imports frozen, no automatic collection mid-stream, the young
+    # generations swept every GC_SWEEP_S
+    gc.collect()
+    gc.freeze()
+    gc.disable()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         lag = LoopLag()
         monitor = asyncio.ensure_future(lag.watch())
         stop = asyncio.Event()
+
+        def sweep() -> None:
+            gc.collect(1)
+            loop.call_later(GC_SWEEP_S, sweep)
+        loop.call_later(GC_SWEEP_S, sweep)
         tasks: set[asyncio.Task] = set()
+
+        # Finished attempts go back through a sender thread: a blocking conn.send on the loop
+        # (the parent busy sending requests, the pipe full) stalled every stream and, at 256
+        # streams, deadlocked both ends; pickling the attempt stays off the loop too.
+        out: queue.SimpleQueue = queue.SimpleQueue()
+
+        def sender() -> None:
+            while (item := out.get()) is not None:
+                conn.send(item)
+        sending = threading.Thread(target=sender, name="specbench-client-send", daemon=True)
+        sending.start()
 
         async def one(i: int, request: Any, slots: int) -> None:
             att, attempts, error = await be.request_attempt(be._session(slots), request)
-            conn.send(("done", i, att, attempts, error, lag.worst(att.sent, att.end)))
+            out.put(("done", i, att, attempts, error, lag.worst(att.sent, att.end)))
 
         def readable() -> None:
             try:
@@ -64,13 +86,15 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
                 stop.set()
 
         loop.add_reader(conn.fileno(), readable)
-        conn.send(("ready",))
+        out.put(("ready",))
         await stop.wait()
         monitor.cancel()
         for t in tasks:
             t.cancel()
         if be._http is not None:
             await be._http.close()
+        out.put(None)
+        sending.join(5)
 
     asyncio.run(main())
 
