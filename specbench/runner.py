@@ -161,11 +161,14 @@ def run_configuration(
     baseline_outputs: dict[str, list[int]] | None = None,
     on_result: Callable[[Request, Result], None] | None = None,
     rate_seed: int = 0,
+    slos_ms: dict[str, float] | None = None,
 ) -> tuple[list[dict], dict]:
     """Run every request once under `config` and return (rows, configuration stats): a plan
     of one configuration, one block, one repeat (see `run_plan`). `baseline_outputs`
-    (prompt id -> output) supplies and collects the references greedy samples match against."""
+    (prompt id -> output) supplies and collects the references greedy samples match against;
+    `slos_ms` (--goodput) sets every row's meets_slo."""
     recorder = Recorder(backend.name, run_id, writer, on_result)
+    recorder.slos_ms = slos_ms
     if baseline_outputs is not None:
         recorder.baseline_outputs.update({(pid, 0): out for pid, out in baseline_outputs.items()})
     if config.is_baseline:

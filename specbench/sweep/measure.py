@@ -153,25 +153,42 @@ def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path,
         if paired:
             run_plan(backend, session.requests, configs, run_id=run_id, writer=writer,
                      warmup=spec.workload.warmup, seed=spec.sampling.seed + number,
-                     on_result=lambda req, res: events.request_done(), stop=watch)
+                     on_result=lambda req, res: events.request_done(), stop=watch,
+                     slos_ms=spec.goodput_slos_ms)
         else:
             run_configuration(backend, session.requests, config, run_id=run_id, writer=writer,
                               warmup=spec.workload.warmup, baseline_outputs=outputs,
                               on_result=lambda req, res: events.request_done(),
-                              rate_seed=spec.sampling.seed)
+                              rate_seed=spec.sampling.seed, slos_ms=spec.goodput_slos_ms)
     except BaseException:
         writer.close(complete=False)
         raise
     writer.close(complete=True)
-    df, _ = read_run(run_dir)
-    summary = stored_summary(df, config.config_id)
+    df, meta = read_run(run_dir)
+    summary = _with_goodput(stored_summary(df, config.config_id), df, meta, config.config_id, spec)
     attrs = {"config_id": config.config_id, "run_id": run_id,
              "run_dir": str(run_dir.relative_to(study_dir)), "host": metadata.hostname,
              "summary": summary, **headline(summary)}
     if watch is not None:
         attrs.update(watch.verdict(df, summary.get("mean_acceptance_length_tok")))
-        attrs["baseline_summary"] = stored_summary(df, watch.base_id)
+        attrs["baseline_summary"] = _with_goodput(stored_summary(df, watch.base_id), df, meta, watch.base_id, spec)
     return Measurement(attrs, outputs if config.is_baseline and outputs else {})
+
+
+def _with_goodput(summary: dict[str, Any], df: Any, meta: dict[str, Any], config_id: str,
+                  spec: SweepSpec) -> dict[str, Any]:
+    """With [objective] goodput: `goodput_rps`, the configuration's requests meeting every SLO
+    per second of its own measuring time (the runner's wall_s: in a paired trial the blocks it
+    ran, not its baseline's), as `specbench run` reports it."""
+    if not spec.goodput_slos_ms:
+        return summary
+    from specbench.analysis.serving import goodput
+
+    stats = (meta.get("config") or {}).get("configuration_stats") or {}
+    wall = {k: float(v["wall_s"]) for k, v in stats.items() if isinstance(v, dict) and v.get("wall_s")}
+    gp = goodput(df[df["config_id"] == config_id], wall)
+    value = float(gp["goodput_rps"].iloc[0]) if len(gp) else float("nan")
+    return {**summary, "goodput_rps": jsonable(value)}
 
 
 class PairedWatch:

@@ -65,6 +65,9 @@ OBJECTIVES = {o.name: o for o in (
     Objective("output_tps", "output_tps", "maximize", "total output tok/s"),
     # TPOT p50 of the baseline at the same concurrency / this configuration's (> 1 = faster)
     Objective("speedup", "tpot_p50_speedup", "maximize", "TPOT p50 speedup vs baseline"),
+    # requests meeting every [objective] goodput SLO per second of the configuration's own
+    # measuring time (vLLM's goodput; needs the SLOs)
+    Objective("goodput", "goodput_rps", "maximize", "goodput (req/s meeting every SLO)"),
 )}
 
 
@@ -227,6 +230,10 @@ class ObjectiveOptions:
     max_peak_memory_gb: float | None = option(
         "--max-peak-memory-gb", NUMBER,
         "Constraint: trials whose peak memory exceeds this (GiB) are recorded as infeasible.", bound=(">", 0))
+    goodput: Any = option(
+        "--goodput", NAMES,
+        "SLOs in ms, vLLM's --goodput: ttft:MS tpot:MS e2el:MS. Every trial's records say which samples "
+        "met them all, and the goodput objective is requests meeting them per second.")
 
 
 @dataclass(frozen=True)

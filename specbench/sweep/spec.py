@@ -72,6 +72,7 @@ class SweepSpec:
     profile: ProfileOptions  # out: where the recommended serving profile is written
     server: ServerOptions | None = None  # [server]: one launched server per trial
     source: Path | None = None  # the spec file, if any
+    goodput_slos_ms: dict[str, float] | None = None  # [objective] goodput: SLO bounds in ms
 
     @property
     def storage_url(self) -> str:
@@ -100,6 +101,7 @@ class SweepSpec:
             "space": self.space.describe(),
             "objectives": list(self.objectives),
             "max_peak_memory_bytes": self.max_peak_memory_bytes,
+            **({"goodput_slos_ms": self.goodput_slos_ms} if self.goodput_slos_ms else {}),
             "target": self.target, "dtype": self.engine.dtype,
             "workload": w.source, "prompt_field": w.prompt_field,
             "num_prompts": w.num_prompts, "chat_template": w.chat_template,
@@ -135,12 +137,29 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
     sampling.params()  # validates the values now, before any model loads
     profile = section(ProfileOptions, values, where)
     mem = objective.max_peak_memory_gb
+    slos = _goodput(objective, objectives, where)
     return SweepSpec(
         study=study, target=models.target, engine=engine, workload=workload, sampling=sampling,
         space=space, objectives=objectives,
         max_peak_memory_bytes=int(mem * 2**30) if mem is not None else None, budget=budget,
         profile=replace(profile, out=Path(profile.out or study.out / "profile.yaml")),
-        server=_server(values, where), source=source)
+        server=_server(values, where), source=source, goodput_slos_ms=slos)
+
+
+def _goodput(objective: ObjectiveOptions, objectives: tuple[str, ...], where: str) -> dict[str, float] | None:
+    """[objective] goodput (vLLM's --goodput SLOs), required by the goodput objective."""
+    from specbench.analysis.serving import parse_goodput
+
+    raw = objective.goodput
+    values = [raw] if isinstance(raw, str) else (list(raw) if raw else None)
+    try:
+        slos = parse_goodput([str(v) for v in values] if values else None)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}[objective] goodput: {str(exc).removeprefix('--goodput').lstrip(': ')}") from None
+    if "goodput" in objectives and not slos:
+        raise ConfigError(f"{where}[objective] name = goodput needs the SLOs: goodput = [\"ttft:MS\", "
+                          "\"tpot:MS\"] in [objective] (or --goodput ttft:MS)")
+    return slos
 
 
 def _merge(file_values: dict[str, Any] | None, flags: dict[str, Any] | None, where: str) -> dict[str, Any]:

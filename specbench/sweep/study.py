@@ -31,7 +31,7 @@ CREATION_WAIT_S = 10.0  # how long a worker waits for the setup of a study anoth
 # Optuna metric names (shown by optuna-dashboard), units in the names as in the records
 METRIC_NAMES = {"tpot_p50": "tpot_p50_s", "tpot_p95": "tpot_p95_s",
                 "output_tps_per_user": "output_tok_per_s_per_user", "output_tps": "output_tok_per_s",
-                "speedup": "speedup_tpot_p50_x"}
+                "speedup": "speedup_tpot_p50_x", "goodput": "goodput_req_per_s"}
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # the CLI reports trials itself
 

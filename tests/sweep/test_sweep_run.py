@@ -340,3 +340,34 @@ def test_a_speedup_beyond_tokens_per_pass_is_flagged_and_never_recommended(tiny_
     assert "flagged: trial" in res.out
     prof = yaml.safe_load((tmp_path / "study" / "profile.yaml").read_text())
     assert prof["recommendation"] == "baseline" and prof["bands"][0]["flagged"][0]["trial"] == t.number
+
+
+def test_goodput_is_an_objective_recomputed_from_each_trials_own_records(tiny_pair, prompts_file, tmp_path):
+    """`--objective goodput --goodput ttft:MS`: every trial's rows carry meets_slo, and its
+    objective value is its configuration's samples meeting the SLO per second of the
+    configuration's own measuring time (vLLM's goodput), recomputed here from its Parquet. An
+    SLO nothing can meet gives 0; the objective without SLOs is refused in one line."""
+    from specbench.analysis.serving import goodput
+
+    res = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path, "--sampler", "grid", "--method", "draft_model",
+                                "-k", "2", "--concurrency", "1", "--objective", "goodput",
+                                "--goodput", "ttft:60000"))
+    assert res.code == 0, res.output
+    trials = measured(load(tmp_path))
+    assert len(trials) == 2
+    for t in trials:
+        df, meta = read_run(tmp_path / "study" / t.user_attrs["run_dir"])
+        cid = t.user_attrs["config_id"]
+        mine = df[df["config_id"] == cid]
+        assert mine["meets_slo"].notna().all() and mine["meets_slo"].all()  # a minute: all meet it
+        wall = meta["config"]["configuration_stats"][cid]["wall_s"]
+        assert t.value == pytest.approx(len(mine) / wall)
+        assert t.value == pytest.approx(goodput(mine, {cid: wall})["goodput_rps"].iloc[0])
+    strict = tmp_path / "strict"
+    res = specbench(*sweep_args(tiny_pair, prompts_file, strict, "--sampler", "grid", "--method", "draft_model",
+                                "-k", "2", "--concurrency", "1", "--objective", "goodput", "--goodput", "ttft:0"))
+    assert res.code == 0, res.output
+    assert [t.value for t in measured(load(strict))] == [0.0, 0.0]
+    res = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path / "none", "--objective", "goodput"))
+    assert res.code == 2 and "[objective] name = goodput needs the SLOs" in res.output, res.output
+    assert "Traceback" not in res.output
