@@ -426,6 +426,9 @@ class OpenAIBackend:
         `Result` (token counting) and goes to `on_result` (records, progress) on a worker
         thread, so nothing slow runs between a chunk's arrival and its timestamp."""
         before = self.scrape_metrics()
+        if self.client_processes and self._pool is None:  # before the settings below change
+            self._pool = ClientPool(self._worker_settings(), self.client_processes)
+            atexit.register(self.close)
         # The cyclic garbage collector stalls the loop mid-stream while it holds the GIL: a full
         # collection of this process's heap (torch, transformers, pandas) took up to 71 ms, and
         # of the run's own chunks 42 ms at 256 streams. So what exists now is frozen, the
@@ -448,9 +451,6 @@ class OpenAIBackend:
         # (at the default 5 ms every wake-up of the loop can wait that long).
         sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))
         if self.client_processes:
-            if self._pool is None:
-                self._pool = ClientPool(self._worker_settings(), self.client_processes)
-                atexit.register(self.close)
             fut = self._pool.run(requests, concurrency, arrivals, done)
         else:
             fut = self._submit(self._run_all(requests, concurrency, arrivals, done, lag))
