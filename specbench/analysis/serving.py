@@ -23,27 +23,34 @@ from specbench.metrics import SLO_NAMES, meets_slo
 __all__ = ["SLO_NAMES", "goodput", "meets_slo", "parse_goodput", "serving_lines"]
 
 
-def parse_goodput(values: Sequence[str] | None) -> dict[str, float] | None:
+def parse_goodput(values: Sequence[str] | None, name: str = "--goodput") -> dict[str, float] | None:
     """`--goodput ttft:50 --goodput tpot:20` (or `ttft:50,tpot:20`) -> {"ttft": 50.0, ...} in
-    ms; None when not given; one clear line for anything else."""
+    ms; None when not given; one clear line for anything else, naming the option as `name`."""
     if not values:
         return None
     out: dict[str, float] = {}
     for part in (p.strip() for v in values for p in v.replace(",", " ").split()):
-        name, sep, value = part.partition(":")
-        if not sep or name not in SLO_NAMES:
-            raise ConfigError(f"--goodput: {part!r} is not NAME:MS with NAME one of {', '.join(SLO_NAMES)} "
+        key, sep, value = part.partition(":")
+        if not sep or key not in SLO_NAMES:
+            raise ConfigError(f"{name}: {part!r} is not NAME:MS with NAME one of {', '.join(SLO_NAMES)} "
                               "(e.g. --goodput ttft:200 --goodput tpot:50)")
         try:
             ms = float(value)
         except ValueError:
             ms = float("nan")
         if not (np.isfinite(ms) and ms >= 0):
-            raise ConfigError(f"--goodput {name}: {value!r} is not a number of milliseconds >= 0")
-        if name in out:
-            raise ConfigError(f"--goodput {name} given twice")
-        out[name] = ms
+            raise ConfigError(f"{name} {key}: {value!r} is not a number of milliseconds >= 0")
+        if key in out:
+            raise ConfigError(f"{name} {key} given twice")
+        out[key] = ms
     return out
+
+
+def wall_times(configuration_stats: Mapping[str, Any] | None) -> dict[str, float]:
+    """Per configuration, the runner's `wall_s` (its own measuring time) from the run's
+    configuration stats; configurations without one are left out."""
+    return {k: float(v["wall_s"]) for k, v in (configuration_stats or {}).items()
+            if isinstance(v, dict) and v.get("wall_s")}
 
 
 def goodput(df: pd.DataFrame, wall_s: Mapping[str, float]) -> pd.DataFrame:
@@ -65,9 +72,7 @@ def goodput(df: pd.DataFrame, wall_s: Mapping[str, float]) -> pd.DataFrame:
 def serving_lines(df: pd.DataFrame, configuration_stats: Mapping[str, Any] | None,
                   slos_ms: Mapping[str, float] | None) -> list[str]:
     """One console line per configuration: TTFT p50 / p99 / p99.9 and, with SLOs, goodput."""
-    stats = configuration_stats or {}
-    wall = {k: float(v["wall_s"]) for k, v in stats.items() if isinstance(v, dict) and v.get("wall_s")}
-    gp = goodput(df, wall).set_index("config_id") if slos_ms else None
+    gp = goodput(df, wall_times(configuration_stats)).set_index("config_id") if slos_ms else None
     slo_text = ", ".join(f"{k} <= {v:g} ms" for k, v in (slos_ms or {}).items())
     lines = []
     for cid, g in df.groupby("config_id", sort=False):

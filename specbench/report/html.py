@@ -180,14 +180,12 @@ def run_header(run: RunInput, run_id: str) -> list[tuple[str, str]]:
 
 def _goodput_rows(df: pd.DataFrame, cfg: RunConfig) -> list[tuple[str, str]]:
     """With --goodput: the SLOs and each configuration's goodput (vLLM's definition)."""
-    from specbench.analysis.serving import goodput
+    from specbench.analysis.serving import goodput, wall_times
 
     slos = cfg.extra.get("goodput_slos_ms")
     if not slos:
         return []
-    wall = {k: float(v["wall_s"]) for k, v in dict(cfg.configuration_stats).items()
-            if isinstance(v, dict) and v.get("wall_s")}
-    gp = goodput(df, wall)
+    gp = goodput(df, wall_times(dict(cfg.configuration_stats)))
     per = "; ".join(f"{r.config_id} {r.goodput_rps:.2f} req/s ({r.good} of {r.n})" for r in gp.itertuples())
     return [("goodput", f"requests meeting {', '.join(f'{k} <= {v:g} ms' for k, v in slos.items())}: {per or '–'}")]
 

@@ -182,10 +182,9 @@ def _with_goodput(summary: dict[str, Any], df: Any, meta: dict[str, Any], config
     ran, not its baseline's), as `specbench run` reports it."""
     if not spec.goodput_slos_ms:
         return summary
-    from specbench.analysis.serving import goodput
+    from specbench.analysis.serving import goodput, wall_times
 
-    stats = (meta.get("config") or {}).get("configuration_stats") or {}
-    wall = {k: float(v["wall_s"]) for k, v in stats.items() if isinstance(v, dict) and v.get("wall_s")}
+    wall = wall_times((meta.get("config") or {}).get("configuration_stats"))
     gp = goodput(df[df["config_id"] == config_id], wall)
     value = float(gp["goodput_rps"].iloc[0]) if len(gp) else float("nan")
     return {**summary, "goodput_rps": jsonable(value)}

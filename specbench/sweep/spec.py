@@ -152,10 +152,7 @@ def _goodput(objective: ObjectiveOptions, objectives: tuple[str, ...], where: st
 
     raw = objective.goodput
     values = [raw] if isinstance(raw, str) else (list(raw) if raw else None)
-    try:
-        slos = parse_goodput([str(v) for v in values] if values else None)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}[objective] goodput: {str(exc).removeprefix('--goodput').lstrip(': ')}") from None
+    slos = parse_goodput([str(v) for v in values] if values else None, name=where + label("objective.goodput"))
     if "goodput" in objectives and not slos:
         raise ConfigError(f"{where}[objective] name = goodput needs the SLOs: goodput = [\"ttft:MS\", "
                           "\"tpot:MS\"] in [objective] (or --goodput ttft:MS)")

@@ -371,3 +371,10 @@ def test_goodput_is_an_objective_recomputed_from_each_trials_own_records(tiny_pa
     res = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path / "none", "--objective", "goodput"))
     assert res.code == 2 and "[objective] name = goodput needs the SLOs" in res.output, res.output
     assert "Traceback" not in res.output
+    for bad, says in (("ttft", "'ttft' is not NAME:MS"), ("ttft:abc", "ttft: 'abc' is not a number"),
+                      ("ttft:5,ttft:6", "ttft given twice")):
+        res = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path / "bad", "--objective", "goodput",
+                                    "--goodput", bad))
+        assert res.code == 2 and "objective.goodput (--goodput)" in res.output and says in res.output, res.output
+        assert "Traceback" not in res.output and len(res.error_lines) == 1, res.output
+    assert not (tmp_path / "bad").exists()  # refused before anything is written
