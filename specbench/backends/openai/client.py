@@ -79,6 +79,17 @@ def _tracing() -> aiohttp.TraceConfig:
     return trace
 
 
+def quiet_collector() -> bool:
+    """Stop the cyclic garbage collector from stalling a loop mid-stream: collect once, freeze
+    what exists (the collector never walks it again) and switch automatic collection off; the
+    caller sweeps the young generations every GC_SWEEP_S. Returns whether it was enabled."""
+    gc.collect()
+    gc.freeze()
+    was = gc.isenabled()
+    gc.disable()
+    return was
+
+
 def _normalize_url(base_url: str) -> str:
     """The server root (no trailing `/v1`): /v1/... , /metrics and /health hang off it."""
     try:
@@ -434,10 +445,7 @@ class OpenAIBackend:
         # of the run's own chunks 42 ms at 256 streams. So what exists now is frozen, the
         # collector is off while requests are in flight, and this thread sweeps the young
         # generations every GC_SWEEP_S (a few ms) so a long run's cycles stay bounded.
-        gc.collect()
-        gc.freeze()
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
+        gc_was_enabled = quiet_collector()
         next_sweep = time.perf_counter() + GC_SWEEP_S
         start = time.perf_counter()
         arrivals = (gamma_arrivals(len(requests), request_rate, burstiness, rate_seed, 0.0)

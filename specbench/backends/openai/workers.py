@@ -32,18 +32,14 @@ from typing import Any
 
 def _worker(conn: Connection, settings: dict[str, Any]) -> None:
     """A worker process: requests in on `conn`, (index, attempt, attempts, error, lag) out."""
-    from specbench.backends.openai.client import GC_SWEEP_S, OpenAIBackend
+    from specbench.backends.openai.client import GC_SWEEP_S, OpenAIBackend, quiet_collector
     from specbench.backends.openai.lag import LoopLag
 
     be = OpenAIBackend(settings["root"], settings["model"], api_key=settings["api_key"],
                        endpoint=settings["endpoint"], request_timeout=settings["request_timeout"],
                        retries=settings["retries"])
     be.prompt_form, be.extras = settings["prompt_form"], settings["extras"]
-    # as OpenAIBackend.run: the imports frozen, no automatic collection mid-stream, the young
-    # generations swept every GC_SWEEP_S
-    gc.collect()
-    gc.freeze()
-    gc.disable()
+    quiet_collector()  # as OpenAIBackend.run, for the worker's life; swept below
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
