@@ -58,8 +58,10 @@ def umask_mode() -> int:
     return 0o666 & ~mask
 
 
-def _chmod_umask(path: Path) -> None:
+def _chmod_umask(path: Path, directory: bool = False) -> None:
+    """Give `path` the mode open() (or mkdir(), for a directory) would have given it."""
     try:
-        os.chmod(path, umask_mode())
+        mode = umask_mode()
+        os.chmod(path, (mode | (mode >> 2 & 0o111)) if directory else mode)
     except OSError:
         pass

@@ -178,6 +178,31 @@ os._exit(1)
     assert not [p for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")]
 
 
+def test_a_writer_killed_inside_its_first_sample_leaves_no_run_directory(tmp_path):
+    # Killed after the first sample reached the journal but before the run directory appeared:
+    # a reader of runs/ must never find a directory with nothing it can read.
+    runs = tmp_path / "runs"
+    code = f"""
+import os, signal, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_records import _row, _meta
+from specbench.records import RunWriter
+
+os.rename = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
+RunWriter({str(runs / 't0001')!r}, _meta()).add([_row("a")])
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    leftovers = list(runs.iterdir())
+    assert len(leftovers) == 1 and leftovers[0].name.startswith(".staging-"), leftovers
+    # The next writer in that parent removes the dead writer's staging copy.
+    with RunWriter(runs / "t0002", _meta()) as w:
+        w.add([_row("b")])
+    assert [p.name for p in runs.iterdir()] == ["t0002"]
+    df, meta = read_run(runs / "t0002")
+    assert list(df["prompt_id"]) == ["b"] and meta["status"] == "complete"
+
+
 def test_a_torn_journal_keeps_every_complete_sample(tmp_path):
     w = RunWriter(tmp_path / "run", _meta())
     for pid in "abc":
@@ -198,6 +223,7 @@ def test_records_get_the_umask_permissions_not_0600(tmp_path):
         os.umask(old)
     for name in ("samples.parquet", "run.json"):
         assert stat.S_IMODE((tmp_path / "run" / name).stat().st_mode) == 0o644, name
+    assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o755
 
 
 def test_an_unwritable_directory_is_refused_before_anything_runs(tmp_path):

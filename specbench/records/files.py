@@ -191,18 +191,35 @@ class RunWriter:
         return RecordsError(f"cannot write {path}: {reason}{f' ({code})' if code else ''}; the run stopped: {safe}")
 
     def _journal_append(self, table: pa.Table, unpaired: bool = False) -> None:
+        staged = None
         if self._journal is None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._journal_file = open(self.journal_path, "wb")
-            _chmod_umask(self.journal_path)
-            self._journal = pa.ipc.new_stream(self._journal_file, self._schema_with_metadata())
+            if self.run_dir.is_dir():
+                self._open_journal(self.journal_path)
+            else:
+                # The directory appears whole, with its first samples: the journal is written in a
+                # hidden sibling and renamed into place, so a process killed before that leaves no
+                # run directory a reader would trip on (only the sibling, which the next writer
+                # of that parent removes once its process is gone).
+                self.run_dir.parent.mkdir(parents=True, exist_ok=True)
+                _remove_dead_staging(self.run_dir.parent)
+                staged = Path(tempfile.mkdtemp(dir=self.run_dir.parent,
+                                               prefix=f"{_STAGING_PREFIX}{os.getpid()}-{self.run_dir.name}-"))
+                self._open_journal(staged / JOURNAL_FILE)
         for batch in table.to_batches():
             self._journal.write_batch(batch, custom_metadata={UNPAIRED_KEY: b"1"} if unpaired else None)
         self._journal_file.flush()  # in the OS now: a killed process loses nothing
+        if staged is not None:
+            _chmod_umask(staged, directory=True)
+            os.rename(staged, self.run_dir)
         now = time.monotonic()
         if now - self._synced_at >= 1.0:  # on disk within about a second, even if the machine dies
             os.fsync(self._journal_file.fileno())
             self._synced_at = now
+
+    def _open_journal(self, path: Path) -> None:
+        self._journal_file = open(path, "wb")
+        _chmod_umask(path)
+        self._journal = pa.ipc.new_stream(self._journal_file, self._schema_with_metadata())
 
     def _schema_with_metadata(self) -> pa.Schema:
         payload = json.dumps(self.metadata.to_dict(), sort_keys=True).encode()
@@ -288,6 +305,28 @@ class RunWriter:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if not self._closed:
             self.close(complete=exc_type is None)
+
+
+_STAGING_PREFIX = ".staging-"
+
+
+def _remove_dead_staging(parent: Path) -> None:
+    """Remove the staging directories (`.staging-<pid>-<run>-*`) of writers whose process is gone:
+    they were killed before their first sample, so they hold nothing a reader could use."""
+    import shutil
+
+    for entry in parent.glob(f"{_STAGING_PREFIX}*"):
+        pid = entry.name[len(_STAGING_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its writer is still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # someone else's live process
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def _read_journal(path: Path, unpaired: set[int] | None = None) -> tuple[pa.Table | None, dict[str, Any] | None]:

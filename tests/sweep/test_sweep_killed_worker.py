@@ -88,3 +88,4 @@ def test_a_writer_killed_before_its_first_sample_leaves_no_directory(tmp_path):
     proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(run)], capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert (tmp_path / "runs").is_dir() and not run.exists()
+
