@@ -27,8 +27,8 @@ class FakeBackend:
         self.blocks: list[tuple[str, list[str]]] = []
         self.wrong_token_for = wrong_token_for
 
-    def run(self, requests, spec, *, concurrency=1, request_rate=None, rate_seed=0, on_result=None):
-        if on_result is not None:
+    def run(self, requests, spec, *, concurrency=1, request_rate=None, rate_seed=0, on_results=None):
+        if on_results is not None:
             self.blocks.append((spec.short, [r.id for r in requests]))
         results = []
         for r in requests:
@@ -39,8 +39,8 @@ class FakeBackend:
                 ids = [1, 2, 9, 4]
             res = Result(r.id, ids, t0, t0, [t0 + 0.001 * (i + 1) for i in range(4)], "length")
             results.append(res)
-            if on_result is not None:
-                on_result(r, res)
+            if on_results is not None:
+                on_results([(r, res)])
         return results, {"wall_s": 0.01, "steps": 4, "batch_sizes": {"1": 4}, "memory": {"target_kv_peak_bytes": 7}}
 
 

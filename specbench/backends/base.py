@@ -19,7 +19,7 @@ backends' startup -> validate -> resolve -> shutdown):
    `describe()` (embedded, openai) then says for run.json how it runs.
 3. run: any number of calls, under any configuration. A backend that batches has `run()`
    (`BatchedBackend`: every request at a concurrency, or as seeded Poisson arrivals, calling
-   `on_result` as each finishes); one that cannot has only `generate()`, one request at a time,
+   `on_results` with the requests finished since its last call); one that cannot has only `generate()`, one request at a time,
    and the runner sends it requests one by one (`batched()` tells which).
 4. stop: nothing to call. Each `run()` opens and closes what it uses (the openai backend's HTTP
    client); models go with the backend object; a server the harness launched is stopped by
@@ -47,10 +47,14 @@ class Backend(Protocol):
 class BatchedBackend(Backend, Protocol):
     def run(self, requests: Sequence[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
             request_rate: float | None = None, rate_seed: int = 0,
-            on_result: Callable[[Request, Result], None] | None = None) -> tuple[list[Result], dict[str, Any]]:
+            on_results: Callable[[list[tuple[Request, Result]]], None] | None = None,
+            ) -> tuple[list[Result], dict[str, Any]]:
         """Every request under `spec`: `concurrency` in flight (closed loop), or arriving as a
         Poisson process at `request_rate`/s seeded by `rate_seed`. Returns the results in
-        request order and the configuration's statistics for run.json (at least `wall_s`)."""
+        request order and the configuration's statistics for run.json (at least `wall_s`).
+        `on_results(pairs)`: the (request, result) pairs finished since its last call, in the
+        order they finished, from one thread at a time; a wave that finishes together comes
+        as one list, so the records of a whole wave are converted and journaled at once."""
         ...
 
 

@@ -65,17 +65,17 @@ class EmbeddedBackend:
 
     def run(self, requests: list[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
             request_rate: float | None = None, rate_seed: int = 0,
-            on_result=None) -> tuple[list[Result], dict]:
+            on_results=None) -> tuple[list[Result], dict]:
         """All requests through the continuous-batching engine at `concurrency` rows in flight
         (closed loop), or arriving as a seeded Poisson process at `request_rate`.
-        `on_result(request, result)` is called as requests finish, from a helper thread."""
+        `on_results([(request, result)])` is called as each request finishes."""
         reset_peak(self.device)
         done: dict[int, Result] = {}
 
         def finished(i: int, g) -> None:
             done[i] = self._result(requests[i], g)
-            if on_result is not None:
-                on_result(requests[i], done[i])
+            if on_results is not None:
+                on_results([(requests[i], done[i])])
 
         _, stats = self.engine.run([(r.prompt_ids, r.sampling) for r in requests], spec,
                                    concurrency=concurrency, request_rate=request_rate,

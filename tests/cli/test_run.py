@@ -521,14 +521,15 @@ def interrupted_run(models, prompts_file, tmp_path, monkeypatch):
     calls = []
 
     def run(self, requests, spec, **kwargs):
-        record = kwargs.get("on_result")
+        record = kwargs.get("on_results")
         if record is not None:  # not the warm-up
-            def on_result(request, result):
-                calls.append(request.id)
-                if len(calls) == 5:
-                    raise KeyboardInterrupt
-                record(request, result)
-            kwargs["on_result"] = on_result
+            def on_results(pairs):
+                for request, result in pairs:
+                    calls.append(request.id)
+                    if len(calls) == 5:
+                        raise KeyboardInterrupt
+                    record([(request, result)])
+            kwargs["on_results"] = on_results
         return real(self, requests, spec, **kwargs)
 
     monkeypatch.setattr(EmbeddedBackend, "run", run)

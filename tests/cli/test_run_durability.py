@@ -85,18 +85,19 @@ kill_at = int(os.environ["SPECBENCH_TEST_KILL_AT"])
 done, unpaired = set(), [0]
 original = embedded.EmbeddedBackend.run
 def run(self, requests, spec, **kw):
-    callback = kw.get("on_result")
+    callback = kw.get("on_results")
     if callback is None:
         return original(self, requests, spec, **kw)
-    def watched(request, result):
-        callback(request, result)
-        log.write(f"{spec.short} {request.id}\\n")
-        if spec.speculative and ("baseline", request.id) not in done:
-            unpaired[0] += 1
-        done.add((spec.short, request.id))
+    def watched(pairs):
+        callback(pairs)
+        for request, result in pairs:
+            log.write(f"{spec.short} {request.id}\\n")
+            if spec.speculative and ("baseline", request.id) not in done:
+                unpaired[0] += 1
+            done.add((spec.short, request.id))
         if unpaired[0] >= kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
-    return original(self, requests, spec, **{**kw, "on_result": watched})
+    return original(self, requests, spec, **{**kw, "on_results": watched})
 embedded.EmbeddedBackend.run = run
 sys.argv = ["specbench", *sys.argv[1:]]
 from specbench.cli import main

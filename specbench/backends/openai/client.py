@@ -49,7 +49,7 @@ from specbench.backends.openai.label import served_spec
 from specbench.backends.openai.prometheus import parse_prometheus, spec_decode_counters
 from specbench.backends.openai.reported import per_request
 from specbench.backends.openai.sse import Attempt, Fault, error_message, read_stream
-from specbench.backends.openai.lag import LoopLag
+from specbench.backends.openai.lag import LoopLag, lag_summary
 from specbench.backends.openai.stats import configuration_stats
 from specbench.backends.openai.workers import ClientPool
 from specbench.backends.openai.tokens import output_tokens
@@ -429,13 +429,15 @@ class OpenAIBackend:
 
     def run(self, requests: list[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
             request_rate: float | None = None, rate_seed: int = 0, burstiness: float = 1.0,
-            on_result: Callable[[Request, Result], None] | None = None) -> tuple[list[Result], dict]:
+            on_results: Callable[[list[tuple[Request, Result]]], None] | None = None,
+            ) -> tuple[list[Result], dict]:
         """Every request, closed loop (`concurrency` in flight, a request arrives when it is
         admitted) or seeded Poisson/gamma arrivals at `request_rate` (capped by
         `concurrency`), as the embedded backend schedules them. /metrics is scraped before
         and after. The event loop only sends and reads: each finished stream becomes a
-        `Result` (token counting) and goes to `on_result` (records, progress) on a worker
-        thread, so nothing slow runs between a chunk's arrival and its timestamp."""
+        `Result` (token counting) and goes to `on_results` (records, progress) on this thread,
+        so nothing slow runs between a chunk's arrival and its timestamp; the streams that
+        finished since the last call go together (one records write for a wave)."""
         before = self.scrape_metrics()
         if self.client_processes and self._pool is None:  # before the settings below change
             self._pool = ClientPool(self._worker_settings(), self.client_processes)
@@ -468,19 +470,29 @@ class OpenAIBackend:
                     gc.collect(1)
                     next_sweep = time.perf_counter() + GC_SWEEP_S
                 try:
-                    item = done.get(timeout=0.2)
+                    items = [done.get(timeout=0.2)]
                 except queue.Empty:
                     if (fut.done() if hasattr(fut, "done") else not fut.is_alive()) and done.empty():
                         break
                     continue
-                if item is None:
+                while items[-1] is not None and not done.empty():
+                    items.append(done.get())
+                finished = []
+                for item in items:
+                    if item is None:
+                        break
+                    i, req, arrival, att, attempts, error, worst = item
+                    res = self._result(req, arrival, att, attempts, error)
+                    if worst is None:  # this process's loop (a worker sends its own figures)
+                        worst = (lag.worst(att.sent, att.end),
+                                 lag.around_ttft(att.wire, att.chunks))
+                    res.extra["loop_lag_s"], res.extra["ttft_lag_s"] = worst
+                    results[i] = res
+                    finished.append((req, res))
+                if finished and on_results is not None:
+                    on_results(finished)
+                if items[-1] is None:
                     break
-                i, req, arrival, att, attempts, error, worst = item
-                res = self._result(req, arrival, att, attempts, error)
-                res.extra["loop_lag_s"] = worst if self.client_processes else lag.worst(att.sent, att.end)
-                results[i] = res
-                if on_result is not None:
-                    on_result(req, res)
             if hasattr(fut, "result"):
                 fut.result()
             elif any(r is None for r in results):
@@ -497,7 +509,7 @@ class OpenAIBackend:
         wall = time.perf_counter() - start
         after = self.scrape_metrics()
         return results, {**configuration_stats(results, before, after, wall, self.token_counting),  # type: ignore[arg-type]
-                         "speculative": spec.speculative}
+                         "client_loop_lag": lag_summary(results), "speculative": spec.speculative}
 
     async def _run_all(self, requests: list[Request], concurrency: int, arrivals: list[float] | None,
                        done: queue.SimpleQueue, lag: LoopLag) -> None:
