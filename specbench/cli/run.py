@@ -272,7 +272,7 @@ def print_summary(result: Any) -> None:
         out.print(line)
     if cfg.backend == "openai":
         from specbench.backends.openai import acceptance_lines, lag_lines
-        for line in acceptance_lines(stats) + lag_lines(df):
+        for line in acceptance_lines(stats) + lag_lines(stats):
             out.print(line)
     from specbench.analysis.serving import serving_lines
     for line in serving_lines(df, stats, cfg.extra.get("goodput_slos_ms")):

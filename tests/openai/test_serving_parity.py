@@ -63,6 +63,8 @@ def test_client_processes_keep_the_closed_loop_concurrency_exact_and_merge_every
         assert all(r.finish_reason == "length" and len(r.output_ids) == TOKENS for r in results)
         assert len(log) == 12 and in_flight_max(log) == 3
         assert all(r.extra["loop_lag_s"] is not None for r in results)  # the worker's own lag
+        assert all(0 <= r.extra["ttft_lag_s"] <= r.extra["loop_lag_s"] for r in results)
+        assert set(st["client_loop_lag"]) == {"ttft_p50_ms", "ttft_p99_ms", "in_flight_p50_ms", "in_flight_p99_ms"}
         # open loop: every arrival is the seeded gamma schedule, whichever worker sent it
         srv.reset()
         results, _ = be.run(reqs, SpeculativeConfig(), concurrency=12, request_rate=40.0, rate_seed=5,

@@ -31,7 +31,8 @@ from typing import Any
 
 
 def _worker(conn: Connection, settings: dict[str, Any]) -> None:
-    """A worker process: requests in on `conn`, (index, attempt, attempts, error, lag) out."""
+    """A worker process: requests in on `conn`, (index, attempt, attempts, error, (in-flight
+    lag, TTFT lag)) out."""
     from specbench.backends.openai.client import GC_SWEEP_S, OpenAIBackend, quiet_collector
     from specbench.backends.openai.lag import LoopLag
 
@@ -66,7 +67,7 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
 
         async def one(i: int, request: Any, slots: int) -> None:
             att, attempts, error = await be.request_attempt(be._session(slots), request)
-            out.put(("done", i, att, attempts, error, lag.worst(att.sent, att.end)))
+            out.put(("done", i, att, attempts, error, (lag.worst(att.sent, att.end), lag.around_ttft(att.wire, att.chunks))))
 
         def readable() -> None:
             try:
