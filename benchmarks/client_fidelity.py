@@ -8,6 +8,10 @@ concurrency requests of --tokens tokens, first token --ttft-ms after the request
 then one every --itl-ms), it prints measured vs true TTFT / ITL / TPOT, p50 and p99, and each
 client's error (measured - true). The server runs in its own process; its own send lag
 (actual - scheduled) is printed too, so a late server is never mistaken for a slow client.
+Beside them runs the host's floor: a bare asyncio Protocol client (pre-built requests, reads
+stamped as they return, no HTTP library), the least any one-process Python client can add
+here with the server on the same cores; an error a goal sets below it is out of reach on this
+host, and the figure to hold specbench against is its distance from the floor.
 
     nice -n 10 .venv/bin/python benchmarks/client_fidelity.py --concurrency 1,16,64,256
     ... --concurrency 1024 --client-processes 4
@@ -197,12 +201,67 @@ async def _raw(kind: str, url: str, n: int, c: int, tokens: int) -> dict:
     return {"ttft": ttft, "itl": itl, "tpot": []}
 
 
+async def _floor(url: str, n: int, c: int, tokens: int, token_ids: bool) -> dict:
+    """The least a Python client on this host can add: c keep-alive connections, each an
+    asyncio Protocol writing a pre-built request and stamping every read as it returns (no
+    HTTP library, no parsing beyond counting events), TTFT timed from the write. What it
+    adds is the host's own floor (the kernel, the scheduler, the server sharing the cores),
+    the figure no client on one process here can go under."""
+    from urllib.parse import urlsplit
+
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    body = json.dumps({"model": "known-timing", "prompt": [1, 2, 3], "max_tokens": tokens, "stream": True,
+                       "return_token_ids": token_ids, "ignore_eos": True}).encode()
+    raw = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    loop = asyncio.get_running_loop()
+    ttft, itl = [], []
+    todo = [n]
+
+    class Conn(asyncio.Protocol):
+        def __init__(self, finished: asyncio.Future):
+            self.finished, self.tail = finished, b""
+
+        def connection_made(self, transport):
+            self.transport = transport
+            self.send()
+
+        def send(self):
+            if todo[0] == 0:
+                self.finished.set_result(None)
+                return
+            todo[0] -= 1
+            self.times, self.tail = [], b""
+            self.transport.write(raw)
+            self.t0 = time.perf_counter()
+
+        def data_received(self, data):
+            now = time.perf_counter()
+            seen = self.tail + data
+            if seen.count(b"data: {") > self.tail.count(b"data: {"):
+                self.times.append(now)
+            self.tail = seen[-16:]
+            if seen.endswith(b"0\r\n\r\n") and b"[DONE]" in seen[-64:]:
+                ttft.append(self.times[0] - self.t0)
+                itl.extend(b - a for a, b in zip(self.times, self.times[1:]))
+                self.send()
+
+    done = [loop.create_future() for _ in range(c)]
+    for f in done:
+        await loop.create_connection(lambda f=f: Conn(f), host, port)
+    await asyncio.gather(*done)
+    return {"ttft": ttft, "itl": itl, "tpot": []}
+
+
 # ---- the table --------------------------------------------------------------------------------
 
 def row(label: str, c: int, meas: dict, true: dict) -> str:
     cells = [f"{label:<22} {c:>5}"]
     for key in ("ttft", "itl", "tpot"):
         for q in (50, 99):
+            if not meas[key]:  # the floor client does not count tokens
+                cells.append(f"{'-':>7}/{pct(true[key], q):6.2f} ({'-':>6})")
+                continue
             m, t = pct(meas[key], q), pct(true[key], q)
             cells.append(f"{m:7.2f}/{t:6.2f} ({m - t:+6.2f})")
     lag = meas.get("loop_lag")
@@ -266,6 +325,9 @@ def main() -> None:
                             text = " ".join(meas["stderr"].split())
                             if "client itself was the bottleneck" in text:
                                 print(f"   {label}: console warned: {text[text.index('the client itself'):][:150]}")
+                        srv.call("/_reset", "POST")
+                        fl = asyncio.run(_floor(srv.url, n, c, args.tokens, kind == "token_ids"))
+                        runs.append(("floor (raw protocol)", fl, true_figures(srv.call("/_log"), args.tokens)))
                         srv.call("/_reset", "POST")
                         vm = run_vllm(srv.url, tok_dir, n, c, args.tokens, tmp)
                         if vm is not None:
