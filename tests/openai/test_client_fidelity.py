@@ -280,3 +280,38 @@ def test_latencies_are_timed_from_the_write_and_the_clients_own_delay_is_queue_s
     assert max(ttft) < 0.020, ttft  # timed from arrival each would be >= 30 ms
     assert min(ttft) >= 0, ttft
 
+
+
+def test_chunks_are_stamped_when_the_connection_receives_them_not_when_their_task_wakes(server, monkeypatch):
+    """At a wave's first tokens the loop runs every connection's data_received before any
+    reading task, and each task wakes after those before it parsed their events. Modelled
+    here by 30 ms of blocking work right after each read's data_received: the chunk stamps
+    must predate it (each TTFT and gap within a few ms of the truth). The broken variant, the
+    reader stamping when its task wakes, reads every TTFT 30 ms late: the check can fail."""
+    from specbench.backends.openai import sse
+
+    srv = server(Schedule(ttft_s=0.030, itl_s=0.060))
+    receive = sse.StampingHandler.data_received
+
+    def then_busy(self, data):
+        receive(self, data)
+        if self.watch is not None:
+            time.sleep(0.030)  # other connections' work, before this one's task runs
+    monkeypatch.setattr(sse.StampingHandler, "data_received", then_busy)
+    reqs = requests(3, tokens=TOKENS)
+
+    def measure():
+        srv.reset()
+        be = backend(srv)
+        try:
+            results, _ = be.run(reqs, SpeculativeConfig(), concurrency=1)
+        finally:
+            be.close()
+        return errors(srv, reqs, results)
+
+    ttft, itl = measure()
+    assert max(ttft) < 0.012 and min(ttft) >= 0, ttft
+    assert statistics.median(abs(x) for x in itl) < 0.005, itl
+    monkeypatch.setattr(sse, "_pieces", lambda raw, now, feeds: [(now, raw)])  # broken: task-side stamps
+    late, _ = measure()
+    assert min(late) >= 0.028, late

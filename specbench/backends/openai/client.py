@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import functools
 import gc
 import json
 import math
@@ -48,7 +49,7 @@ from specbench.arrivals import gamma_arrivals
 from specbench.backends.openai.label import served_spec
 from specbench.backends.openai.prometheus import parse_prometheus, spec_decode_counters
 from specbench.backends.openai.reported import per_request
-from specbench.backends.openai.sse import Attempt, Fault, error_message, read_stream
+from specbench.backends.openai.sse import Attempt, Fault, StampingHandler, error_message, read_stream
 from specbench.backends.openai.lag import LoopLag, lag_summary
 from specbench.backends.openai.stats import configuration_stats
 from specbench.backends.openai.workers import ClientPool
@@ -314,6 +315,8 @@ class OpenAIBackend:
             if self._http is not None:
                 asyncio.ensure_future(self._http.close())
             connector = aiohttp.TCPConnector(limit=max(concurrency, 1), limit_per_host=0)
+            if hasattr(connector, "_factory"):  # its connections stamp bytes as they arrive
+                connector._factory = functools.partial(StampingHandler, loop=asyncio.get_running_loop())
             self._http = aiohttp.ClientSession(connector=connector, headers=self._headers,
                                                timeout=aiohttp.ClientTimeout(total=None), trust_env=False,
                                                trace_configs=[_tracing()])

@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from typing import Any
+
+from aiohttp.client_proto import ResponseHandler
 
 _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 
@@ -125,23 +128,80 @@ async def read_stream(resp: Any, chat: bool, att: Attempt) -> None:
     if "text/event-stream" not in ctype:
         raise Fault(f"expected an event stream, got {ctype or 'no content-type'} "
                     f"({(await resp.read())[:80]!r})", False)
-    await read_events(resp.content.iter_any(), chat, att)
+    handler = getattr(resp.connection, "protocol", None) if resp.connection is not None else None
+    if not isinstance(handler, StampingHandler):
+        await read_events(resp.content.iter_any(), chat, att)
+        return
+    # Body bytes that came with the headers, before this, were received at the last read.
+    feeds: deque[tuple[float, int]] = deque([(handler.last_read, resp.content.total_bytes)])
+    handler.watch = (resp.content, feeds)
+    try:
+        await read_events(resp.content.iter_any(), chat, att, feeds)
+    finally:
+        handler.watch = None
 
 
-async def read_events(body, chat: bool, att: Attempt) -> None:
+class StampingHandler(ResponseHandler):
+    """aiohttp's connection protocol, stamping the payload bytes of each read where the socket
+    hands them over (its data_received), not when the reading task wakes: when a wave of
+    streams gets its events at once, the loop runs every connection's data_received first and
+    only then the tasks, each after the ones before it parsed theirs, so a task-side stamp read
+    the 64th of 64 first tokens late by the 63 parses before it. `watch`: the response body
+    being read and the (stamp, payload bytes) list to fill; `last_read`: when the latest read
+    came (the stamp of body bytes that came with the headers)."""
+
+    __slots__ = ("watch", "last_read")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.watch: tuple[Any, deque[tuple[float, int]]] | None = None
+        self.last_read = 0.0
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = now = time.perf_counter()
+        watch = self.watch
+        if watch is None:
+            return super().data_received(data)
+        before = watch[0].total_bytes
+        super().data_received(data)
+        fed = watch[0].total_bytes - before
+        if fed > 0:
+            watch[1].append((now, fed))
+
+
+def _pieces(raw: bytes, now: float, feeds: deque[tuple[float, int]] | None) -> list[tuple[float, bytes]]:
+    """`raw` (what one read returned) cut into the pieces the connection received, each with
+    its stamp; bytes buffered before the stamps began, or a read that does not add up to them
+    (then its stamps are dropped), get `now`."""
+    if not feeds:
+        return [(now, raw)]
+    sizes = [(t, n) for t, n in feeds if n > 0]
+    feeds.clear()
+    early = len(raw) - sum(n for _, n in sizes)
+    if early < 0:
+        return [(now, raw)]
+    pieces, pos = ([(now, raw[:early])] if early else []), early
+    for t, n in sizes:
+        pieces.append((t, raw[pos:pos + n]))
+        pos += n
+    return pieces
+
+
+async def read_events(body, chat: bool, att: Attempt, feeds: deque[tuple[float, int]] | None = None) -> None:
     """Fill `att` from the raw bytes of an event stream (an async iterator of bytes) until
-    `[DONE]` or its end. Each chunk is stamped with the time its bytes were read, before
+    `[DONE]` or its end. Each chunk is stamped with the time its bytes were read (`feeds`: the
+    stamp and size of each piece as the connection received it, the stamps to use), before
     anything is parsed, so parsing never shows in the timings."""
     buf = b""
     async for raw in body:
-        now = time.perf_counter()
-        buf += raw
-        if b"\n" not in raw and b"\r" not in raw:
-            continue
-        events, buf = split_events(buf)
-        for data in events:
-            if handle_event(data, now, chat, att):
-                return
+        for now, piece in _pieces(raw, time.perf_counter(), feeds):
+            buf += piece
+            if b"\n" not in piece and b"\r" not in piece:
+                continue
+            events, buf = split_events(buf)
+            for data in events:
+                if handle_event(data, now, chat, att):
+                    return
     events, rest = split_events(buf + b"\n\n")
     for data in events:
         if handle_event(data, time.perf_counter(), chat, att):
