@@ -173,6 +173,9 @@ def test_text_counting_is_linear_time_and_never_re_encodes_prefixes(server, monk
     (Schedule(drop_after=3, ttft_s=0.01, itl_s=0.005), "dropped"),
     (Schedule(malformed_after=2, ttft_s=0.01, itl_s=0.005), "not an OpenAI stream event"),
 ])
+@pytest.mark.fault("openai client", "HTTP 429 / 500 / 503, a stream dropped mid-way, an event that is not JSON",
+                   sees="the sample's error: 'HTTP 429: ...', 'stream dropped after N chunk(s)', 'not an OpenAI stream "
+                        "event'; the run's error count", kept="every other sample; the run goes on")
 def test_every_injected_fault_is_one_per_sample_error(server, schedule, expect):
     srv = server(Schedule(ttft_s=0.01, itl_s=0.005),
                  for_request=lambda base, i, body: schedule if body.get("max_tokens") == TOKENS else base)
@@ -183,6 +186,8 @@ def test_every_injected_fault_is_one_per_sample_error(server, schedule, expect):
     assert stats["errors"] == 2
 
 
+@pytest.mark.fault("openai client", "HTTP 429 with Retry-After, --retries 1",
+                   sees="nothing but attempts 2 on the sample", kept="the sample, measured by the retry after the wait")
 def test_retry_after_is_honoured_and_the_retry_succeeds(server):
     def first_fails(base, i, body):
         return replace(base, status=429, retry_after=0.2) if i == 1 else base  # i 0 is the probe
@@ -194,6 +199,8 @@ def test_retry_after_is_honoured_and_the_retry_succeeds(server):
     assert time.perf_counter() - t0 >= 0.2
 
 
+@pytest.mark.fault("openai client", "a stall mid-stream; every event split inside a UTF-8 character",
+                   sees="the stall in that gap's ITL", kept="the whole output, characters intact")
 def test_a_stall_shows_in_the_gaps_and_a_split_utf8_character_survives(server):
     srv = server(Schedule(ttft_s=0.01, itl_s=0.005, stall_after=5, stall_s=0.15, text="utf8", split_utf8=True))
     be = backend(srv)
