@@ -249,6 +249,28 @@ def test_counter_deltas_derive_acceptance_and_refuse_a_reset():
     assert counter_deltas(None, after) is None
 
 
+@pytest.mark.fault("openai client", "the server restarts mid-configuration (its /metrics counters go backwards)",
+                   sees="one console line: the counters went backwards, no server-wide acceptance for it",
+                   kept="every sample; per-request acceptance where the responses carry it")
+def test_a_server_restart_between_the_scrapes_is_detected_and_said():
+    from specbench.backends.openai.prometheus import counters_reset
+    from specbench.backends.openai.stats import acceptance_lines, configuration_stats
+
+    before = {"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 12,
+              "num_accepted_tokens_per_pos": [6, 4, 2]}
+    restarted = {"num_drafts": 3, "num_draft_tokens": 9, "num_accepted_tokens": 4,
+                 "num_accepted_tokens_per_pos": [2, 1, 1]}
+    grown = {**before, "num_drafts": 11, "num_accepted_tokens_per_pos": [6, 3, 2]}  # one position went back
+    assert counters_reset(before, restarted) and counters_reset(before, grown)
+    assert not counters_reset(before, before) and not counters_reset(None, restarted)
+    st = configuration_stats([], before, restarted, 1.0, "token_ids")
+    assert st["server_counters_reset"] and st["server_spec_decode"] is None
+    (line,) = acceptance_lines({"c": {**st, "speculative": True}})
+    assert "went backwards" in line and "restarted" in line
+    calm = acceptance_lines({"c": {**configuration_stats([], before, before, 1.0, "token_ids"), "speculative": True}})
+    assert calm and not any("went backwards" in x for x in calm)
+
+
 # ---- stream flavours ---------------------------------------------------------------------
 
 
@@ -376,6 +398,11 @@ FAULTS = {  # first prompt id -> behaviour, expected error text
 }
 
 
+@pytest.mark.fault("openai client", "HTTP 500 / 429 / 400, a response slower than --request-timeout, a dropped "
+                   "stream, garbage instead of events, an error event mid-stream",
+                   sees="each sample's error names it ('HTTP 500: engine died', 'timed out after 0.5 s', 'stream "
+                        "dropped', 'not an OpenAI stream event', 'server error in stream: ...'); the error count",
+                   kept="every other sample; a dropped stream's partial output")
 def test_every_server_fault_is_recorded_per_sample_and_the_run_goes_on(fake):
     srv = fake(rules=[([code], what) for code, (what, _) in FAULTS.items()])
     be = OpenAIBackend.connect(srv.url, model="fake-model", request_timeout=0.5)

@@ -55,6 +55,16 @@ def spec_decode_counters(samples: dict[str, list[tuple[dict[str, str], float]]])
     return out
 
 
+def counters_reset(before: dict[str, Any] | None, after: dict[str, Any] | None) -> bool:
+    """Whether a counter went backwards between two scrapes: the server restarted between
+    them, so no delta of them means anything."""
+    if before is None or after is None:
+        return False
+    b, a = before["num_accepted_tokens_per_pos"], after["num_accepted_tokens_per_pos"]
+    return (any(after[k] < before[k] for k in COUNT_FIELDS)
+            or any((a[i] if i < len(a) else 0.0) < b[i] for i in range(len(b))))
+
+
 def counter_deltas(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
     """after - before, plus the derived acceptance figures (vLLM's definitions). None when
     either scrape lacks the counters or a counter went backwards (server restarted)."""
@@ -64,7 +74,7 @@ def counter_deltas(before: dict[str, Any] | None, after: dict[str, Any] | None) 
     b, a = before["num_accepted_tokens_per_pos"], after["num_accepted_tokens_per_pos"]
     n = max(len(a), len(b))
     per_pos = [(a[i] if i < len(a) else 0.0) - (b[i] if i < len(b) else 0.0) for i in range(n)]
-    if any(v < 0 for v in totals.values()) or any(v < 0 for v in per_pos):
+    if counters_reset(before, after):
         return None
     return SpecDecodingStats(**{k: int(v) for k, v in totals.items()},
                              num_accepted_tokens_per_pos=[int(x) for x in per_pos]).to_dict()

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specbench.acceptance import SpecDecodingStats
-from specbench.backends.openai.prometheus import counter_deltas
+from specbench.backends.openai.prometheus import counter_deltas, counters_reset
 from specbench.formatting import dash_or
 from specbench.types import Result
 
@@ -61,7 +61,7 @@ def configuration_stats(results: list[Result], before: dict | None, after: dict 
             "acceptance_scope": scope, "acceptance_sources": sources,
             "server_spec_decode": server_spec,
             "request_spec_decode": request_spec, "token_counting": token_counting,
-            "peak_memory_bytes": None}
+            "server_counters_reset": counters_reset(before, after), "peak_memory_bytes": None}
 
 
 def acceptance_lines(configuration_stats: dict[str, dict]) -> list[str]:
@@ -70,6 +70,9 @@ def acceptance_lines(configuration_stats: dict[str, dict]) -> list[str]:
     for config_id, info in configuration_stats.items():
         scope = (info or {}).get("acceptance_scope")
         srv = (info or {}).get("server_spec_decode") or {}
+        if (info or {}).get("server_counters_reset"):
+            lines.append(f"{config_id}: the server's /metrics counters went backwards during it (the server "
+                         "restarted): no server-wide acceptance for this configuration")
         if scope == "server" and srv.get("num_drafts"):
             lines.append(f"{config_id}: acceptance is server-wide (/metrics deltas over every request the "
                          f"server handled, not per sample): rate {srv['acceptance_rate']:.3f}, "
@@ -83,7 +86,7 @@ def acceptance_lines(configuration_stats: dict[str, dict]) -> list[str]:
                          f"{dash_or(req.get('mean_acceptance_length'), '.2f')} tokens per step over "
                          f"{req.get('num_drafts')} drafts; /metrics deltas: rate {dash_or(srv.get('acceptance_rate'), '.3f')}, "
                          f"{dash_or(srv.get('mean_acceptance_length'), '.2f')} over {srv['num_drafts']} drafts")
-        elif scope == "none" and (info or {}).get("speculative"):
+        elif scope == "none" and (info or {}).get("speculative") and not (info or {}).get("server_counters_reset"):
             lines.append(f"{config_id}: no acceptance figures (no per-request data, no vllm:spec_decode_* "
                          "counters on /metrics)")
         errors = (info or {}).get("errors")
