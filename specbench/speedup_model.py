@@ -63,6 +63,10 @@ from specbench.errors import RecordsError
 
 MIN_AT_RISK = 30  # steps at risk at a position before a category gets its own alpha there
 MIN_STEPS = 20  # batched steps needed to fit the step cost at all
+# Below this R² the verify-time fit explains too little of the step times for its predictions
+# to be more than rough; a zero cost per row and draft token (the term that makes drafting
+# cost more at higher batch sizes) means the data could not see that cost at all.
+WEAK_FIT_R2 = 0.5
 _EXCLUDED = re.compile(r"-k\d+dyn|-off\d+")  # dynamic k / disable_by_batch_size: k varies
 
 
@@ -193,6 +197,21 @@ class StepCost:
 
     def verify(self, b: float, k: float) -> float:
         return float(self.form.verify(np.array([b], float), np.array([k], float))[0] @ self.verify_coef)
+
+    def weak(self) -> list[str]:
+        """Why the fit should not be trusted for more than rough predictions (empty: it may)."""
+        why = []
+        if np.isfinite(self.r2) and self.r2 < WEAK_FIT_R2:
+            why.append(f"the verify-time fit explains little of the step times (R² {self.r2:.3f} < {WEAK_FIT_R2})")
+        k = max(self.max_k.values(), default=0)
+        if self.form is LINEAR and k > 0:
+            # the per-row-and-draft-token term's share of a verify step at the largest b and k fitted
+            share = self.verify_coef[2] * self.max_batch * k / max(self.verify(self.max_batch, k), 1e-12)
+            if share < 0.01:
+                why.append(f"its cost per row and draft token (v2) came out zero ({100 * share:.2f}% of a verify "
+                           f"step at batch size {self.max_batch}, k {k}): the steps measured could not tell what "
+                           "verifying more tokens costs")
+        return why
 
     def draft(self, family: str, b: float, k: float) -> float:
         if k <= 0:

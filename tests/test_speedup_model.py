@@ -81,6 +81,22 @@ def test_fit_recovers_planted_step_costs(steps):
     assert cost.r2 > 0.95 and cost.max_batch == 8 and cost.max_k[FAMILY] == 4
 
 
+def test_a_weak_fit_says_why_and_a_good_one_says_nothing(steps):
+    assert sm.fit(steps).cost.weak() == []  # planted costs, 5% noise: R² > 0.95
+    noisy = steps.copy()
+    rng = np.random.default_rng(0)
+    noisy["verify_s"] = rng.permutation(noisy["verify_s"].to_numpy())  # times unrelated to b and k
+    why = sm.fit(noisy).cost.weak()
+    assert why and "R²" in why[0] and f"< {sm.WEAK_FIT_R2}" in why[0], why
+    from specbench.report.model_view import parameter_rows
+    assert any("(weak: below 0.5)" in row[3] for row in parameter_rows(sm.fit(noisy)))
+    assert not any("weak" in row[3] for row in parameter_rows(sm.fit(steps)))
+    flat = steps.copy()
+    flat["verify_s"] = 0.02 + 0.001 * flat["batch_size"] + rng.normal(0, 1e-5, len(flat))  # no k term
+    why = sm.fit(flat).cost.weak()
+    assert any("v2" in w and "zero" in w for w in why), why
+
+
 def test_held_out_error_is_small_for_the_right_model_and_large_for_a_wrong_one(steps, measured):
     right = sm.evaluate(steps, measured)
     wrong = sm.evaluate(steps, measured, form=WRONG)

@@ -133,6 +133,10 @@ def prediction(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
     if not fams:
         plot.note = "No drafter family has both acceptance and draft-cost data."
         return plot
+    weak = model.cost.weak()
+    if weak:
+        plot.caption = ("⚠ Weak fit: " + "; ".join(weak) + ". Read these predictions as rough, and measure "
+                        "before acting on them. " + plot.caption)
     ks, concs = _grid(model, pts)
     fig = make_subplots(rows=1, cols=len(fams), subplot_titles=fams, horizontal_spacing=0.08)
     done = {(r.family, int(r.k), int(r.concurrency)) for r in pts.itertuples()}
@@ -179,7 +183,8 @@ def parameter_rows(model: sm.SpeedupModel) -> list[list[str]]:
     for name, v in zip(c.form.verify_terms, c.verify_coef):
         rows.append([f"verify {name}", f"{v * 1e3:.3f} ms", f"{c.n_steps:.0f} batched steps, "
                      f"batch sizes up to {c.max_batch}",
-                     "constant times: no R²" if fmt.missing(c.r2) else f"R² {c.r2:.3f}"])
+                     "constant times: no R²" if fmt.missing(c.r2) else
+                     f"R² {c.r2:.3f}" + (f" (weak: below {sm.WEAK_FIT_R2})" if c.r2 < sm.WEAK_FIT_R2 else "")])
     for fam, coef in c.draft_coef.items():
         for name, v in zip(c.form.draft_terms, coef):
             rows.append([f"draft {fam}: {name}", f"{v * 1e3:.3f} ms", f"k up to {c.max_k[fam]}", ""])
