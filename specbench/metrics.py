@@ -83,6 +83,7 @@ METRIC_COLUMNS = (
     "first_divergence",
     "token_count_delta",
     "client_loop_lag_s",
+    "attempts",
 )
 
 
@@ -209,6 +210,7 @@ def sample_metrics(
         "first_divergence": first_div,
         "token_count_delta": result.extra.get("token_count_delta"),
         "client_loop_lag_s": result.extra.get("loop_lag_s"),
+        "attempts": result.extra.get("attempts"),
     }
 
 

@@ -23,7 +23,7 @@ SAMPLES_FILE = "samples.parquet"
 RUN_FILE = "run.json"
 JOURNAL_FILE = ".samples.journal.arrows"  # every sample as it completes; gone once the run closes
 METADATA_KEY = b"specbench"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_RUNS_DIR = Path("runs")
 
 
@@ -147,6 +147,10 @@ SCHEMA = pa.schema(
            "openai: the worst delay of the client's event loop while the request was in flight (a "
            "1 ms timer firing late): its timestamps may be late by up to this much. Null for the "
            "other backends.", True),
+        _f("attempts", _I32,
+           "openai: how many times the request was sent (1, or more with --retries: a retry after a "
+           "429/5xx, a timeout or a dropped stream); TTFT and E2E are timed from the last attempt's write, "
+           "queue_s holds the attempts before it. Null for the other backends.", True),
         _f("meets_slo", pa.bool_(),
            "Whether the sample met every --goodput SLO (TTFT, TPOT, E2E latency; vLLM's goodput "
            "definition); null when the run set none.", True),
@@ -161,6 +165,7 @@ ADDED_IN: dict[int, frozenset[str]] = {
     3: frozenset({"chunk_itl_s"}),
     4: frozenset({"token_count_delta", "client_loop_lag_s", "meets_slo", "topk", "num_draft_tokens",
                   "step_draft_depth", "step_accepted_ranks"}),
+    5: frozenset({"attempts"}),
 }
 
 

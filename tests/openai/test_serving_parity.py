@@ -169,6 +169,7 @@ def test_cli_rate_sweep_burstiness_goodput_and_client_processes(srv, prompts, ti
     assert set(df["config_id"]) == {"baseline-c4-r20-b0.5", "baseline-c4-r40-b0.5"} and len(df) == 8
     assert set(df["request_rate"]) == {20.0, 40.0}
     assert df["meets_slo"].notna().all() and df["client_loop_lag_s"].notna().all()
+    assert (df["attempts"] == 1).all()
     assert (df["token_count_delta"] == 0).all()
     run = json.loads((out_dir / "run.json").read_text())["config"]
     assert run["request_rates"] == [20.0, 40.0] and run["burstiness"] == 0.5
