@@ -44,9 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # ---- the server -----------------------------------------------------------------------------
 
 class Server:
-    def __init__(self, schedule: dict, env: dict):
+    def __init__(self, schedule: dict, env: dict, faults: dict | None = None):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specbench.backends.openai.known_timing", "--schedule", json.dumps(schedule)],
+            [sys.executable, "-m", "specbench.backends.openai.known_timing", "--schedule", json.dumps(schedule),
+             *(["--faults", json.dumps(faults)] if faults else [])],
             stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         line = self.proc.stdout.readline().split()
         if not line or line[0] != "ready":

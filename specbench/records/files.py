@@ -171,6 +171,13 @@ class RunWriter:
         first = self.num_rows
         self._tables.append(table)
         self._rows += table.num_rows
+        # A table of one row costs ~60 KiB (a buffer or more per column), ~50x its data: runs of
+        # tens of thousands of samples grew by gigabytes. Neighbours are merged as in a binary
+        # counter (sizes kept decreasing), so a run holds O(log n) tables and copies each row
+        # O(log n) times.
+        while len(self._tables) > 1 and self._tables[-2].num_rows <= self._tables[-1].num_rows:
+            last = self._tables.pop()
+            self._tables[-1] = pa.concat_tables([self._tables[-1], last]).combine_chunks()
         if unpaired:
             self._unpaired.update(range(first, first + table.num_rows))
         try:

@@ -322,3 +322,22 @@ def test_chunks_are_stamped_when_the_connection_receives_them_not_when_their_tas
     monkeypatch.setattr(sse, "_pieces", lambda raw, now, feeds: [(now, raw)])  # broken: task-side stamps
     late, _ = measure()
     assert min(late) >= 0.028, late
+
+
+def test_a_seeded_fault_mix_gives_each_request_its_fault_at_the_asked_rates(capsys):
+    from specbench.backends.openai.known_timing import FaultMix
+
+    mix = FaultMix(drop=0.1, status_429=0.2, stall=0.05, seed=3)
+    picks = [mix.pick(i) for i in range(20000)]
+    assert picks == [FaultMix(drop=0.1, status_429=0.2, stall=0.05, seed=3).pick(i) for i in range(20000)]
+    assert picks != [FaultMix(drop=0.1, status_429=0.2, stall=0.05, seed=4).pick(i) for i in range(20000)]
+    for name, p in (("drop", 0.1), ("status_429", 0.2), ("stall", 0.05)):
+        assert abs(picks.count(name) / len(picks) - p) < 4 * (p * (1 - p) / len(picks)) ** 0.5, name
+    base = Schedule()
+    faulted = {mix.pick(i): mix.for_request(base, i, {}) for i in range(200)}
+    assert faulted["drop"].drop_after == 3 and faulted["status_429"].status == 429
+    assert faulted["stall"].stall_s == 0.5 and faulted[None] == base
+    for bad in ('{"drop": 1.5}', '{"drop": 0.6, "stall": 0.6}', '{"nope": 1}'):
+        with pytest.raises(SystemExit) as exc:
+            known_timing.main(["--faults", bad])
+        assert "--faults" in str(exc.value)

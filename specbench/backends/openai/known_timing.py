@@ -94,7 +94,7 @@ class Stream:
     index: int
     path: str
     read: float  # the request was fully read
-    tokens: int = 0
+    tokens: int = 0  # asked for (max_tokens), also of a request refused with an error status
     status: int = 200
     scheduled: list[float] = field(default_factory=list)
     sent: list[float] = field(default_factory=list)  # just before the event's bytes were written
@@ -159,6 +159,49 @@ class _Conn(asyncio.Protocol):
         self.timers.clear()
         if self.buf:
             self._parse()
+
+
+@dataclass(frozen=True)
+class FaultMix:
+    """Faults at random, seeded per request index (a soak's mix): each request independently
+    gets at most one, with these probabilities; `for_request` is the hook to pass the server."""
+
+    drop: float = 0.0  # the connection cut after `drop_after` events
+    status_429: float = 0.0  # HTTP 429 with Retry-After `retry_after`
+    stall: float = 0.0  # a pause of `stall_s` after `stall_after` events
+    drop_after: int = 3
+    retry_after: float = 0.05
+    stall_after: int = 5
+    stall_s: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("drop", "status_429", "stall"):
+            p = getattr(self, name)
+            if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
+        if self.drop + self.status_429 + self.stall > 1.0:
+            raise ValueError("drop + status_429 + stall must be at most 1")
+
+    def pick(self, index: int) -> str | None:
+        """The fault of request `index` (None: none), the same on every run with this seed."""
+        u = random.Random(self.seed * 1_000_003 + index).random()
+        for name in ("drop", "status_429", "stall"):
+            p = getattr(self, name)
+            if u < p:
+                return name
+            u -= p
+        return None
+
+    def for_request(self, schedule: Schedule, index: int, body: dict) -> Schedule:
+        fault = self.pick(index)
+        if fault == "drop":
+            return replace(schedule, drop_after=self.drop_after)
+        if fault == "status_429":
+            return replace(schedule, status=429, retry_after=self.retry_after)
+        if fault == "stall":
+            return replace(schedule, stall_after=self.stall_after, stall_s=self.stall_s)
+        return schedule
 
 
 class KnownTimingServer:
@@ -246,7 +289,8 @@ class KnownTimingServer:
             return conn.reply(400, b'{"error": {"message": "body is not JSON"}}')
         index = len(self.streams)
         sched = self.for_request(self.schedule, index, body)
-        st = Stream(index, path, read, prompt=body.get("prompt", body.get("messages")))
+        st = Stream(index, path, read, prompt=body.get("prompt", body.get("messages")),
+                    tokens=max(int(body.get("max_tokens") or body.get("max_completion_tokens") or 16), 0))
         self.streams.append(st)
         if sched.status != 200:
             st.status, st.fault = sched.status, f"status {sched.status}"
@@ -258,8 +302,7 @@ class KnownTimingServer:
 
     def _stream(self, conn: _Conn, st: Stream, sched: Schedule, body: dict) -> None:
         chat = st.path.endswith("chat/completions")
-        n_tokens = max(int(body.get("max_tokens") or body.get("max_completion_tokens") or 16), 0)
-        st.tokens = n_tokens
+        n_tokens = st.tokens
         per = max(sched.tokens_per_chunk, 1)
         counts = [min(per, n_tokens - i) for i in range(0, n_tokens, per)]
         want_ids = sched.token_ids and bool(body.get("return_token_ids"))
@@ -340,12 +383,17 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--schedule", default="{}", help="Schedule fields as JSON")
+    ap.add_argument("--faults", default=None, help="FaultMix fields as JSON: faults at random, seeded")
     args = ap.parse_args(argv)
     try:
         sched = replace(Schedule(), **json.loads(args.schedule))
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"--schedule: {exc} (fields: {', '.join(Schedule.__dataclass_fields__)})")
-    srv = KnownTimingServer(sched, port=args.port)
+    try:
+        mix = FaultMix(**json.loads(args.faults)) if args.faults else None
+    except (ValueError, TypeError) as exc:
+        raise SystemExit(f"--faults: {exc} (fields: {', '.join(FaultMix.__dataclass_fields__)})")
+    srv = KnownTimingServer(sched, port=args.port, for_request=mix.for_request if mix else None)
 
     async def go():
         await srv._open()
