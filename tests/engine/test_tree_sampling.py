@@ -103,11 +103,27 @@ def run(engine, sp, spec, drafter, concurrency):
     return lossless.sample_outputs(engine, sp, spec, drafter, concurrency, n=N, vocab=V)
 
 
+@pytest.fixture(scope="module")
+def correct_outputs(engine):
+    """The outputs of the correct verifier for (sampling, drafter, topk, concurrency), drawn
+    once per module: the draw is a function of the case (seeds 0..N-1, the same companions), so
+    the broken-verifier test's correct half reuses the draw a distribution case already made
+    (and checked) instead of drawing it again. Never call it with the verifier patched."""
+    drawn = {}
+
+    def outputs(sampling, drafter, topk, concurrency):
+        key = (sampling, drafter, topk, concurrency)
+        if key not in drawn:
+            spec = tree_spec(topk, token_tree=STATIC) if drafter == "static" else tree_spec(max(topk, 1))
+            drawn[key] = run(engine, SAMPLINGS[sampling], spec, drafter_for(drafter, topk), concurrency)
+        return drawn[key]
+    return outputs
+
+
 @pytest.mark.parametrize("concurrency,sampling,drafter,topk", CASES)
-def test_tree_outputs_follow_target_distribution(engine, target, concurrency, sampling, drafter, topk):
+def test_tree_outputs_follow_target_distribution(correct_outputs, target, concurrency, sampling, drafter, topk):
     sp = SAMPLINGS[sampling]
-    spec = tree_spec(topk, token_tree=STATIC) if drafter == "static" else tree_spec(max(topk, 1))
-    outputs = run(engine, sp, spec, drafter_for(drafter, topk), concurrency)
+    outputs = correct_outputs(sampling, drafter, topk, concurrency)
     p_joint, p_later = check(outputs, target, sp)
     print(f"c{concurrency} {sampling} {drafter} topk {topk}: joint p = {p_joint:.3g}, tokens 4-6 p = "
           + ", ".join(f"{p:.3g}" for p in p_later.values()))
@@ -139,11 +155,12 @@ def no_update_between_siblings(real):
 
 
 @pytest.mark.parametrize("drafter,topk,concurrency", [("iid", 2, 1), ("draft_model", 4, 4)])
-def test_goodness_of_fit_catches_no_residual_between_siblings(engine, target, monkeypatch, drafter, topk,
-                                                               concurrency):
+def test_goodness_of_fit_catches_no_residual_between_siblings(engine, target, correct_outputs, monkeypatch, drafter,
+                                                               topk, concurrency):
+    """Both cases are also distribution cases (CASES): the correct half is their draw."""
     sp = SAMPLINGS["temperature"]
     spec = tree_spec(topk)
-    ok_joint, _ = check(run(engine, sp, spec, drafter_for(drafter, topk), concurrency), target, sp)
+    ok_joint, _ = check(correct_outputs("temperature", drafter, topk, concurrency), target, sp)
     monkeypatch.setattr(verify_mod, "rejected", no_update_between_siblings(verify_mod.rejected))
     bad_joint, _ = check(run(engine, sp, spec, drafter_for(drafter, topk), concurrency), target, sp)
     print(f"{drafter} topk {topk} c{concurrency}: correct p = {ok_joint:.3g}, broken p = {bad_joint:.3g}")
