@@ -168,12 +168,14 @@ def test_text_counting_is_linear_time_and_never_re_encodes_prefixes(server, monk
 
 @pytest.mark.parametrize("schedule, expect", [
     (Schedule(status=429, retry_after=0.05), "HTTP 429"),
+    (Schedule(status=429), "HTTP 429"),  # no Retry-After
     (Schedule(status=500), "HTTP 500"),
     (Schedule(status=503), "HTTP 503"),
     (Schedule(drop_after=3, ttft_s=0.01, itl_s=0.005), "dropped"),
     (Schedule(malformed_after=2, ttft_s=0.01, itl_s=0.005), "not an OpenAI stream event"),
 ])
-@pytest.mark.fault("openai client", "HTTP 429 / 500 / 503, a stream dropped mid-way, an event that is not JSON",
+@pytest.mark.fault("openai client", "HTTP 429 (with or without Retry-After) / 500 / 503, a stream dropped mid-way, "
+                   "an event that is not JSON",
                    sees="the sample's error: 'HTTP 429: ...', 'stream dropped after N chunk(s)', 'not an OpenAI stream "
                         "event'; the run's error count", kept="every other sample; the run goes on")
 def test_every_injected_fault_is_one_per_sample_error(server, schedule, expect):
@@ -197,6 +199,19 @@ def test_retry_after_is_honoured_and_the_retry_succeeds(server):
     results, _ = be.run(requests(1), SpeculativeConfig(), concurrency=1)
     assert results[0].finish_reason == "length" and results[0].extra["attempts"] == 2
     assert time.perf_counter() - t0 >= 0.2
+
+
+@pytest.mark.fault("openai client", "HTTP 429 without Retry-After, --retries 1",
+                   sees="nothing but attempts 2 on the sample", kept="the sample, measured after the client's own backoff")
+def test_a_429_without_retry_after_backs_off_and_the_retry_succeeds(server):
+    def first_fails(base, i, body):
+        return replace(base, status=429) if i == 1 else base  # i 0 is the probe
+    srv = server(Schedule(ttft_s=0.01, itl_s=0.005), for_request=first_fails)
+    be = backend(srv, retries=1)
+    t0 = time.perf_counter()
+    results, _ = be.run(requests(1), SpeculativeConfig(), concurrency=1)
+    assert results[0].finish_reason == "length" and results[0].extra["attempts"] == 2
+    assert time.perf_counter() - t0 >= 0.25  # the first backoff step
 
 
 @pytest.mark.fault("openai client", "a stall mid-stream; every event split inside a UTF-8 character",
