@@ -173,11 +173,13 @@ def test_text_counting_is_linear_time_and_never_re_encodes_prefixes(server, monk
     (Schedule(status=503), "HTTP 503"),
     (Schedule(drop_after=3, ttft_s=0.01, itl_s=0.005), "dropped"),
     (Schedule(malformed_after=2, ttft_s=0.01, itl_s=0.005), "not an OpenAI stream event"),
+    (Schedule(no_finish=True, ttft_s=0.01, itl_s=0.005), "stream ended without a finish_reason"),
 ])
 @pytest.mark.fault("openai client", "HTTP 429 (with or without Retry-After) / 500 / 503, a stream dropped mid-way, "
-                   "an event that is not JSON",
+                   "an event that is not JSON, [DONE] without a finish reason",
                    sees="the sample's error: 'HTTP 429: ...', 'stream dropped after N chunk(s)', 'not an OpenAI stream "
-                        "event'; the run's error count", kept="every other sample; the run goes on")
+                        "event', 'stream ended without a finish_reason'; the run's error count",
+                   kept="every other sample; the run goes on")
 def test_every_injected_fault_is_one_per_sample_error(server, schedule, expect):
     srv = server(Schedule(ttft_s=0.01, itl_s=0.005),
                  for_request=lambda base, i, body: schedule if body.get("max_tokens") == TOKENS else base)
@@ -356,3 +358,18 @@ def test_a_seeded_fault_mix_gives_each_request_its_fault_at_the_asked_rates(caps
         with pytest.raises(SystemExit) as exc:
             known_timing.main(["--faults", bad])
         assert "--faults" in str(exc.value)
+
+
+@pytest.mark.fault("openai client", "an event line without its 'data:' field name",
+                   sees="nothing: the line is not an event (the SSE rule) and the stream reads on",
+                   kept="the sample, one chunk short of the server's count (token_count_delta 1)")
+def test_a_line_without_data_is_skipped_as_sse_says_and_the_count_disagreement_recorded(server):
+    base = Schedule(ttft_s=0.01, itl_s=0.005)
+    srv = server(base, for_request=lambda b, i, body: replace(b, no_data_prefix_after=3)
+                 if body.get("max_tokens") == TOKENS else b)  # not the probe
+    be = backend(srv)
+    results, _ = be.run(requests(2), SpeculativeConfig(), concurrency=2)
+    for r in results:
+        assert r.finish_reason == "length" and r.error is None
+        assert r.extra["token_count_delta"] == 1  # usage says 24, 23 were streamed as events
+        assert len(r.output_ids) == len(r.token_times) == TOKENS - 1  # the token ids that came

@@ -65,6 +65,8 @@ class Schedule:
     stall_s: float = 0.0
     malformed_after: int | None = None
     split_utf8: bool = False
+    no_finish: bool = False  # the stream ends with [DONE] but no event carries a finish_reason
+    no_data_prefix_after: int | None = None  # that event is written without its "data: " field name
 
     def offsets(self, events: int, index: int) -> list[float]:
         """Seconds after the request was read at which each event is due."""
@@ -317,12 +319,14 @@ class KnownTimingServer:
             """Event k, built when it is sent (a request's arrival does no per-event work)."""
             if sched.malformed_after is not None and k == sched.malformed_after:
                 return b"data: {not json\n\n"
+            if sched.no_data_prefix_after is not None and k == sched.no_data_prefix_after:
+                return f'{head},"choices":[{{"index":0,"text":"?","finish_reason":null}}]}}\n\n'.encode()
             n = counts[k]
             piece = pieces.get(n) or pieces.setdefault(n, json.dumps(text * n))
             content = f'"delta":{{"content":{piece}}}' if chat else f'"text":{piece}'
             ids = (f',"token_ids":[{",".join(map(str, range(100 + k * per, 100 + k * per + n)))}]'
                    if want_ids else "")
-            fin = '"length"' if k == total - 1 else "null"
+            fin = '"length"' if k == total - 1 and not sched.no_finish else "null"
             return f'data: {head},"choices":[{{"index":0,{content}{ids},"finish_reason":{fin}}}]}}\n\n'.encode()
 
         tail = b""
