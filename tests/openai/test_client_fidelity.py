@@ -373,3 +373,44 @@ def test_a_line_without_data_is_skipped_as_sse_says_and_the_count_disagreement_r
         assert r.finish_reason == "length" and r.error is None
         assert r.extra["token_count_delta"] == 1  # usage says 24, 23 were streamed as events
         assert len(r.output_ids) == len(r.token_times) == TOKENS - 1  # the token ids that came
+
+
+@pytest.mark.fault("openai client", "the server dies mid-stream and comes back on its port",
+                   sees="each cut stream's error ('stream dropped ...') where --retries is 0; with --retries 2 the "
+                        "retries after the restart measure them", kept="every sample, each with its attempts")
+def test_a_server_that_dies_and_comes_back_costs_only_the_cut_streams(server):
+    import threading
+
+    srv = server(Schedule(ttft_s=0.01, itl_s=0.02))  # 24 tokens: ~0.5 s per stream
+    port = srv.port
+    back: list[KnownTimingServer] = []
+
+    def crash_and_restart():
+        time.sleep(0.25)  # inside the first wave of 4
+        srv.kill()
+        time.sleep(0.3)
+        back.append(KnownTimingServer(Schedule(ttft_s=0.01, itl_s=0.02), port=port).start())
+    try:
+        for retries in (0, 2):
+            if retries:
+                srv = back.pop()
+            be = backend(srv, retries=retries)
+            worker = threading.Thread(target=crash_and_restart)
+            worker.start()
+            results, stats = be.run(requests(8), SpeculativeConfig(), concurrency=4)
+            worker.join()
+            be.close()
+            assert len(results) == 8 and all(r.extra["attempts"] >= 1 for r in results)
+            failed = [r for r in results if r.finish_reason == "error"]
+            if retries == 0:  # the cut streams fail, named; the rest (after the restart) succeed
+                assert 1 <= len(failed) <= 8 and stats["errors"] == len(failed)
+                assert all(r.error.startswith(("stream dropped", "ClientConnectorError", "ServerDisconnectedError"))
+                           for r in failed), [r.error for r in failed]
+            else:  # retried after the restart: every request measured in the end
+                assert not failed, [r.error for r in failed]
+                assert any(r.extra["attempts"] > 1 for r in results)
+                assert all(len(r.output_ids) == TOKENS for r in results)
+    finally:
+        for s in back:
+            s.close()
+        srv.close()

@@ -121,6 +121,7 @@ class _Conn(asyncio.Protocol):
 
     def connection_made(self, transport):
         self.transport = transport
+        self.server.conns.add(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -129,6 +130,7 @@ class _Conn(asyncio.Protocol):
         for t in self.timers:
             t.cancel()
         self.transport = None
+        self.server.conns.discard(self)
 
     def data_received(self, data: bytes) -> None:
         self.arrived = time.perf_counter()  # the request is read when its last bytes arrive
@@ -216,6 +218,7 @@ class KnownTimingServer:
         self.for_request = for_request or Schedule.for_request
         self.host, self.port, self.models = host, port, models
         self.streams: list[Stream] = []
+        self.conns: set[_Conn] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server = None
         self._thread: threading.Thread | None = None
@@ -250,6 +253,18 @@ class KnownTimingServer:
         if not self._ready.wait(10):
             raise RuntimeError("the known-timing server did not start")
         return self
+
+    def kill(self) -> None:
+        """Die as a crashed server does: every connection cut mid-stream, the port closed;
+        `start()` on a new server with the same port brings it back."""
+        def cut():
+            for conn in list(self.conns):
+                if conn.transport is not None:
+                    conn.transport.abort()
+            self._stop.set()
+        if self._thread is not None and self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(cut)
+            self._thread.join(5)
 
     def close(self) -> None:
         """Stop the thread started by `start()`."""
