@@ -25,9 +25,12 @@ from specbench.config import BASELINE, SpeculativeConfig
 from specbench.errors import ConfigError
 from specbench.metrics import match_fields, meets_slo, sample_metrics
 from specbench.progress import PlanProgress
-from specbench.records import RunWriter, make_row
+from specbench.records import SCHEMA, RunWriter, make_row
 from specbench.types import Request, Result
 
+
+# Columns holding a list per sample (token ids, chunk gaps, the per-step arrays).
+_LIST_COLUMNS = tuple(f.name for f in SCHEMA if str(f.type).startswith("list"))
 
 @dataclass(frozen=True)
 class Configuration:
@@ -102,7 +105,7 @@ class Recorder:
     unpaired; the writer pairs it with the baseline's row when it writes the Parquet file, and `read_run` does the
     same when it recovers a killed run from its journal (`records.pair_with_baseline`), so a
     kill loses no completed sample. The in-memory copy (`rows`) is filled in when the
-    baseline arrives."""
+    baseline arrives; with a writer it keeps the scalars only (the lists are in the writer)."""
 
     def __init__(self, backend_name: str, run_id: str, writer: RunWriter | None,
                  on_result: Callable[[Request, Result], None] | None = None):
@@ -132,6 +135,12 @@ class Recorder:
                     if i == len(rows) or rows[i][1] != rows[start][1]:
                         self.writer.add([row for row, _ in rows[start:i]], unpaired=rows[start][1])
                         start = i
+                # The writer holds the whole row now: the copy kept here (for the stopping rules,
+                # which read per-sample scalars) drops its per-token and per-step lists, most of
+                # a row's memory; a long run no longer grows by them.
+                for row, _ in rows:
+                    for c in _LIST_COLUMNS:
+                        row[c] = None
         if self.on_result is not None:
             for request, result in pairs:
                 self.on_result(request, result)
