@@ -392,7 +392,10 @@ class OpenAIBackend:
                     wait = min(f.retry_after, 30.0)
             except asyncio.TimeoutError:
                 error = f"timed out after {self.request_timeout:g} s (--request-timeout)"
-            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+            except aiohttp.ClientConnectorError as exc:  # never connected (before the OSError below)
+                error = f"{type(exc).__name__}: {exc}"
+            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # a reset connection (the server died) is a dropped stream too
                 error = f"stream dropped after {len(att.chunks)} chunk(s): {type(exc).__name__}: {exc}"
             except (aiohttp.ClientError, OSError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
