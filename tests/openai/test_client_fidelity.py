@@ -226,7 +226,8 @@ def test_a_stall_shows_in_the_gaps_and_a_split_utf8_character_survives(server):
     for req, r in zip(reqs, results):
         gaps = [b - a for a, b in zip(r.token_times, r.token_times[1:])]
         assert r.finish_reason == "length" and len(r.output_ids) == TOKENS
-        assert gaps[4] >= 0.15 and max(gaps[:4] + gaps[5:]) < 0.15
+        # the 150 ms stall (true gap 155 ms) against 5 ms gaps, with room for a loaded host
+        assert gaps[4] >= 0.10 and max(gaps[:4] + gaps[5:]) < 0.10, gaps
     log = [s for s in srv.log() if s["tokens"] == TOKENS]
     assert all(s["fault"] is None for s in log)
 
