@@ -13,6 +13,7 @@ interrupted run keeps every finished sample.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import threading
@@ -117,10 +118,6 @@ class Recorder:
         self.rows: list[dict] = []
         self.slos_ms: dict[str, float] | None = None  # --goodput: every row's meets_slo
 
-    def record(self, config: "Configuration", request: Request, result: Result, *, config_start: float,
-               repeat: int) -> dict:
-        return self.record_many(config, [(request, result)], config_start=config_start, repeat=repeat)[0]
-
     def record_many(self, config: "Configuration", pairs: list[tuple[Request, Result]], *,
                     config_start: float, repeat: int) -> list[dict]:
         """The rows of requests that finished together, journaled in one write per run of rows
@@ -130,11 +127,8 @@ class Recorder:
             rows = [self._row(config, request, result, config_start=config_start, repeat=repeat)
                     for request, result in pairs]
             if self.writer is not None:  # durable now, paired or not
-                start = 0
-                for i in range(1, len(rows) + 1):
-                    if i == len(rows) or rows[i][1] != rows[start][1]:
-                        self.writer.add([row for row, _ in rows[start:i]], unpaired=rows[start][1])
-                        start = i
+                for wait, run in itertools.groupby(rows, key=lambda r: r[1]):
+                    self.writer.add([row for row, _ in run], unpaired=wait)
                 # The writer holds the whole row now: the copy kept here (for the stopping rules,
                 # which read per-sample scalars) drops its per-token and per-step lists, most of
                 # a row's memory; a long run no longer grows by them.

@@ -198,10 +198,15 @@ class StepCost:
     def verify(self, b: float, k: float) -> float:
         return float(self.form.verify(np.array([b], float), np.array([k], float))[0] @ self.verify_coef)
 
+    @property
+    def weak_r2(self) -> bool:
+        """The verify-time fit's R² is below WEAK_FIT_R2 (a constant y has none: not weak)."""
+        return bool(np.isfinite(self.r2) and self.r2 < WEAK_FIT_R2)
+
     def weak(self) -> list[str]:
         """Why the fit should not be trusted for more than rough predictions (empty: it may)."""
         why = []
-        if np.isfinite(self.r2) and self.r2 < WEAK_FIT_R2:
+        if self.weak_r2:
             why.append(f"the verify-time fit explains little of the step times (R² {self.r2:.3f} < {WEAK_FIT_R2})")
         k = max(self.max_k.values(), default=0)
         if self.form is LINEAR and k > 0:

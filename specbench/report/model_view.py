@@ -184,7 +184,7 @@ def parameter_rows(model: sm.SpeedupModel) -> list[list[str]]:
         rows.append([f"verify {name}", f"{v * 1e3:.3f} ms", f"{c.n_steps:.0f} batched steps, "
                      f"batch sizes up to {c.max_batch}",
                      "constant times: no R²" if fmt.missing(c.r2) else
-                     f"R² {c.r2:.3f}" + (f" (weak: below {sm.WEAK_FIT_R2})" if c.r2 < sm.WEAK_FIT_R2 else "")])
+                     f"R² {c.r2:.3f}" + (f" (weak: below {sm.WEAK_FIT_R2})" if c.weak_r2 else "")])
     for fam, coef in c.draft_coef.items():
         for name, v in zip(c.form.draft_terms, coef):
             rows.append([f"draft {fam}: {name}", f"{v * 1e3:.3f} ms", f"k up to {c.max_k[fam]}", ""])

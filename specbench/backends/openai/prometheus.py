@@ -68,13 +68,11 @@ def counters_reset(before: dict[str, Any] | None, after: dict[str, Any] | None) 
 def counter_deltas(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
     """after - before, plus the derived acceptance figures (vLLM's definitions). None when
     either scrape lacks the counters or a counter went backwards (server restarted)."""
-    if before is None or after is None:
+    if before is None or after is None or counters_reset(before, after):
         return None
     totals = {k: after[k] - before[k] for k in COUNT_FIELDS}
     b, a = before["num_accepted_tokens_per_pos"], after["num_accepted_tokens_per_pos"]
     n = max(len(a), len(b))
     per_pos = [(a[i] if i < len(a) else 0.0) - (b[i] if i < len(b) else 0.0) for i in range(n)]
-    if counters_reset(before, after):
-        return None
     return SpecDecodingStats(**{k: int(v) for k, v in totals.items()},
                              num_accepted_tokens_per_pos=[int(x) for x in per_pos]).to_dict()
