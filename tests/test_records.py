@@ -205,15 +205,27 @@ RunWriter({str(runs / 't0001')!r}, _meta()).add([_row("a")])
     assert list(df["prompt_id"]) == ["b"] and meta["status"] == "complete"
 
 
-def test_many_single_row_adds_are_held_as_few_tables_in_order(tmp_path):
-    # One table per add held ~60 KiB per sample (a buffer per column): a 30k-sample soak grew
-    # by gigabytes. The writer merges them as it goes, keeping the order and the pairing marks.
+def test_the_writer_holds_a_bounded_number_of_rows(tmp_path, monkeypatch):
+    # Every row held in memory grew a 30k-sample soak by about 3 KiB each (one Arrow table per
+    # add had cost 60 KiB). Past SPILL_ROWS the writer spills them to a file it memory-maps on
+    # flush; order and pairing marks survive, and close removes the spill files.
+    from specbench.records import files
+
+    monkeypatch.setattr(files, "SPILL_ROWS", 100)
     w = RunWriter(tmp_path / "run", _meta())
-    for i in range(1000):
-        w.add([_row(f"p{i}")], unpaired=(i % 7 == 0))
-    assert len(w._tables) <= 11 and w.num_rows == 1000  # log2(1000) + 1
-    assert w._unpaired == {i for i in range(1000) if i % 7 == 0}
+    rows = [_row(f"p{i}") for i in range(1000)]
+    data = pa.Table.from_pylist(rows, schema=records.SCHEMA).nbytes
+    before = pa.total_allocated_bytes()
+    for i, row in enumerate(rows):
+        w.add([row], unpaired=(i % 7 == 0))
+    assert w.num_rows == 1000 and w._unpaired == {i for i in range(1000) if i % 7 == 0}
+    assert pa.total_allocated_bytes() - before < data / 5  # all rows held would be `data`
+    w.flush()
+    assert pa.total_allocated_bytes() - before < data / 5  # and the flush lets its copy go
+    assert pq.ParquetFile(tmp_path / "run" / records.SAMPLES_FILE).metadata.num_rows == 1000
+    assert len(list((tmp_path / "run").glob(".samples.spill-*"))) == 10
     w.close(complete=True)
+    assert not list((tmp_path / "run").glob(".samples.spill-*"))
     df, _ = read_run(tmp_path / "run")
     assert list(df["prompt_id"]) == [f"p{i}" for i in range(1000)]
 

@@ -88,7 +88,10 @@ class RunWriter:
     run metadata in its schema) and hands it to the OS at once, so a run killed with SIGKILL
     keeps every sample that had completed; the journal is fsynced at most a second after a
     row. `flush()` (after each configuration) rewrites `samples.parquet` and `run.json`
-    atomically with every row so far; `close(complete=...)` writes them a last time with the
+    atomically with every row so far. Rows for that are held in memory only until
+    `SPILL_ROWS` have gathered; then they go as one table to a hidden spill file in the run
+    directory, memory-mapped when a flush reads it, so a run of any length holds a bounded
+    number of rows; `close(complete=...)` writes them a last time with the
     run's status and removes the journal. `read_run` recovers a run whose writer never
     closed (status `killed`) from its journal.
 
@@ -113,6 +116,8 @@ class RunWriter:
                 self.previous_rows = pq.ParquetFile(self.samples_path).metadata.num_rows
             except (OSError, pa.ArrowException):
                 self.previous_rows = 0
+            for stale in self.run_dir.glob(f"{_SPILL_PREFIX}*"):  # a killed writer's, never records
+                stale.unlink(missing_ok=True)
         self._created = not self.run_dir.exists()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -127,8 +132,10 @@ class RunWriter:
             raise RecordsError(f"--out {self.run_dir}: cannot write there ({exc.strerror or exc})") from None
         self.metadata.status = "running"
         self.metadata.pid = os.getpid()
-        self._tables: list[pa.Table] = []
-        self._rows = 0  # rows in _tables (summing them per sample would be quadratic in the run)
+        self._tables: list[pa.Table] = []  # rows not spilled yet
+        self._held = 0  # rows in _tables
+        self._spills: list[Path] = []  # the rows before them, in order, SPILL_ROWS or more per file
+        self._rows = 0  # every row added (summing tables per sample would be quadratic in the run)
         self._closed = False
         self._journal: Any = None
         self._journal_file: Any = None
@@ -170,6 +177,7 @@ class RunWriter:
             raise self._disk_error(self.journal_path, self._failed)
         first = self.num_rows
         self._tables.append(table)
+        self._held += table.num_rows
         self._rows += table.num_rows
         # A table of one row costs ~60 KiB (a buffer or more per column), ~50x its data: runs of
         # tens of thousands of samples grew by gigabytes. Neighbours are merged as in a binary
@@ -186,6 +194,32 @@ class RunWriter:
             self._failed = exc
             raise self._disk_error(self.journal_path, exc) from None
         self._journaled += table.num_rows
+        if self._held >= SPILL_ROWS:
+            self._spill()
+
+    def _spill(self) -> None:
+        """The rows held in memory, to one spill file (Arrow IPC, read back memory-mapped)."""
+        path = self.run_dir / f"{_SPILL_PREFIX}{len(self._spills):05d}.arrows"
+        table = pa.concat_tables(self._tables).combine_chunks()
+        try:
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, SCHEMA) as out:
+                out.write_table(table)
+        except (OSError, pa.ArrowException) as exc:
+            path.unlink(missing_ok=True)
+            self._failed = exc if isinstance(exc, OSError) else OSError(str(exc))
+            raise self._disk_error(path, self._failed) from None
+        self._spills.append(path)
+        self._tables, self._held = [], 0
+
+    def _all_rows(self) -> pa.Table:
+        """Every row added, in order: the spill files' (memory-mapped) and those held."""
+        parts = [pa.ipc.open_file(pa.memory_map(str(p))).read_all() for p in self._spills]
+        return pa.concat_tables(parts + self._tables)
+
+    def _remove_spills(self) -> None:
+        for path in self._spills:
+            path.unlink(missing_ok=True)
+        self._spills = []
 
     def _disk_error(self, path: Path, exc: OSError) -> RecordsError:
         """The one line a full or failing disk gets: the file, the OS's reason, and how many
@@ -238,13 +272,12 @@ class RunWriter:
         """Write `samples.parquet` and `run.json` with every row added so far."""
         if self._failed is not None:
             return  # the disk refused the journal: what it holds whole is what is kept
-        if not self._tables and self.samples_path.exists():
+        if not self._rows and self.samples_path.exists():
             return  # no new rows yet: keep the records being overwritten until there are
         schema = self._schema_with_metadata()
-        if self._tables:
-            table = pair_with_baseline(pa.concat_tables(self._tables), self._unpaired)
+        if self._rows:
+            table = pair_with_baseline(self._all_rows(), self._unpaired)
             table = table.replace_schema_metadata(schema.metadata)
-            self._tables = [table.replace_schema_metadata(None)]
         else:
             table = schema.empty_table()
         text = json.dumps(self.metadata.to_dict(), indent=2, sort_keys=True) + "\n"
@@ -269,10 +302,12 @@ class RunWriter:
         self.metadata.finished_at = _utc_now()
         if self._failed is not None:  # keep the journal: it is the only whole copy
             self._release_journal()
+            self._remove_spills()
             self._closed = True
             return
-        if self._tables or complete:
+        if self._rows or complete:
             self.flush()
+        self._remove_spills()
         if self._journal is not None:
             self._journal.close()
             self._journal_file.close()
@@ -297,7 +332,7 @@ class RunWriter:
 
     def abandon(self) -> None:
         """Nothing was measured (setup failed): leave the directory as it was found."""
-        if self._tables:
+        if self._rows:
             raise RuntimeError("abandon() after samples were added; close() instead")
         if self._journal is not None:
             self._journal.close()
@@ -317,6 +352,8 @@ class RunWriter:
 
 
 _STAGING_PREFIX = ".staging-"
+_SPILL_PREFIX = ".samples.spill-"
+SPILL_ROWS = 2048  # rows a writer holds in memory at most (~3 KiB each, compacted) before it spills them
 _COLUMN_SET = frozenset(COLUMNS)
 
 
