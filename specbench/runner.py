@@ -105,17 +105,25 @@ class Recorder:
     alternates the order), the row is journaled at once without its match fields, marked
     unpaired; the writer pairs it with the baseline's row when it writes the Parquet file, and `read_run` does the
     same when it recovers a killed run from its journal (`records.pair_with_baseline`), so a
-    kill loses no completed sample. The in-memory copy (`rows`) is filled in when the
-    baseline arrives; with a writer it keeps the scalars only (the lists are in the writer)."""
+    kill loses no completed sample.
+
+    `rows`, the in-memory copy, is kept without a writer, and with one only when `keep_rows`
+    (a stopping rule reads it): then its per-token and per-step lists are dropped, since the
+    journal holds them. A run with a writer and no stopping rule keeps no rows, so its memory
+    does not grow with its length."""
 
     def __init__(self, backend_name: str, run_id: str, writer: RunWriter | None,
-                 on_result: Callable[[Request, Result], None] | None = None):
+                 on_result: Callable[[Request, Result], None] | None = None, keep_rows: bool = True):
         self.backend_name, self.run_id, self.writer, self.on_result = backend_name, run_id, writer, on_result
+        self.keep_rows = keep_rows or writer is None
         self.baseline_outputs: dict[tuple[str, int], list[int]] = {}
         self.expect_baseline: set[int] = set()  # repeats whose baseline is part of the plan
         self._waiting: dict[tuple[str, int], list[tuple[dict, Result]]] = {}
         self._lock = threading.Lock()
         self.rows: list[dict] = []
+        # Whether baseline outputs are kept as references: only while a speculative
+        # configuration is measured beside them (a baseline-only run holds none).
+        self.references = True
         self.slos_ms: dict[str, float] | None = None  # --goodput: every row's meets_slo
 
     def record_many(self, config: "Configuration", pairs: list[tuple[Request, Result]], *,
@@ -129,12 +137,12 @@ class Recorder:
             if self.writer is not None:  # durable now, paired or not
                 for wait, run in itertools.groupby(rows, key=lambda r: r[1]):
                     self.writer.add([row for row, _ in run], unpaired=wait)
-                # The writer holds the whole row now: the copy kept here (for the stopping rules,
-                # which read per-sample scalars) drops its per-token and per-step lists, most of
-                # a row's memory; a long run no longer grows by them.
-                for row, _ in rows:
-                    for c in _LIST_COLUMNS:
-                        row[c] = None
+                # The journal holds the whole row now: a copy kept here (for the stopping rules,
+                # which read per-sample scalars) drops its per-token and per-step lists.
+                if self.keep_rows:
+                    for row, _ in rows:
+                        for c in _LIST_COLUMNS:
+                            row[c] = None
         if self.on_result is not None:
             for request, result in pairs:
                 self.on_result(request, result)
@@ -155,10 +163,11 @@ class Recorder:
                        request_rate=config.request_rate, request=request, metrics=metrics,
                        is_baseline=config.is_baseline, repeat=repeat)
         row["meets_slo"] = meets_slo(row, self.slos_ms)
-        self.rows.append(row)
-        if wait:
+        if self.keep_rows:
+            self.rows.append(row)
+        if wait and self.keep_rows:  # the kept row gets its match fields when the baseline comes
             self._waiting.setdefault(key, []).append((row, result))
-        if config.is_baseline and result.error is None:
+        if config.is_baseline and result.error is None and self.references and compares_with_baseline(request):
             self.baseline_outputs.setdefault(key, list(result.output_ids))
             for waiting_row, res in self._waiting.pop(key, []):
                 fields = match_fields(res.output_ids, self.baseline_outputs[key])
@@ -289,7 +298,7 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
             on_result(request, result)
         progress.result(request, result)
 
-    recorder = Recorder(backend.name, run_id, writer, finished)
+    recorder = Recorder(backend.name, run_id, writer, finished, keep_rows=stop is not None)
     recorder.slos_ms = slos_ms
     stats: dict[str, dict] = {}
     busy: dict[str, float] = {}
@@ -309,6 +318,7 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
                 recorder.expect_baseline = set(range(repeats))
             else:
                 recorder.expect_baseline = set()
+            recorder.references = any(not c.is_baseline for c in group)
             order = list(group)
             rng.shuffle(order)
             for cfg in order:

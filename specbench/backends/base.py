@@ -51,7 +51,9 @@ class BatchedBackend(Backend, Protocol):
             ) -> tuple[list[Result], dict[str, Any]]:
         """Every request under `spec`: `concurrency` in flight (closed loop), or arriving as a
         Poisson process at `request_rate`/s seeded by `rate_seed`. Returns the results in
-        request order and the configuration's statistics for run.json (at least `wall_s`).
+        request order (an empty list when `on_results` is given: it took each as it finished,
+        and a long run holds none) and the configuration's statistics for run.json (at least
+        `wall_s`).
         `on_results(pairs)`: the (request, result) pairs finished since its last call, in the
         order they finished, from one thread at a time; a wave that finishes together comes
         as one list, so the records of a whole wave are converted and journaled at once."""

@@ -68,20 +68,23 @@ class EmbeddedBackend:
             on_results=None) -> tuple[list[Result], dict]:
         """All requests through the continuous-batching engine at `concurrency` rows in flight
         (closed loop), or arriving as a seeded Poisson process at `request_rate`.
-        `on_results([(request, result)])` is called as each request finishes."""
+        `on_results([(request, result)])` is called as each request finishes (and the
+        results are not returned)."""
         reset_peak(self.device)
         done: dict[int, Result] = {}
 
         def finished(i: int, g) -> None:
-            done[i] = self._result(requests[i], g)
+            res = self._result(requests[i], g)
             if on_results is not None:
-                on_results([(requests[i], done[i])])
+                on_results([(requests[i], res)])
+            else:
+                done[i] = res
 
         _, stats = self.engine.run([(r.prompt_ids, r.sampling) for r in requests], spec,
                                    concurrency=concurrency, request_rate=request_rate,
                                    rate_seed=rate_seed, on_finish=finished)
         info = {**stats.to_dict(), "peak_memory_bytes": peak_bytes(self.device)}
-        return [done[i] for i in range(len(requests))], info
+        return ([done[i] for i in range(len(requests))] if on_results is None else []), info
 
     def generate(self, request: Request, spec: SpeculativeConfig, *, arrival_time: float) -> Result:
         """One request on its own (a batch of one)."""

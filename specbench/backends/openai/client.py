@@ -50,8 +50,8 @@ from specbench.backends.openai.label import served_spec
 from specbench.backends.openai.prometheus import parse_prometheus, spec_decode_counters
 from specbench.backends.openai.reported import per_request
 from specbench.backends.openai.sse import Attempt, Fault, StampingHandler, error_message, read_stream
-from specbench.backends.openai.lag import LoopLag, lag_summary
-from specbench.backends.openai.stats import configuration_stats
+from specbench.backends.openai.lag import LoopLag
+from specbench.backends.openai.stats import Tally
 from specbench.backends.openai.workers import ClientPool
 from specbench.backends.openai.tokens import output_tokens
 from specbench.config import SpeculativeConfig
@@ -443,7 +443,8 @@ class OpenAIBackend:
         and after. The event loop only sends and reads: each finished stream becomes a
         `Result` (token counting) and goes to `on_results` (records, progress) on this thread,
         so nothing slow runs between a chunk's arrival and its timestamp; the streams that
-        finished since the last call go together (one records write for a wave)."""
+        finished since the last call go together (one records write for a wave). Returns the
+        results in request order, or none when `on_results` took them."""
         before = self.scrape_metrics()
         if self.client_processes and self._pool is None:  # before the settings below change
             self._pool = ClientPool(self._worker_settings(), self.client_processes)
@@ -458,7 +459,12 @@ class OpenAIBackend:
         start = time.perf_counter()
         arrivals = (gamma_arrivals(len(requests), request_rate, burstiness, rate_seed, 0.0)
                     if request_rate else None)
-        results: list[Result | None] = [None] * len(requests)
+        # With `on_results` the results go there as they finish and only their figures stay
+        # (`Tally`): a run of tens of thousands of requests does not hold each one's output.
+        keep = on_results is None
+        results: list[Result | None] = [None] * len(requests) if keep else []
+        tally = Tally()
+        received = 0
         done: queue.SimpleQueue = queue.SimpleQueue()
         lag = LoopLag()
         switch = sys.getswitchinterval()
@@ -493,7 +499,10 @@ class OpenAIBackend:
                         worst = (lag.worst(att.sent, att.end),
                                  lag.around_ttft(att.wire, att.chunks))
                     res.extra["loop_lag_s"], res.extra["ttft_lag_s"] = worst
-                    results[i] = res
+                    tally.add(res)
+                    received += 1
+                    if keep:
+                        results[i] = res
                     finished.append((req, res))
                 if finished and on_results is not None:
                     on_results(finished)
@@ -501,7 +510,7 @@ class OpenAIBackend:
                     break
             if hasattr(fut, "result"):
                 fut.result()
-            elif any(r is None for r in results):
+            elif received < len(requests):
                 raise BackendError("a --client-processes worker died before every request finished")
         except BaseException:
             if hasattr(fut, "cancel"):
@@ -514,8 +523,8 @@ class OpenAIBackend:
                 gc.enable()
         wall = time.perf_counter() - start
         after = self.scrape_metrics()
-        return results, {**configuration_stats(results, before, after, wall, self.token_counting),  # type: ignore[arg-type]
-                         "client_loop_lag": lag_summary(results), "speculative": spec.speculative}
+        return results, {**tally.stats(before, after, wall, self.token_counting),  # type: ignore[return-value]
+                         "speculative": spec.speculative}
 
     async def _run_all(self, requests: list[Request], concurrency: int, arrivals: list[float] | None,
                        done: queue.SimpleQueue, lag: LoopLag) -> None:

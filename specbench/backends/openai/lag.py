@@ -60,18 +60,28 @@ class LoopLag:
         return max(lags) if lags else None
 
 
-def lag_summary(results: Any) -> dict[str, float] | None:
+LAG_KEYS = ("ttft_lag_s", "loop_lag_s")  # a Result's `extra` keys, in the summary as "ttft", "in_flight"
+
+
+def summarize_lags(lags: dict[str, Any]) -> dict[str, float] | None:
     """A configuration's lag figures for run.json (ms): p50/p99 of the requests' TTFT lags and
-    of their in-flight worst; None when nothing was measured."""
+    of their in-flight worst (`lags`: each key of `LAG_KEYS` to its values); None when nothing
+    was measured."""
     import numpy as np
 
     out = {}
-    for key, name in (("ttft_lag_s", "ttft"), ("loop_lag_s", "in_flight")):
-        xs = [r.extra[key] for r in results if r.extra.get(key) is not None]
-        if xs:
+    for key, name in zip(LAG_KEYS, ("ttft", "in_flight")):
+        xs = np.asarray(lags.get(key, ()), dtype=float)
+        if xs.size:
             out[f"{name}_p50_ms"] = float(np.percentile(xs, 50)) * 1e3
             out[f"{name}_p99_ms"] = float(np.percentile(xs, 99)) * 1e3
     return out or None
+
+
+def lag_summary(results: Any) -> dict[str, float] | None:
+    """`summarize_lags` of results' own figures."""
+    return summarize_lags({key: [r.extra[key] for r in results if r.extra.get(key) is not None]
+                           for key in LAG_KEYS})
 
 
 def lag_lines(configuration_stats: dict[str, dict]) -> list[str]:

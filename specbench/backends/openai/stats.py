@@ -12,56 +12,97 @@ Boundary: `Result`s and counter dicts in, a dict and lines of text out.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
 from specbench.acceptance import SpecDecodingStats
+from specbench.backends.openai.lag import LAG_KEYS, summarize_lags
 from specbench.backends.openai.prometheus import counter_deltas, counters_reset
 from specbench.formatting import dash_or
 from specbench.types import Result
 
 
+def _observe(stats: SpecDecodingStats, r: Result) -> bool:
+    """Add one result's per-request acceptance to `stats`; whether it carried any. Per-position
+    counts come from step events, per-step arrays or vLLM's histogram, whichever it has."""
+    if r.steps:
+        stats.observe_steps(r.steps)
+        return True
+    ra = r.reported_acceptance
+    if ra is None:
+        return False
+    stats.add_totals(ra.num_steps, ra.drafted, ra.accepted)
+    if ra.accepted_per_step is not None:
+        for a in ra.accepted_per_step:
+            stats.observe_accepted(a)
+        # positions up to the longest draft, accepted or not
+        stats.observe_accepted(0, max(ra.drafted_per_step or (), default=0), count=0)
+    elif ra.histogram is not None:  # index j: drafts that accepted exactly j
+        for j, n in enumerate(ra.histogram):
+            stats.observe_accepted(j, count=n)
+    return True
+
+
 def request_acceptance(results: Sequence[Result]) -> dict[str, Any] | None:
     """Per-request acceptance pooled over `results`, in the shape of `counter_deltas` (so the
-    two can be set side by side); None when no result carries any. Per-position counts come
-    from step events, per-step arrays or vLLM's histogram, whichever a result has."""
-    stats = SpecDecodingStats()
-    seen = False
+    two can be set side by side); None when no result carries any."""
+    tally = Tally()
     for r in results:
+        tally.add(r)
+    return tally.acceptance()
+
+
+class Tally:
+    """A configuration's figures gathered result by result as each finishes, so a run of
+    tens of thousands of requests need not hold every `Result` (output ids and per-token
+    times, a few KiB each) until its end: acceptance pooled, errors, sources, and the two
+    loop-lag figures per request (8 bytes each)."""
+
+    def __init__(self) -> None:
+        self.requests = self.errors = 0
+        self._acceptance = SpecDecodingStats()
+        self._seen = False
+        self.sources: set[str] = set()
+        self.lags = {key: array("d") for key in LAG_KEYS}
+
+    def add(self, r: Result) -> None:
+        self.requests += 1
+        self.errors += r.finish_reason == "error"
+        self._seen |= _observe(self._acceptance, r)
+        if r.reported_acceptance is not None:
+            self.sources.add(r.reported_acceptance.source)
         if r.steps:
-            seen = True
-            stats.observe_steps(r.steps)
-        elif r.reported_acceptance is not None:
-            ra = r.reported_acceptance
-            seen = True
-            stats.add_totals(ra.num_steps, ra.drafted, ra.accepted)
-            if ra.accepted_per_step is not None:
-                for a in ra.accepted_per_step:
-                    stats.observe_accepted(a)
-                # positions up to the longest draft, accepted or not
-                stats.observe_accepted(0, max(ra.drafted_per_step or (), default=0), count=0)
-            elif ra.histogram is not None:  # index j: drafts that accepted exactly j
-                for j, n in enumerate(ra.histogram):
-                    stats.observe_accepted(j, count=n)
-    if not seen:
-        return None
-    return stats.to_dict()
+            self.sources.add("specbench")
+        for key, xs in self.lags.items():
+            if r.extra.get(key) is not None:
+                xs.append(r.extra[key])
+
+    def acceptance(self) -> dict[str, Any] | None:
+        return self._acceptance.to_dict() if self._seen else None
+
+    def stats(self, before: dict | None, after: dict | None, wall: float, token_counting: str) -> dict[str, Any]:
+        """The configuration's run.json entry, with the /metrics scrapes around it."""
+        request_spec = self.acceptance()
+        server_spec = counter_deltas(before, after)
+        scope = "request" if request_spec is not None else ("server" if server_spec is not None else "none")
+        return {"wall_s": wall, "requests": self.requests, "errors": self.errors,
+                "acceptance_scope": scope, "acceptance_sources": sorted(self.sources),
+                "server_spec_decode": server_spec,
+                "request_spec_decode": request_spec, "token_counting": token_counting,
+                "server_counters_reset": counters_reset(before, after), "peak_memory_bytes": None,
+                "client_loop_lag": summarize_lags(self.lags)}
 
 
 def configuration_stats(results: list[Result], before: dict | None, after: dict | None, wall: float,
                         token_counting: str) -> dict[str, Any]:
     """The configuration's run.json entry, from its results and the /metrics scrapes around it."""
-    request_spec = request_acceptance(results)
-    server_spec = counter_deltas(before, after)
-    scope = "request" if request_spec is not None else ("server" if server_spec is not None else "none")
-    sources = sorted({r.reported_acceptance.source for r in results if r.reported_acceptance is not None}
-                     | ({"specbench"} if any(r.steps for r in results) else set()))
-    return {"wall_s": wall, "requests": len(results),
-            "errors": sum(1 for r in results if r.finish_reason == "error"),
-            "acceptance_scope": scope, "acceptance_sources": sources,
-            "server_spec_decode": server_spec,
-            "request_spec_decode": request_spec, "token_counting": token_counting,
-            "server_counters_reset": counters_reset(before, after), "peak_memory_bytes": None}
+    tally = Tally()
+    for r in results:
+        tally.add(r)
+    out = tally.stats(before, after, wall, token_counting)
+    del out["client_loop_lag"]
+    return out
 
 
 def acceptance_lines(configuration_stats: dict[str, dict]) -> list[str]:
