@@ -125,11 +125,10 @@ def test_flush_is_atomic_and_leaves_no_temp_file(tmp_path, monkeypatch):
     # A failure in the middle of writing leaves the previous file intact and no temp file.
     w.add([_row("b")])
 
-    def broken(table, where, **kw):
-        where.write(b"PAR1 partial garbage")
+    def broken(self, table, *args, **kw):  # after the writer has put its header down
         raise OSError("disk full")
 
-    monkeypatch.setattr(records.files.pq, "write_table", broken)
+    monkeypatch.setattr(records.files.pq.ParquetWriter, "write_table", broken)
     with pytest.raises(RecordsError, match="samples.parquet: disk full; the run stopped: 2 completed sample"):
         w.flush()
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted(files)
@@ -431,3 +430,29 @@ def test_metadata_holds_a_run_config_and_what_setup_and_the_runner_add(tmp_path)
     assert got.engine == {"forward_path": "transformers eager"} and got.num_speculative_tokens == (2,)
     assert got.configuration_stats == {"baseline-c1": {"wall_s": 1.5}, "ngram-k2-c1": {"wall_s": 2.0}}
     assert "openai" not in written["config"] and "interrupted_by" not in written["config"]
+
+
+def test_unpaired_rows_are_paired_across_spill_files(tmp_path, monkeypatch):
+    # samples.parquet is written a spill file at a time: the match fields of rows written
+    # before their baseline are settled across every part first (rows [4,5,6,7] match a
+    # baseline [4,5,6,7] fully, where their own reference said 0.75).
+    from specbench.records import files
+
+    monkeypatch.setattr(files, "SPILL_ROWS", 3)
+    w = RunWriter(tmp_path / "run", _meta())
+    spec_rows = [_row(f"p{i}") for i in range(5)]
+    assert {r["token_match_rate"] for r in spec_rows} == {0.75}
+    w.add(spec_rows[:2], unpaired=True)
+    w.add(spec_rows[2:], unpaired=True)
+    base = []
+    for i in range(5):
+        row = _row(f"p{i}")
+        row.update(is_baseline=True, token_match_rate=None, first_divergence=None)
+        base.append(row)
+    for row in base:
+        w.add([row])
+    assert len(w._spills) >= 2
+    w.close(complete=True)
+    t = pq.read_table(tmp_path / "run" / records.SAMPLES_FILE).to_pydict()
+    assert t["prompt_id"] == [f"p{i}" for i in range(5)] * 2
+    assert t["token_match_rate"][:5] == [1.0] * 5 and t["first_divergence"][:5] == [-1] * 5  # -1: identical

@@ -211,10 +211,37 @@ class RunWriter:
         self._spills.append(path)
         self._tables, self._held = [], 0
 
-    def _all_rows(self) -> pa.Table:
-        """Every row added, in order: the spill files' (memory-mapped) and those held."""
-        parts = [pa.ipc.open_file(pa.memory_map(str(p))).read_all() for p in self._spills]
-        return pa.concat_tables(parts + self._tables)
+    def _parts(self) -> list[Any]:
+        """Every row added, in order, as parts to read one at a time: each spill file's
+        (memory-mapped when called) and the table of rows held."""
+        parts: list[Any] = [lambda p=p: pa.ipc.open_file(pa.memory_map(str(p))).read_all() for p in self._spills]
+        if self._tables:
+            held = pa.concat_tables(self._tables)
+            parts.append(lambda: held)
+        return parts
+
+    def _write_samples(self, fh: Any, schema: pa.Schema) -> None:
+        """samples.parquet, one part at a time, so the write holds one spill's pages at once,
+        not the run's: the match fields of unpaired rows are settled first, from the columns
+        pairing reads, then each part is written with them as row groups of its own."""
+        parts = self._parts()
+        fixed: dict[str, pa.ChunkedArray] = {}
+        if self._unpaired:
+            keys = ["is_baseline", "error", "prompt_id", "repeat", "output_token_ids",
+                    "token_match_rate", "first_divergence"]
+            paired = pair_with_baseline(pa.concat_tables([part().select(keys) for part in parts]), self._unpaired)
+            fixed = {name: paired.column(name) for name in ("token_match_rate", "first_divergence")}
+            del paired
+        with pq.ParquetWriter(fh, schema) as out:
+            start = 0
+            for part in parts:
+                table = part()
+                for name, column in fixed.items():
+                    index = table.schema.get_field_index(name)
+                    table = table.set_column(index, table.schema.field(index), column.slice(start, table.num_rows))
+                out.write_table(table.replace_schema_metadata(schema.metadata))
+                start += table.num_rows
+                del table
 
     def _remove_spills(self) -> None:
         for path in self._spills:
@@ -275,18 +302,13 @@ class RunWriter:
         if not self._rows and self.samples_path.exists():
             return  # no new rows yet: keep the records being overwritten until there are
         schema = self._schema_with_metadata()
-        if self._rows:
-            table = pair_with_baseline(self._all_rows(), self._unpaired)
-            table = table.replace_schema_metadata(schema.metadata)
-        else:
-            table = schema.empty_table()
         text = json.dumps(self.metadata.to_dict(), indent=2, sort_keys=True) + "\n"
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             self._failed = exc
             raise self._disk_error(self.run_dir, exc) from None
-        for path, write in ((self.samples_path, lambda fh: pq.write_table(table, fh)),
+        for path, write in ((self.samples_path, lambda fh: self._write_samples(fh, schema)),
                             (self.run_dir / RUN_FILE, lambda fh: fh.write(text.encode()))):
             try:
                 atomic_write(path, write)
