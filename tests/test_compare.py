@@ -200,6 +200,17 @@ def test_lower_acceptance_is_a_regression_even_when_timing_noise_hides_it(baseli
     assert comp.exit_code == 1
 
 
+@pytest.mark.parametrize("current_factor, verdict", [(0.0, "ok"), (1.0, "improved")])
+def test_a_baseline_run_that_accepted_no_draft_token_compares_without_dividing_by_zero(current_factor, verdict):
+    # Drafted, none accepted (a draft that never agrees: tiny random models do this): the
+    # relative change of the acceptance rate has no denominator.
+    none_accepted = synthetic_run(run_id="base", acceptance_factor=0.0)
+    comp = cmp.compare_runs(none_accepted, synthetic_run(noise_seed=3, acceptance_factor=current_factor))
+    r = result(comp, "acceptance_rate")
+    assert r.baseline == 0.0 and r.verdict == verdict and not r.failed, r
+    json.loads(cmp.RENDERERS["json"](comp))
+
+
 def test_acceptance_is_not_computed_for_the_baseline_configuration(baseline):
     comp = cmp.compare_runs(baseline, baseline)
     metrics = {r.metric for r in comp.results if r.config == "baseline-c1"}

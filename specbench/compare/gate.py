@@ -187,6 +187,10 @@ def _acceptance(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, shared: list[s
     if not np.isfinite(cur_val):
         cur_val = 0.0 if metric.name == "acceptance_rate" else 1.0  # drafted nothing at all
         out["current"] = cur_val
+    if base_val == 0.0:  # drafted, none accepted: no relative change to state
+        if cur_val == 0.0:
+            return {**out, "change": 0.0, "verdict": "ok", "note": "no draft token accepted in either run"}
+        return {**out, "verdict": "improved", "note": "the baseline accepted no draft token"}
     change = cur_val / base_val - 1.0
     worse = _worse(change, metric.better)
     verdict = ("regression" if worse > threshold + 1e-12 else
