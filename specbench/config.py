@@ -348,6 +348,8 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         raise ConfigError(f"--speculative-config is not valid JSON ({exc.msg} at char {exc.pos})") from None
     except RecursionError:
         raise ConfigError("--speculative-config is nested too deeply: it must be one flat JSON object") from None
+    except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
+        raise ConfigError(f"--speculative-config holds a number too long to read ({str(exc).split(':')[0]})") from None
     if not isinstance(obj, dict):
         raise ConfigError("--speculative-config must be a JSON object")
     known = {"method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
@@ -426,12 +428,16 @@ def _token_tree(value: Any) -> tuple[tuple[int, ...], ...] | None:
     if isinstance(value, str):
         try:
             value = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            raise ConfigError(f"--speculative-config: speculative_token_tree {value!r} is not a list of "
+        except (ValueError, SyntaxError, RecursionError, MemoryError):
+            shown = repr(value) if len(value) <= 60 else repr(value[:57] + "...")
+            raise ConfigError(f"--speculative-config: speculative_token_tree {shown} is not a list of "
                               "paths, e.g. \"[(0,), (1,), (0, 0)]\"") from None
-    if not isinstance(value, (list, tuple)) or not all(isinstance(p, (list, tuple)) for p in value):
-        raise ConfigError("--speculative-config: speculative_token_tree must be a list of paths of branch "
-                          "ranks, e.g. [[0], [1], [0, 0]]")
+    # the depth (the longest path) is taken before SpeculativeConfig checks the tree: an empty
+    # tree or path must be refused here
+    if (not isinstance(value, (list, tuple)) or not value
+            or not all(isinstance(p, (list, tuple)) and p for p in value)):
+        raise ConfigError("--speculative-config: speculative_token_tree must be a non-empty list of "
+                          "non-empty paths of branch ranks, e.g. [[0], [1], [0, 0]]")
     return tuple(tuple(p) for p in value)
 
 

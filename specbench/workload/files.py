@@ -64,6 +64,14 @@ def _open_text(path: Path) -> io.TextIOBase:
     return open(path, encoding="utf-8-sig", newline="")  # a UTF-8 BOM (Excel's CSV) is not part of the first field
 
 
+def _unreadable_json(exc: Exception) -> str:
+    """What json could not read that is not a syntax error: nesting past the recursion limit, or
+    an integer past Python's 4300-digit conversion limit."""
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply to read"
+    return f"a number too long to read ({str(exc).split(':')[0]})"
+
+
 def _rows_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
     with _open_text(path) as fp:
         for lineno, line in enumerate(fp, start=1):
@@ -75,6 +83,8 @@ def _rows_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); "
                                     "each line must be one JSON object") from None
+            except (RecursionError, ValueError) as exc:
+                raise WorkloadError(f"{where}: {_unreadable_json(exc)}; each line must be one JSON object") from None
             yield where, row
 
 
@@ -85,6 +95,10 @@ def _rows_json(path: Path) -> Iterator[tuple[str, Any]]:
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column "
                                 f"{exc.colno})") from None
+        except UnicodeDecodeError:
+            raise  # iter_file_rows names the byte
+        except (RecursionError, ValueError) as exc:
+            raise WorkloadError(f"{path}: {_unreadable_json(exc)}; expected a JSON list of objects") from None
     if not isinstance(data, list):
         raise WorkloadError(f"{path}: expected a JSON list of objects, got a JSON "
                             f"{type(data).__name__}; use a list, or JSONL with one object a line")

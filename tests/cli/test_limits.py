@@ -127,6 +127,11 @@ BAD_SPECS = [
     ('{"model": ["a"]}', ["model", "non-empty string", "['a']"]),
     ('{"method": 7}', ["method", "non-empty string"]),
     ("[" * 30000 + "]" * 30000, ["nested too deeply"]),
+    ('{"method": "ngram", "num_speculative_tokens": 1%s}' % ("0" * 5000), ["number too long to read"]),
+    ('{"model": "m", "speculative_token_tree": []}', ["speculative_token_tree", "non-empty list"]),
+    ('{"model": "m", "speculative_token_tree": [[]]}', ["speculative_token_tree", "non-empty paths"]),
+    ('{"model": "m", "speculative_token_tree": "%s"}' % ("(" * 5000 + ")" * 5000), ["speculative_token_tree",
+                                                                                  "is not a list of paths"]),
 ]
 
 
@@ -175,6 +180,8 @@ def _load(path: Path):
     ('{"prompt": "x", "id": ["a"]}', ["field 'id'", "string or a number", "list"]),
     ('{"prompt": "x", "category": {"a": 1}}', ["field 'category'", "string or a number", "dict"]),
     ('{"prompt": "x", "temperature": 1e-320}', ["field 'temperature'", "0 or at least"]),
+    ('{"prompt": %s}' % ("9" * 5000), ["number too long to read"]),
+    ("[" * 100000 + "]" * 100000, ["nested too deeply"]),
 ])
 def test_a_bad_prompt_cell_is_refused_with_file_line_and_field(row, needles, tmp_path):
     path = tmp_path / "p.jsonl"
@@ -182,6 +189,15 @@ def test_a_bad_prompt_cell_is_refused_with_file_line_and_field(row, needles, tmp
     with pytest.raises(WorkloadError) as exc:
         _load(path)
     assert str(exc.value).startswith(f"{path}:1: ") and all(n in str(exc.value) for n in needles), exc.value
+
+
+@pytest.mark.parametrize("text, needle", [("[" * 100000 + "]" * 100000, "nested too deeply"),
+                                          ('[{"prompt": %s}]' % ("9" * 5000), "number too long to read")])
+def test_a_json_prompt_file_json_cannot_read_is_one_line(text, needle, tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(WorkloadError, match=needle):
+        _load(path)
 
 
 def test_a_csv_with_a_utf8_bom_reads_its_first_field(tmp_path):
