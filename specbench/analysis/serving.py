@@ -29,7 +29,13 @@ def parse_goodput(values: Sequence[str] | None, name: str = "--goodput") -> dict
     if not values:
         return None
     out: dict[str, float] = {}
-    for part in (p.strip() for v in values for p in v.replace(",", " ").split()):
+    parts = []
+    for v in values:
+        chunks = str(v).split(",")
+        if any(not c.strip() for c in chunks):  # dropping it would measure other SLOs than typed
+            raise ConfigError(f"{name}: empty item in {str(v)!r} (give NAME:MS items, e.g. {name} ttft:200,tpot:50)")
+        parts += [p for c in chunks for p in c.split()]
+    for part in parts:
         key, sep, value = part.partition(":")
         if not sep or key not in SLO_NAMES:
             raise ConfigError(f"{name}: {part!r} is not NAME:MS with NAME one of {', '.join(SLO_NAMES)} "

@@ -142,7 +142,7 @@ def test_goodput_is_vllms_on_the_same_synthetic_records():
 
 @pytest.mark.parametrize("value, message", [
     (["ttft"], "NAME:MS"), (["itl:5"], "NAME:MS"), (["ttft:-1"], ">= 0"), (["ttft:abc"], "milliseconds"),
-    (["ttft:5,ttft:6"], "twice"),
+    (["ttft:5,ttft:6"], "twice"), (["ttft:5,,tpot:5"], "empty item"), ([""], "empty item"), ([","], "empty item"),
 ])
 def test_goodput_flag_refuses_bad_values(value, message):
     with pytest.raises(ConfigError, match=message):
