@@ -338,7 +338,7 @@ def test_parse_fraction(text, value):
 
 @pytest.mark.parametrize("text, needle", [("abc", "not a fraction"), ("5", "ambiguous"),
                                           ("-5%", "not a fraction"), ("5%%", "not a fraction"),
-                                          ("", "not a fraction")])
+                                          ("", "not a fraction"), ("1e400%", "not a finite fraction")])
 def test_parse_fraction_refuses_malformed_values(text, needle):
     with pytest.raises(ConfigError, match=needle):
         cmp.parse_fraction(text, "--max-regression")
@@ -359,6 +359,7 @@ def test_parse_thresholds_bare_sets_timing_named_sets_one():
     (["e2e_p50=5%"], ["tpot_p50"], "not among the compared"),
     (["5%"], ["acceptance_rate"], "none is compared"),
     (["errors=1.5"], ["errors"], "whole number"),
+    ([""], ["tpot_p50"], "--max-regression: empty item"), (["5%,,errors=1"], ["tpot_p50", "errors"], "empty item"),
 ])
 def test_parse_thresholds_refusals(values, metrics, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -372,6 +373,9 @@ def test_unknown_metric_lists_the_valid_ones():
     assert "'latency'" in msg and all(name in msg for name in cmp.METRICS)
     assert cmp.parse_metrics(None) == list(cmp.DEFAULT_METRICS)
     assert cmp.parse_metrics(["e2e_p50, tpot_p50", "e2e_p50"]) == ["e2e_p50", "tpot_p50"]
+    for empty in (["tpot_p50,,ttft_p50"], [","], [""]):
+        with pytest.raises(ConfigError, match="--metric: empty item"):
+            cmp.parse_metrics(empty)
 
 
 # ---- output formats -------------------------------------------------------------------------

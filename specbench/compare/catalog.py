@@ -18,6 +18,7 @@ values; ConfigError names the flag and what would be valid.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -82,9 +83,17 @@ GATES = ("all", "deterministic", "none")
 VERDICTS = ("ok", "improved", "inconclusive", "regression", "n/a")
 
 
-def _items(values: list[str] | None) -> list[str]:
-    """The non-empty items of repeatable, comma-separated flag values."""
-    return [item.strip() for v in values or [] for item in str(v).split(",") if item.strip()]
+def _items(values: list[str] | None, flag: str) -> list[str]:
+    """The items of repeatable, comma-separated flag values; an empty item (`a,,b`, `,`, '') is
+    a one-line error, as for run's list flags: dropping it would compare other than typed."""
+    out = []
+    for v in values or []:
+        items = [item.strip() for item in str(v).split(",")]
+        if any(not item for item in items):
+            raise ConfigError(f"{flag}: empty item in {str(v)!r} (give comma-separated values, e.g. "
+                              f"{flag} {'tpot_p50,ttft_p50' if flag == '--metric' else '5%,errors=1'})")
+        out += items
+    return out
 
 
 def parse_metrics(values: list[str] | None) -> list[str]:
@@ -93,7 +102,7 @@ def parse_metrics(values: list[str] | None) -> list[str]:
     if not values:
         return list(DEFAULT_METRICS)
     out: list[str] = []
-    for name in _items(values):
+    for name in _items(values, "--metric"):
         if name not in METRICS:
             raise ConfigError(f"--metric: unknown metric {name!r}; valid: {', '.join(METRICS)}")
         if name not in out:
@@ -114,6 +123,8 @@ def parse_fraction(text: str, flag: str) -> float:
     if not _NUMBER.match(num):
         raise ConfigError(f"{flag}: {text!r} is not a fraction (use e.g. 5% or 0.05)")
     value = float(num) / 100 if pct else float(num)
+    if not math.isfinite(value):  # 1e400% overflows to inf: a gate that can never fail
+        raise ConfigError(f"{flag}: {text!r} is not a finite fraction (use e.g. 5% or 0.05)")
     if not pct and value > 1:
         raise ConfigError(f"{flag}: {text!r} is ambiguous; write {num}% or {value / 100:g}")
     return value
@@ -126,7 +137,7 @@ def parse_thresholds(values: list[str] | None, metrics: list[str]) -> dict[str, 
     out = {m: METRICS[m].threshold for m in metrics}
     bare: float | None = None
     named: dict[str, float] = {}
-    for item in _items(values):
+    for item in _items(values, "--max-regression"):
         if "=" in item:
             name, _, value = item.partition("=")
             name = name.strip()
