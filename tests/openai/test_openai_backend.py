@@ -408,9 +408,11 @@ def test_every_server_fault_is_recorded_per_sample_and_the_run_goes_on(fake):
     be = OpenAIBackend.connect(srv.url, model="fake-model", request_timeout=0.5)
     be.prepare(req("p", [1]))
     reqs = [req("ok", [1, 1])] + [req(what, [code, 1]) for code, (what, _) in FAULTS.items()]
-    seen = []
-    results, info = be.run(reqs, SpeculativeConfig(), concurrency=4, on_results=lambda pairs: seen.extend(q.id for q, _ in pairs))
-    assert sorted(seen) == sorted(q.id for q in reqs)
+    seen = {}
+    returned, info = be.run(reqs, SpeculativeConfig(), concurrency=4,
+                            on_results=lambda pairs: seen.update((q.id, r) for q, r in pairs))
+    assert sorted(seen) == sorted(q.id for q in reqs) and returned == []  # on_results took them
+    results = [seen[q.id] for q in reqs]
     assert results[0].error is None and len(results[0].output_ids) == 6
     for r, (code, (what, message)) in zip(results[1:], FAULTS.items()):
         assert r.finish_reason == "error", what
