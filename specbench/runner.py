@@ -3,7 +3,8 @@ configuration on the same requests, interleaved so they see the same machine, ho
 timing, one row per sample.
 
 `plan()` lists the configurations of a run (per concurrency, the baseline first);
-`run_plan()` measures them all on one backend, `run_configuration()` one (a sweep trial).
+`run_plan()` measures them all on one backend (or, through a `BackendSwitch`, each on its
+own: a sweep's servers), `run_configuration()` one (an unpaired sweep trial).
 
 The runner knows backends (requests in, results out, see `specbench.backends.base`) and the
 records schema; it never touches models or text, and draws nothing (it reports to a
@@ -181,6 +182,18 @@ class Recorder:
             self._waiting.clear()
 
 
+class BackendSwitch:
+    """The backend of each configuration, for a plan whose configurations are not all served
+    by one backend (a server sweep: one server per configuration). `get(config)` returns
+    (backend, fresh): fresh when it has not measured since it was started, so the plan warms
+    it up first (a relaunched server is cold again). `name` is the backends' common name."""
+
+    name = "switch"
+
+    def get(self, config: "Configuration") -> tuple[Backend, bool]:
+        raise NotImplementedError
+
+
 def run_configuration(
     backend: Backend,
     requests: Sequence[Request],
@@ -263,9 +276,10 @@ def block_size(concurrency: int) -> int:
     return 1 if concurrency == 1 else 2 * concurrency
 
 
-def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Configuration], *,
+def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], configs: Sequence[Configuration], *,
              run_id: str, writer: RunWriter | None = None, warmup: int = 0, repeats: int = 1,
-             interleave: bool = True, seed: int = 0, time_budget_s: float | None = None,
+             interleave: bool = True, blocks: int | None = None, seed: int = 0,
+             time_budget_s: float | None = None,
              on_result: Callable[[Request, Result], None] | None = None,
              progress: PlanProgress | None = None,
              slos_ms: dict[str, float] | None = None,
@@ -278,7 +292,13 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
     under every configuration, the order reversing from one block to the next (A B C, C B A,
     A B C, ...: ABBA for two) from a seeded start, so a drift of the machine hits every
     configuration alike. With `interleave=False` each configuration runs all its requests in
-    one block, one after another (the order still alternates between repeats).
+    one block, one after another (the order still alternates between repeats); `blocks` cuts
+    them into that many blocks instead (as even as they come: fewer, longer blocks where
+    switching configurations is dear, e.g. a server launch per switch).
+
+    With a `BackendSwitch` each configuration runs on the backend it names, and is warmed up
+    whenever that backend is fresh (before its first block, and again after a relaunch)
+    rather than once at the start.
 
     `time_budget_s` bounds the measuring time (warm-ups included): the budget left is shared
     evenly by the concurrency levels still to run, and a level starts no block it would
@@ -297,6 +317,17 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
         if on_result is not None:
             on_result(request, result)
         progress.result(request, result)
+
+    switch = backend if isinstance(backend, BackendSwitch) else None
+
+    def backend_of(cfg: Configuration) -> Backend:
+        if switch is None:
+            return backend  # type: ignore[return-value]
+        b, fresh = switch.get(cfg)
+        if fresh and warmup:
+            progress.block(cfg, "warm-up")
+            _warm(b, requests, cfg, warmup)
+        return b
 
     recorder = Recorder(backend.name, run_id, writer, finished, keep_rows=stop is not None)
     recorder.slos_ms = slos_ms
@@ -321,24 +352,27 @@ def run_plan(backend: Backend, requests: Sequence[Request], configs: Sequence[Co
             recorder.references = any(not c.is_baseline for c in group)
             order = list(group)
             rng.shuffle(order)
-            for cfg in order:
+            for cfg in order if switch is None else ():
                 progress.block(cfg, "warm-up")
                 if warmup:
-                    _warm(backend, requests, cfg, warmup)
-            size = block_size(concurrency) if interleave and len(group) > 1 else len(requests)
-            blocks = [list(requests[i:i + size]) for i in range(0, len(requests), size)]
+                    _warm(backend, requests, cfg, warmup)  # type: ignore[arg-type]
+            if blocks is not None and len(group) > 1:
+                size = max(1, -(-len(requests) // blocks))
+            else:
+                size = block_size(concurrency) if interleave and len(group) > 1 else len(requests)
+            cut = [list(requests[i:i + size]) for i in range(0, len(requests), size)]
             turn = 0
             block_s = 0.0
             done = 0
             reason = None
             for repeat in range(repeats):
-                for b, block in enumerate(blocks):
+                for b, block in enumerate(cut):
                     if share is not None and turn and time.monotonic() + block_s > share:
                         break
                     t_block = time.monotonic()
                     for cfg in (order if turn % 2 == 0 else order[::-1]):
                         progress.block(cfg, "run")
-                        info = _run_block(backend, block, cfg, recorder, repeat=repeat,
+                        info = _run_block(backend_of(cfg), block, cfg, recorder, repeat=repeat,
                                           offset=busy.get(cfg.config_id, 0.0),
                                           rate_seed=seed + 1000 * repeat + b)
                         busy[cfg.config_id] = busy.get(cfg.config_id, 0.0) + info["wall_s"]

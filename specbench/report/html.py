@@ -281,6 +281,7 @@ def _study_block(study: Any, inputs: ReportInputs, table: pd.DataFrame) -> dict[
         "name": study.name, "id": "study-" + study_tables.slug(study.name),
         "storage": study.storage, "directory": str(study.study_dir) if study.study_dir else None,
         "objectives": ", ".join(f"{o} ({d})" for o, d in zip(study.objectives, study.directions)),
+        "pairing": (study.setup or {}).get("pairing"),
         "counts": ", ".join(f"{n} {s.lower()}" for s, n in counts.items()) or "no trials",
         "notes": study.notes, "items": items,
         "trial_headers": study_tables.TRIAL_HEADERS, "trials": study_tables.trial_rows(study, inputs),

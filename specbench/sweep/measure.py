@@ -97,11 +97,12 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
             worker: str | None = None) -> Measurement:
     """Run every request of `session` at `point`; return what the trial stores.
 
-    Embedded (`spec.paired`): a speculative trial measures the baseline with it, interleaved in
+    Paired (`spec.paired`): a speculative trial measures the baseline with it, interleaved in
     ABBA blocks (`runner.run_plan`), and stops early once the paired speedup is clear
     (`sequential`); its speedup comes from its own Parquet only. With a `[server]` section the
-    trial's own server is launched first and always stopped after, and the trial measures its
-    configuration alone (compared later with the baseline trial)."""
+    trial's servers (its own and, paired, a baseline server: `server.ServerSwitch`) are
+    launched for it and always stopped after; unpaired (`pairing = "none"`) it measures its
+    configuration alone, compared later with the baseline trial."""
     from specbench.records import make_run_id
     from specbench.runner import Configuration
 
@@ -110,11 +111,20 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
     if point.draft is not None and len(spec.space.draft) > 1:
         label += f"-{Path(point.draft).name}"
     run_id = make_run_id(label)
-    launcher = None
-    if spec.server is not None:  # a server per trial, launched for this configuration
+    launcher = None  # what is stopped after the trial, however it ends
+    logs = study_dir / "server-logs"
+    if spec.server is not None and spec.paired and not point.is_baseline:
+        from specbench.config import BASELINE
+        from specbench.sweep.server import ServerSwitch
+
+        # the trial's server and a baseline server, launched by the plan as it needs them
+        base = Configuration(BASELINE, config.concurrency)
+        launcher = backend = ServerSwitch(spec, {base.config_id: Point.of("none", concurrency=point.concurrency),
+                                                 config.config_id: point}, session, logs, run_id)
+    elif spec.server is not None:  # a server per trial, launched for this configuration
         from specbench.sweep.server import start_server
 
-        launcher, backend = start_server(spec, point, session, study_dir / "server-logs" / f"{run_id}.log")
+        launcher, backend = start_server(spec, point, session, logs / f"{run_id}.log")
     else:
         backend = session.backend_for(point.draft, point.method)  # loads the draft or head on first use
     try:
@@ -139,11 +149,13 @@ def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path,
     metadata.config = run_config(spec, config, session.workload, number=number, worker=worker,
                                  host=metadata.hostname, configs=configs,
                                  backend="openai" if launcher is not None else "embedded").to_dict()
-    metadata.device = backend.device_name
-    if launcher is not None:
+    switch = launcher if launcher is backend else None  # a paired server trial's servers
+    if switch is None:
+        metadata.device = backend.device_name
+    if launcher is not None and switch is None:
         metadata.note(openai=backend.describe(),
                       server={"command": shlex.join(launcher.argv), "log": str(launcher.log_path)})
-    else:
+    elif switch is None:
         metadata.note(dtype_resolved=session.dtype_name)
     writer = RunWriter(run_dir, metadata)
     outputs: dict[str, list[int]] | None = {} if config.is_baseline else baseline_outputs
@@ -151,10 +163,20 @@ def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path,
     watch = PairedWatch(spec, config, len(session.requests)) if paired else None
     try:
         if paired:
-            run_plan(backend, session.requests, configs, run_id=run_id, writer=writer,
-                     warmup=spec.workload.warmup, seed=spec.sampling.seed + number,
-                     on_result=lambda req, res: events.request_done(), stop=watch,
-                     slos_ms=spec.goodput_slos_ms)
+            if switch is not None and not switch.together:
+                from specbench.sweep.server import ALTERNATE_BLOCKS as blocks
+            else:
+                blocks = None
+            try:
+                run_plan(backend, session.requests, configs, run_id=run_id, writer=writer,
+                         warmup=spec.workload.warmup, seed=spec.sampling.seed + number, blocks=blocks,
+                         on_result=lambda req, res: events.request_done(), stop=watch,
+                         slos_ms=spec.goodput_slos_ms)
+            finally:
+                if switch is not None:  # every server the trial launched, in order
+                    metadata.device = switch.last.device_name if switch.last is not None else None
+                    metadata.note(openai=switch.last.describe() if switch.last is not None else None,
+                                  server={"launches": switch.launches})
         else:
             run_configuration(backend, session.requests, config, run_id=run_id, writer=writer,
                               warmup=spec.workload.warmup, baseline_outputs=outputs,

@@ -48,6 +48,10 @@ SERVER_PLACEHOLDERS = ("target", "draft", "method", "k", "num_speculative_tokens
 DEFAULT_SERVER_BASE_URL = "http://127.0.0.1:{port}"
 DEFAULT_READY_TIMEOUT_S = 600.0
 ENDPOINTS = ("completions", "chat")
+# How a server sweep pairs a speculative trial with the baseline (see specbench.sweep.server):
+# alternate launches of the two servers over halves of the prompts, both servers up at once
+# with ABBA blocks between them, or (none) a baseline trial measured at another time.
+SERVER_PAIRINGS = ("alternate", "together", "none")
 
 
 @dataclass(frozen=True)
@@ -287,6 +291,12 @@ class ServerOptions:
     tokenizer: str | None = option(  # default: the target
         "--tokenizer", STRING,
         "With --server-command: the tokenizer to build requests with (default: --target); no weights load locally.")
+    pairing: str = option(
+        "--server-pairing", STRING,
+        "How a speculative trial is paired in time with the baseline: alternate (its server and a baseline "
+        "server launched in turn, A | B B | A over halves of the prompts) | together (both servers up at "
+        "once, ABBA blocks between them: only where both fit, e.g. GPU memory) | none (compared with the "
+        f"baseline trial, measured at another time) (default: {SERVER_PAIRINGS[0]}).", SERVER_PAIRINGS[0])
 
     def template(self, baseline: bool) -> str:
         return (self.baseline_command or self.command) if baseline else self.command

@@ -17,7 +17,14 @@ hold the weights. Placeholders of the template (see `options.SERVER_PLACEHOLDERS
          and the head's directory for eagle3, {"method": "ngram", "num_speculative_tokens": K,
          "prompt_lookup_min": 1, "prompt_lookup_max": 4} for ngram, the sizes measured)
 
-Boundary: launching, connecting to and checking one trial's server (`backends.launcher`,
+A speculative trial is paired in time with a baseline server (`[server] pairing`,
+`ServerSwitch`): `alternate` (the default) launches the trial's server and a baseline server
+in turn over two halves of the prompts, A | B B | A, so each is measured before and after the
+other (three launches, each warmed up); `together` starts both at once on two ports and
+alternates ABBA blocks between them; `none` measures the configuration alone, compared later
+with the baseline trial.
+
+Boundary: launching, connecting to and checking one trial's servers (`backends.launcher`,
 `backends.openai`); the measurement itself is `specbench.sweep.measure`'s.
 """
 
@@ -33,6 +40,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from specbench.errors import BackendError, ConfigError
+from specbench.runner import BackendSwitch
 from specbench.sweep.options import label as label_of
 from specbench.sweep.serving import vllm_speculative_config
 from specbench.sweep.space import Point
@@ -96,7 +104,7 @@ def open_server_session(spec: SweepSpec, log: Callable[[str], None] | None = Non
     source = spec.server.tokenizer or spec.target
     tok = load_tokenizer(source, OpenAIBackend("", spec.target), trust_remote_code=spec.engine.trust_remote_code)
     if log:
-        log(f"tokenizer [bold]{tok.name}[/]; one server per trial from the server command")
+        log(f"tokenizer [bold]{tok.name}[/]; servers launched from the server command; pairing: {spec.pairing}")
     requests, skipped = build_requests(wl, tok.tokenizer, spec.sampling.params(), use_chat_template=w.chat_template,
                                        max_context=tok.max_context, truncate=w.truncate,
                                        overrides=spec.sampling.overrides)
@@ -150,6 +158,50 @@ def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path
         launcher.stop()
         raise TrialFailed(f"server failed: {first_line(exc)}") from None
     return launcher, WatchedBackend(backend, launcher)
+
+
+# Blocks of prompts per level with alternate launches: A | B B | A, three launches a trial.
+ALTERNATE_BLOCKS = 2
+
+
+class ServerSwitch(BackendSwitch):
+    """The servers of one paired server trial, one per configuration (the baseline and the
+    trial's), for `runner.run_plan`. `alternate`: at most one runs; asking for the other
+    stops it and launches the one asked for (fresh, so the plan warms it up). `together`:
+    each is launched on first use and kept. `stop()` stops whatever runs; `launches` lists
+    (config_id, command, log) in launch order, what the trial's run.json records."""
+
+    name = "openai"
+
+    def __init__(self, spec: SweepSpec, points: dict[str, Point], session: ServerSession,
+                 log_dir: Path, run_id: str):
+        assert spec.server is not None
+        self.spec, self.points, self.session = spec, points, session
+        self.log_dir, self.run_id = log_dir, run_id
+        self.together = spec.server.pairing == "together"
+        self.running: dict[str, tuple[Any, Any]] = {}  # config_id -> (launcher, backend)
+        self.launches: list[dict[str, str]] = []
+        self.last: Any = None  # the backend measured last (describe(), device_name)
+
+    def get(self, config: Any) -> tuple[Any, bool]:
+        cid = config.config_id
+        if cid in self.running:
+            self.last = self.running[cid][1]
+            return self.last, False
+        if not self.together:
+            self.stop()
+        n = len(self.launches)
+        log = self.log_dir / f"{self.run_id}-{n}-{'baseline' if config.is_baseline else 'speculative'}.log"
+        launcher, backend = start_server(self.spec, self.points[cid], self.session, log)
+        self.running[cid] = (launcher, backend)
+        self.launches.append({"config_id": cid, "command": shlex.join(launcher.argv), "log": str(launcher.log_path)})
+        self.last = backend
+        return backend, True
+
+    def stop(self) -> None:
+        for launcher, _ in self.running.values():
+            launcher.stop()
+        self.running.clear()
 
 
 def port_in_use(host: str, port: int) -> bool:

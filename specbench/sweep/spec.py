@@ -28,6 +28,7 @@ from specbench.sweep.options import (
     DEFAULT_N_TRIALS,
     DEFAULT_SWEEPS_DIR,
     ENDPOINTS,
+    SERVER_PAIRINGS,
     NAMES,
     OBJECTIVES,
     OPTIONS,
@@ -54,8 +55,15 @@ from specbench.sweep.urls import JOURNAL_PREFIX, storage_url
 # How a trial's speedup is measured; a study remembers it, so trials measured another way
 # (a baseline trial minutes apart, before pairing) are never mixed into one study.
 PAIRING = "each speculative trial measures the baseline interleaved with it (ABBA blocks)"
-SERVER_PAIRING = ("one server per trial: a speculative trial is compared with the baseline trial "
-                  "at its concurrency, measured at another time (not paired in time)")
+SERVER_PAIRINGS_SAID = {
+    "alternate": ("each speculative trial launches its server and a baseline server in turn, over halves "
+                  "of the prompts (A | B B | A), each warmed up after its launch"),
+    "together": ("each speculative trial runs its server and a baseline server at once and measures "
+                 "them in ABBA blocks"),
+    "none": ("one server per trial: a speculative trial is compared with the baseline trial "
+             "at its concurrency, measured at another time (not paired in time)"),
+}
+SERVER_PAIRING = SERVER_PAIRINGS_SAID["none"]
 
 
 @dataclass(frozen=True)
@@ -82,13 +90,13 @@ class SweepSpec:
 
     @property
     def paired(self) -> bool:
-        """Speculative trials measure their own baseline interleaved with them (embedded);
-        with `[server]` (one server per trial) they cannot."""
-        return self.server is None
+        """Speculative trials measure their own baseline interleaved with them: always
+        embedded; with `[server]` unless its pairing is `none`."""
+        return self.server is None or self.server.pairing != "none"
 
     @property
     def pairing(self) -> str:
-        return PAIRING if self.paired else SERVER_PAIRING
+        return PAIRING if self.server is None else SERVER_PAIRINGS_SAID[self.server.pairing]
 
     @property
     def directions(self) -> list[str]:
@@ -268,6 +276,12 @@ def _server(values: dict[str, Any], where: str) -> ServerOptions | None:
     if not re.match(r"https?://", server.base_url):
         raise ConfigError(f"{where}{label('server.base_url')} must start with http:// or https://, "
                           f"got {server.base_url!r}")
+    if server.pairing not in SERVER_PAIRINGS:
+        raise ConfigError(f"{where}{label('server.pairing')} must be one of {', '.join(SERVER_PAIRINGS)}, "
+                          f"got {server.pairing!r}")
+    if server.pairing == "together" and "{port}" not in server.base_url:
+        raise ConfigError(f"{where}{label('server.pairing')} together runs two servers at once, on two ports: "
+                          f"{label('server.base_url')} needs {{port}} (got {server.base_url!r})")
     if server.endpoint not in ENDPOINTS:
         raise ConfigError(f"{where}{label('server.endpoint')} must be one of {', '.join(ENDPOINTS)}, "
                           f"got {server.endpoint!r}")

@@ -34,7 +34,7 @@ def specbench(*args) -> tuple[int, str]:
     return res.code, res.output
 
 
-def write_spec(tmp_path: Path, tiny_pair, command: str) -> Path:
+def write_spec(tmp_path: Path, tiny_pair, command: str, pairing: str | None = None) -> Path:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in PROMPTS))
     spec = tmp_path / "srv.toml"
@@ -65,7 +65,7 @@ name = "tpot_p50"
 [server]
 command = {json.dumps(command)}
 ready_timeout_s = 120
-""")
+""" + (f"pairing = {json.dumps(pairing)}\n" if pairing else ""))
     return spec
 
 
@@ -76,31 +76,90 @@ def started(monkeypatch, launches) -> list[tuple[ServerLauncher, object]]:
     return launches
 
 
-def test_sweep_launches_one_server_per_trial_and_stops_it(tiny_pair, tmp_path, started):
-    code, out = specbench("sweep", write_spec(tmp_path, tiny_pair, COMMAND))
+def _alive(launched) -> int:
+    return sum(1 for _, proc in launched if proc is not None and proc.poll() is None)
+
+
+@pytest.fixture
+def overlap(started, monkeypatch) -> list[int]:
+    """For every server the sweep starts, how many of the sweep's servers were still alive
+    when it started."""
+    from specbench.backends.launcher import ServerLauncher
+
+    seen: list[int] = []
+    real_start = ServerLauncher.start
+
+    def start(self):
+        seen.append(_alive(started))
+        return real_start(self)
+
+    monkeypatch.setattr(ServerLauncher, "start", start)
+    return seen
+
+
+@pytest.mark.parametrize("pairing", ["none", "alternate", "together"])
+def test_sweep_launches_servers_per_trial_paired_as_asked_and_stops_them(tiny_pair, tmp_path, overlap,
+                                                                         started, pairing):
+    code, out = specbench("sweep", write_spec(tmp_path, tiny_pair, COMMAND, pairing))
     assert code == 0, out
 
     runs = sorted((tmp_path / "study" / "runs").iterdir())
     assert len(runs) == 2, out
-    configs = set()
+    by_config = {}
     for run in runs:
         df = pd.read_parquet(run / "samples.parquet")
-        assert len(df) == len(PROMPTS) and df["error"].isna().all()
+        assert df["error"].isna().all()
         assert (df["backend"] == "openai").all() and (df["concurrency"] == 2).all()
-        configs |= set(df["config_id"])
         meta = json.loads((run / RUN_FILE).read_text())
-        assert meta["config"]["backend"] == "openai" and "--port" in meta["config"]["server"]["command"]
-    assert configs == {"baseline-c2", "draft_model-k3-c2"}
-    spec_rows = pd.concat(pd.read_parquet(r / "samples.parquet") for r in runs)
-    spec_rows = spec_rows[spec_rows["config_id"] == "draft_model-k3-c2"]
-    assert (spec_rows["drafted_tokens"] > 0).all()  # the launched server really speculated
+        assert meta["config"]["backend"] == "openai"
+        by_config[frozenset(df["config_id"])] = (df, meta)
+    spec_id, base_id = "draft_model-k3-c2", "baseline-c2"
+    assert frozenset({base_id}) in by_config
+    base_df, base_meta = by_config[frozenset({base_id})]
+    assert len(base_df) == len(PROMPTS) and "--port" in base_meta["config"]["server"]["command"]
+    if pairing == "none":
+        df, meta = by_config[frozenset({spec_id})]
+        assert "not paired in time" in meta["config"]["sweep"]["pairing"]
+    else:
+        # the speculative trial measured the baseline beside it, every prompt under both
+        df, meta = by_config[frozenset({spec_id, base_id})]
+        assert df.groupby("config_id")["prompt_id"].apply(sorted).tolist() == [sorted(p["id"] for p in PROMPTS)] * 2
+        launched = meta["config"]["server"]["launches"]
+        order = [x["config_id"] for x in launched]
+        if pairing == "alternate":  # A | B B | A: three launches, each a switch
+            assert len(order) == 3 and order[0] == order[2] != order[1], order
+            assert "in turn" in meta["config"]["sweep"]["pairing"]
+        else:
+            assert sorted(order) == sorted([spec_id, base_id]) and "at once" in meta["config"]["sweep"]["pairing"]
+        assert all(Path(x["log"]).is_file() and "--port" in x["command"] for x in launched)
+        # its recorded speedup comes from its own Parquet
+        trial = next(t for t in optuna_trials(tmp_path) if t.user_attrs.get("config_id") == spec_id)
+        assert trial.user_attrs["paired"]["n"] == len(PROMPTS)
+    spec_rows = df[df["config_id"] == spec_id]
+    assert len(spec_rows) == len(PROMPTS) and (spec_rows["drafted_tokens"] > 0).all()  # it really speculated
 
-    # one server per trial, each gone afterwards: process ended, port no longer listening
-    assert len(started) == 2 and len({lau.params["port"] for lau, _ in started}) == 2
+    # alternate and none: one server at a time; together: the trial's two at once
+    assert max(overlap) == (1 if pairing == "together" else 0), overlap
+    assert len(started) == {"none": 2, "alternate": 4, "together": 3}[pairing]
+    assert len({lau.params["port"] for lau, _ in started}) == len(started)
+    # each gone afterwards: process ended, port no longer listening
     for launcher, proc in started:
         assert launcher.proc is None and proc is not None and proc.poll() is not None
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", launcher.params["port"])) != 0
+
+
+def optuna_trials(tmp_path: Path) -> list:
+    import optuna
+
+    return optuna.load_study(study_name="srv", storage=f"sqlite:///{tmp_path}/srv.db").trials
+
+
+def test_server_pairing_is_checked_before_anything_starts():
+    with pytest.raises(ConfigError, match=r"pairing \(--server-pairing\) must be one of alternate, together, none, got .abba."):
+        build_spec({"server.command": "x --port {port}", "server.pairing": "abba"})
+    with pytest.raises(ConfigError, match=r"together.*two ports.*\{port\}"):
+        build_spec({"server.command": "x", "server.base_url": "http://127.0.0.1:8000", "server.pairing": "together"})
 
 
 def test_unknown_placeholder_is_refused_before_anything_starts(tiny_pair, tmp_path):
@@ -119,7 +178,7 @@ def test_a_server_that_does_not_run_the_trials_configuration_fails_the_trial_and
     plain = "{python} -m specbench.server --target {target} --dtype float32 --device cpu --port {port}"
     code, out = specbench("sweep", write_spec(tmp_path, tiny_pair, plain))
     assert "trial 1" in out and "failed" in out and "serves baseline" in out.replace("\n", " "), out
-    assert len(started) == 2
+    assert len(started) in (2, 3)  # the baseline trial's; trial 1's baseline server, if it went first
     for launcher, proc in started:
         assert launcher.proc is None and proc.poll() is not None
     assert len(list((tmp_path / "study" / "runs").iterdir())) == 1  # the baseline's

@@ -87,7 +87,11 @@ def test_sweep_over_real_vllm_servers(vllm_models, started, tmp_path):
     res = cli_harness.specbench(
         "sweep", RECIPE, "--target", target, "--draft", draft, "--dtype", "float32", "--workload", prompts,
         "--no-chat-template", "--warmup", "0", "--max-new-tokens", "16", "--concurrency", "2",
-        "--storage", f"sqlite:///{tmp_path}/vllm.db", "--out", study)
+        "--storage", f"sqlite:///{tmp_path}/vllm.db", "--out", study,
+        # one launch per trial: paired launches (A | B B | A) would take three vLLM starts per
+        # speculative trial, ~4 more minutes; pairing is tested on `specbench serve` servers
+        # (tests/sweep/test_sweep_server.py)
+        "--server-pairing", "none")
     logs = sorted((study / "server-logs").glob("*.log")) if (study / "server-logs").is_dir() else []
     tails = "\n".join(f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs)
     assert res.code == 0 and " 0 failed" in res.output, res.output + tails
