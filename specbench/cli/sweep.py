@@ -170,7 +170,12 @@ class _RichEvents:
 
     def _label(self, study: Any) -> str:
         done, total = self.sw.progress_counts(study, self.spec)
-        return f"measured {done}/{total}, {total - done} left · {self.sw.best_so_far(self.spec, study)}"
+        what = "measured or ruled out" if self.spec.study.sampler == "model" else "measured"
+        return f"{what} {done}/{total}, {total - done} left · {self.sw.best_so_far(self.spec, study)}"
+
+    def settled(self, study: Any) -> None:
+        done, _ = self.sw.progress_counts(study, self.spec)
+        self.progress.update(self.overall, completed=done, description=self._label(study))
 
     def trial_started(self, number: int, config_id: str, n_requests: int) -> None:
         self.progress.reset(self.requests, total=n_requests, visible=True,
@@ -254,8 +259,11 @@ def _print_results(spec: Any, prof: dict, written: bool, why: str, serving: dict
                           *(f"{e['objective'][o]:.4g}" for o in spec.objectives), e["run_id"])
         out.print(front)
     st = prof["study"]
+    skipped = st.get("skipped_by_model")
     out.print(f"trials: {st['trials']} ({st['measured']} measured, {st['reused']} reused, "
-              f"{st['failed']} failed, {st['infeasible']} infeasible)")
+              f"{st['failed']} failed, {st['infeasible']} infeasible)"
+              + (f"; {len(skipped)} configuration(s) not measured: the fitted model rules them out"
+                 if skipped else ""))
     cfg = prof["speculative_config"]
     out.print(f"recommendation: [bold]{prof['recommendation']}[/]"
               + (f" {cfg}" if cfg else "") + f" — {prof['disable_by_batch_size']['why']}")

@@ -23,9 +23,12 @@ from specbench.sweep.objective import Events, make_objective
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.trials import (
     POLL_S,
+    SKIPPED_ATTR,
     TrialFailed,
     all_measured,
     enqueue_pending,
+    retry_mark,
+    trial_key,
 )
 from specbench.sweep.workers import Worker
 
@@ -70,6 +73,32 @@ def wait_for_others(study: optuna.Study, spec: SweepSpec, worker: Worker, events
         time.sleep(POLL_S)
 
 
+def guide(study: optuna.Study, spec: SweepSpec, study_dir: Path, events: Events) -> bool:
+    """The model-guided sampler's turn (`specbench.sweep.guided`): record what the model
+    skips now, enqueue the point it picks. False when nothing is left to measure."""
+    from specbench.sweep import guided
+
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == TrialState.WAITING for t in trials):
+        return True  # a baseline or a retry goes first
+    choice = guided.choose(spec, trials, study_dir, retry_mark(study))
+    before = study.user_attrs.get(SKIPPED_ATTR) or {}
+    for key, why in choice.skipped.items():
+        if key not in before:
+            events.note(f"model: skipping {guided.label(key)}: {why}")
+    for key in set(before) - set(choice.skipped):
+        events.note(f"model: {guided.label(key)} is no longer ruled out; it may be measured")
+    study.set_user_attr(SKIPPED_ATTR, choice.skipped)
+    events.settled(study)
+    if choice.point is None:
+        events.note(f"model: done, {choice.why}")
+        return False
+    if choice.point.key not in {trial_key(t) for t in trials if t.state == TrialState.WAITING}:
+        study.enqueue_trial(choice.point.params)
+    events.note(f"model: next {guided.label(choice.point.key)}: {choice.why}")
+    return True
+
+
 def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Path,
               events: Events | None = None,
               callbacks: tuple[Callable[[optuna.Study, FrozenTrial], None], ...] = (),
@@ -98,6 +127,7 @@ def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Pat
 
     objective = make_objective(spec, session, study_dir, events, worker)
     budget = spec.budget.n_trials is not None or spec.budget.timeout_s is not None
+    guided = spec.study.sampler == "model"
     deadline = time.monotonic() + spec.budget.timeout_s if spec.budget.timeout_s is not None else None
     try:
         while True:
@@ -105,6 +135,11 @@ def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Pat
             timeout = None if deadline is None else deadline - time.monotonic()
             if (left is not None and left <= 0) or (timeout is not None and timeout <= 0):
                 break
+            if guided:  # one trial at a time, each chosen on what the trials so far say
+                if all_measured(study, spec) or not guide(study, spec, study_dir, events):
+                    if budget or not wait_for_others(study, spec, worker, events):
+                        break  # else a trial is queued (a lost one, measured here)
+                left = 1
             try:
                 study.optimize(objective, n_trials=left, timeout=timeout, catch=(TrialFailed,),
                                callbacks=[after_trial, *callbacks], gc_after_trial=False)
@@ -115,6 +150,8 @@ def run_sweep(spec: SweepSpec, session: Any, study: optuna.Study, study_dir: Pat
                 events.note(f"[yellow]a trial of this worker was taken for lost by another worker "
                             f"(no heartbeat reached the storage for {spec.study.grace_period_s} s) and is "
                             "measured again there; going on[/]")
+                continue
+            if guided:
                 continue
             if budget or not wait_for_others(study, spec, worker, events):
                 break

@@ -34,7 +34,7 @@ from specbench.errors import ConfigError
 from specbench.session import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, sampling_base
 
 SPECULATIVE_METHODS = tuple(m for m in METHODS if m != "none")
-SAMPLERS = ("grid", "tpe", "random")
+SAMPLERS = ("grid", "tpe", "random", "model")
 DEFAULT_SWEEPS_DIR = Path("sweeps")
 DEFAULT_N_TRIALS = 20  # model-based samplers; grid runs until the grid is measured
 DEFAULT_HEARTBEAT_S = 10  # a running trial records a heartbeat this often (Optuna's interval)
@@ -143,7 +143,9 @@ class StudyOptions:
         "Study directory: one run directory per trial under runs/, and profile.yaml (default: sweeps/studies/STUDY).")
     sampler: str = option(
         "--sampler", STRING,
-        f"grid (every configuration, Optuna GridSampler) | tpe | random (default: {SAMPLERS[0]}).", SAMPLERS[0])
+        "grid (every configuration, Optuna GridSampler) | tpe | random | model (corners first, then the point "
+        "the fitted speedup model is least sure of; skips points it rules out) "
+        f"(default: {SAMPLERS[0]}).", SAMPLERS[0])
     seed: int = option("--sampler-seed", INTEGER, "Sampler seed (grid: the same in every worker).", 0)
     heartbeat_interval_s: int = option(
         "--heartbeat-interval", INTEGER,

@@ -39,7 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from specbench.sweep.space import Point
 from specbench.sweep.spec import SweepSpec
-from specbench.sweep.trials import is_measured
+from specbench.sweep.trials import SKIPPED_ATTR, is_measured
 from specbench.sweep.summary import speedups_vs
 from specbench.sweep.urls import display_url
 
@@ -381,6 +381,10 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
             "reused": sum(1 for t in all_trials if "duplicate_of" in t.user_attrs),
             "failed": len(failed),
             "infeasible": sum(1 for t in trials if not _feasible(t)),
+            # --sampler model: configurations not measured because the fitted model ruled
+            # them out (point key -> its prediction), never recommended
+            **({"skipped_by_model": dict(study.user_attrs.get(SKIPPED_ATTR) or {})}
+               if spec.study.sampler == "model" else {}),
         },
         "models": {"target": spec.target, "drafts": list(spec.space.draft)},
         "workload": {"source": spec.workload.source, "num_prompts": spec.workload.num_prompts,

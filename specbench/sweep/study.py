@@ -118,7 +118,7 @@ def make_sampler(spec: SweepSpec, n_existing: int = 0) -> optuna.samplers.BaseSa
     if spec.study.sampler == "grid":
         return _GridSampler(spec.space.grid(), seed=spec.study.seed)
     seed = spec.study.seed + n_existing
-    if spec.study.sampler == "random":
+    if spec.study.sampler in ("random", "model"):  # model: every trial is enqueued (sweep.guided)
         return optuna.samplers.RandomSampler(seed=seed)
     # Constraints reach TPE through Trial.set_constraint (Optuna 5 replaced constraints_func).
     return optuna.samplers.TPESampler(seed=seed)

@@ -46,6 +46,9 @@ class RetryLater(TrialFailed):
     """A failure that says nothing about the configuration: retried on the next start."""
 
 
+# study user attr of the model-guided sampler (`specbench.sweep.guided`): point key -> why the
+# fitted model rules it out; such points count as settled while the model says so
+SKIPPED_ATTR = "specbench_model_skipped"
 RETRY_ATTR = "specbench_retry_failed_before"  # failures of trials numbered below this are retried
 
 
@@ -88,8 +91,16 @@ def settled_keys(trials: list[FrozenTrial], retry_before: int = -1) -> set[str]:
     return {k for t in trials if settled(t, retry_before) and (k := trial_key(t))}
 
 
-def all_measured(study: optuna.Study, spec: SweepSpec) -> bool:
+def _done(study: optuna.Study, spec: SweepSpec) -> set[str]:
     done = settled_keys(study.get_trials(deepcopy=False), retry_mark(study))
+    if spec.study.sampler == "model":
+        done |= set(study.user_attrs.get(SKIPPED_ATTR) or {})
+    return done
+
+
+def all_measured(study: optuna.Study, spec: SweepSpec) -> bool:
+    """Every point settled (with the model-guided sampler: or skipped by the model)."""
+    done = _done(study, spec)
     return all(p.key in done for p in spec.space.points())
 
 
@@ -118,9 +129,9 @@ def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Point]:
 
 
 def progress_counts(study: optuna.Study, spec: SweepSpec) -> tuple[int, int]:
-    """(configurations settled, configurations in the space)."""
+    """(configurations settled or skipped by the model, configurations in the space)."""
     points = spec.space.points()
-    done = settled_keys(study.get_trials(deepcopy=False), retry_mark(study))
+    done = _done(study, spec)
     return sum(1 for p in points if p.key in done), len(points)
 
 

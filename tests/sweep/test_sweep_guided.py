@@ -1,0 +1,115 @@
+"""The model-guided sampler (`--sampler model`, specbench/sweep/guided.py) end to end on tiny
+float32 models, whose random draft loses everywhere: after the baselines it measures the
+corners of k × concurrency, then refits the speedup model after every trial and skips the
+points it rules out, saying so; the study, profile and report record why, the sweep ends with
+fewer trials than the grid, and a rerun measures nothing. A draft that pays (the target as
+its own draft: every token accepted) is not skipped where it pays."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import yaml
+from optuna.trial import TrialState
+
+from cli_harness import specbench
+from specbench.sweep import guided
+from specbench.sweep.space import Point
+from specbench.sweep.trials import SKIPPED_ATTR
+
+PROMPTS = [
+    {"id": "greet", "prompt": "Say hello to the team."},
+    {"id": "repeat", "prompt": "abc abc abc abc abc abc abc"},
+    {"id": "code", "category": "code", "prompt": "def add(a, b):\n    return"},
+    {"id": "list", "prompt": "1, 2, 3, 4, 5, 6, 7, 8,"},
+]
+KS, CONCS = (1, 2, 3, 4), (1, 2, 4)
+
+
+def args(target, draft, tmp_path: Path, *extra) -> list:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    return ["sweep", "--target", target, "--draft", draft, "--workload", prompts,
+            "--dtype", "float32", "--device", "cpu", "--warmup", "0", "--max-new-tokens", "12",
+            "--storage", f"sqlite:///{tmp_path / 'g.db'}", "--out", tmp_path / "study", "--study-name", "g",
+            "--sampler", "model", "--method", "draft_model", "-k", ",".join(map(str, KS)),
+            "--concurrency", ",".join(map(str, CONCS)), "--no-sequential", *extra]
+
+
+def study_of(tmp_path: Path) -> optuna.Study:
+    return optuna.load_study(study_name="g", storage=f"sqlite:///{tmp_path / 'g.db'}")
+
+
+def test_model_sampler_measures_corners_then_skips_what_the_model_rules_out(tiny_pair, tmp_path):
+    res = specbench(*args(*tiny_pair, tmp_path))
+    assert res.code == 0, res.output
+    study = study_of(tmp_path)
+    measured = [Point.from_params(t.params) for t in study.trials if t.state == TrialState.COMPLETE]
+    spec_points = [p for p in measured if not p.is_baseline]
+    # the baselines and the four corners first, in that order
+    assert [p.is_baseline for p in measured[:3]] == [True] * 3
+    assert {(p.num_speculative_tokens, p.concurrency) for p in spec_points[:4]} == {(1, 1), (4, 1), (1, 4), (4, 4)}
+    skipped = study.user_attrs[SKIPPED_ATTR]
+    grid = len(KS) * len(CONCS)
+    # every speculative point is measured or skipped, never both, and most are skipped here
+    assert len(spec_points) + len(skipped) == grid
+    assert not {p.key for p in spec_points} & set(skipped)
+    assert len(skipped) >= grid // 2, skipped
+    for key, why in skipped.items():
+        assert why.startswith("predicted ") and "needed at concurrency" in why, why
+        assert f"model: skipping {guided.label(key)}" in res.output
+    assert "model: done" in res.output
+    assert f"{len(skipped)} configuration(s) not measured: the fitted model rules them out" in res.output
+    profile = yaml.safe_load((tmp_path / "study" / "profile.yaml").read_text())
+    assert profile["study"]["skipped_by_model"] == skipped
+    assert profile["recommendation"] == "baseline"
+
+    # a rerun finds the study settled: nothing is measured again
+    n = len(study.trials)
+    again = specbench(*args(*tiny_pair, tmp_path))
+    assert again.code == 0, again.output
+    assert len(study_of(tmp_path).trials) == n
+
+
+class Planted:
+    """A stand-in for the fitted model: planted predictions per (k, concurrency)."""
+
+    def __init__(self, predicted: dict[tuple[int, int], float], reach: tuple[int, int] = (4, 4)):
+        self.predicted, self.reach = predicted, reach
+        self.families = [guided.family(point(1, 1))]
+
+    def predict(self, family, k, c):
+        return self.predicted[(k, c)]
+
+    def extrapolated(self, family, k, c):
+        return k > self.reach[0] or c > self.reach[1]
+
+
+def point(k: int, c: int) -> Point:
+    return Point.of("draft_model", k, "/models/draft", c)
+
+
+def test_the_rule_skips_only_what_cannot_reach_the_bar_and_measures_the_closest_first():
+    predicted = {(2, 1): 1.50, (3, 1): 0.95, (2, 2): 0.80, (3, 2): 0.40, (2, 4): 0.55}
+    todo = [point(k, c) for k, c in predicted]
+    bar = {1: 1.0, 2: 1.0, 4: 1.0}
+    got = guided.rank(todo, Planted(predicted), u=0.10, bar=bar)
+    # 0.80 × 1.2 = 0.96 < 1 and 0.40, 0.55: skipped; 0.95 × 1.2 >= 1: still in doubt
+    assert set(got.skipped) == {point(2, 2).key, point(3, 2).key, point(2, 4).key}
+    assert "predicted 0.80×" in got.skipped[point(2, 2).key]
+    assert got.point == point(3, 1)  # |log 0.95| < |log 1.5|: the closest to the bar
+    # a wider uncertainty rules out less
+    wide = guided.rank(todo, Planted(predicted), u=0.30, bar=bar)
+    assert set(wide.skipped) == {point(3, 2).key, point(2, 4).key}  # 0.80 × 1.6 >= 1: kept
+    # a bar raised by a measured 1.7× at concurrency 1: 1.5 can still beat it, 0.95 cannot
+    high = guided.rank(todo, Planted(predicted), u=0.10, bar={**bar, 1: 1.7})
+    assert point(3, 1).key in high.skipped and point(2, 1).key not in high.skipped
+    assert high.point == point(2, 1)
+    # what the model cannot speak for is measured first, never skipped
+    beyond = guided.rank(todo + [point(6, 1)], Planted({**predicted, (6, 1): 0.1}, reach=(4, 4)), 0.10, bar)
+    assert beyond.point == point(6, 1) and point(6, 1).key not in beyond.skipped
+    # nothing left in doubt: the sweep is done
+    done = guided.rank([point(3, 2)], Planted(predicted), 0.10, bar)
+    assert done.point is None and point(3, 2).key in done.skipped
