@@ -90,3 +90,16 @@ def test_a_storage_url_missing_its_slashes_is_refused(url):
 @pytest.mark.parametrize("path", ["studies/x.db", "/abs/x.db", "x.db"])
 def test_plain_paths_still_mean_sqlite_files(path):
     assert storage_url(path) == "sqlite:///" + path
+
+
+LONG = "x" * 5000  # over the file system's 255 per name: Path.exists() raises ENAMETOOLONG
+
+
+@pytest.mark.parametrize("args, where", [
+    (["models", "info", LONG], "specbench models info: argument"),
+    (["models", "pull", LONG, "--no-check"], "specbench models pull: argument"),
+    (["workloads", "show", LONG], "specbench workloads show: argument"),
+    (["run", "--method", "ngram", f"--workload={LONG}"], "--workload"),
+])
+def test_a_path_longer_than_the_file_system_allows_is_one_line(args, where):
+    specbench(*args).refusal(where, "5000 characters", "longer than the file system allows")
