@@ -103,3 +103,13 @@ LONG = "x" * 5000  # over the file system's 255 per name: Path.exists() raises E
 ])
 def test_a_path_longer_than_the_file_system_allows_is_one_line(args, where):
     specbench(*args).refusal(where, "5000 characters", "longer than the file system allows")
+
+
+@pytest.mark.parametrize("args, where", [
+    (["run", "--method", "ngram", "--workload", "~nosuchuser-x/p.jsonl"], "--workload"),
+    (["models", "info", "~nosuchuser-x/model"], "specbench models info: argument"),
+    (["workloads", "show", "~nosuchuser-x/p.jsonl"], "specbench workloads show: argument"),
+])
+def test_a_home_directory_of_an_unknown_user_is_one_line(args, where):
+    # Path.expanduser() raises RuntimeError for ~user without such a user
+    specbench(*args).refusal(where, "~nosuchuser-x", "no user 'nosuchuser-x'")
