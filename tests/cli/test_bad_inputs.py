@@ -113,3 +113,28 @@ def test_a_path_longer_than_the_file_system_allows_is_one_line(args, where):
 def test_a_home_directory_of_an_unknown_user_is_one_line(args, where):
     # Path.expanduser() raises RuntimeError for ~user without such a user
     specbench(*args).refusal(where, "~nosuchuser-x", "no user 'nosuchuser-x'")
+
+
+@pytest.mark.parametrize("extra, needles", [
+    (["--dynamic-k"], ["--dynamic-k", "--method none"]),
+    (["--disable-by-batch-size", "2"], ["--disable-by-batch-size", "--method none"]),
+    (["--topk", "2", "--num-draft-tokens", "3"], ["--topk, --num-draft-tokens", "--method none"]),
+])
+def test_speculation_knobs_with_method_none_are_refused(tmp_path, extra, needles):
+    # these were accepted and ignored: the run measured the baseline alone without a word
+    specbench("run", "--method", "none", *extra, "--out", tmp_path / "o").refusal(*needles)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("extra, needles", [
+    (["--base-url", "http://127.0.0.1:99999"], ["--base-url", "port 99999", "1..65535"]),
+    (["--base-url", "http://127.0.0.1:8000", "--api-key-env", ""], ["--api-key-env is empty"]),
+])
+def test_openai_flags_are_checked_before_connecting(tmp_path, extra, needles):
+    # both went on to a connection attempt ("cannot reach ...") that hid what was wrong
+    specbench("run", "--backend", "openai", *extra, "--out", tmp_path / "o").refusal(*needles)
+
+
+def test_ngram_sizes_name_the_speculative_config_keys(tmp_path):
+    specbench("run", "--speculative-config", '{"method": "ngram", "prompt_lookup_min": 5, "prompt_lookup_max": 2}',
+              "--out", tmp_path / "o").refusal("prompt_lookup_min", "--speculative-config", "5..2")
