@@ -138,3 +138,22 @@ def test_openai_flags_are_checked_before_connecting(tmp_path, extra, needles):
 def test_ngram_sizes_name_the_speculative_config_keys(tmp_path):
     specbench("run", "--speculative-config", '{"method": "ngram", "prompt_lookup_min": 5, "prompt_lookup_max": 2}',
               "--out", tmp_path / "o").refusal("prompt_lookup_min", "--speculative-config", "5..2")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--host", "a\nb"], ["--host 'a\\nb'", "127.0.0.1"]),  # its newline split the message in two
+    (["--method", ""], ["--method is empty"]),
+    (["--speculative-config", " "], ["--speculative-config is empty"]),
+    (["--served-model-name", ""], ["--served-model-name ''", "printable"]),
+    (["--served-model-name", "a\nb"], ["--served-model-name 'a\\nb'"]),
+])
+def test_serve_refuses_empty_or_unprintable_values_before_loading(args, needles):
+    # an empty --method or --speculative-config meant "no speculation", an empty served name
+    # went to the API: all accepted without a word
+    specbench("serve", "--target", "/nonexistent/model", "--port", "0", *args).refusal(*needles)
+
+
+def test_serve_a_host_it_cannot_listen_on_is_one_line():
+    # the "not a loopback address" warning came first, then the error: two lines
+    res = specbench("serve", "--target", "/nonexistent/model", "--host", "999.1.1.1", "--port", "0")
+    res.refusal("--host 999.1.1.1", "cannot listen")
