@@ -186,7 +186,8 @@ class SpeculativeConfig:
         _check_suffix(self)
         if not (1 <= self.ngram_min <= self.ngram_max):
             raise ConfigError(
-                f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got "
+                f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max (prompt_lookup_min, prompt_lookup_max "
+                f"in --speculative-config), got "
                 f"{self.ngram_min}..{self.ngram_max}"
             )
 

@@ -7,6 +7,7 @@ code here, and only here.
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
@@ -90,6 +91,54 @@ def command():
     return cmd
 
 
+def name_too_long(exc: OSError, args: list[str]) -> str:
+    """The one-line message for a path longer than the file system allows, naming the flag
+    (or argument) it came from."""
+    name = str(exc.filename) if exc.filename is not None else ""
+    where = "an argument"  # a path derived from one (a run directory inside --out, say)
+    for i, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg  # --out=PATH
+        if len(value) > 255 and name and (value in name or name in value):
+            where = _where(args, i)
+            break
+    shown = name if len(name) <= 60 else f"{name[:40]}...{name[-10:]}"
+    return (f"{where}: path {shown!r} ({len(name)} characters) is longer than the file system allows "
+            "(255 per name, 4096 in all); give a shorter path")
+
+
+def _where(args: list[str], i: int) -> str:
+    """The flag (or argument) args[i] is the value of."""
+    if args[i].startswith("--") and "=" in args[i]:
+        return args[i].split("=", 1)[0]
+    if i and args[i - 1].startswith("-"):
+        return args[i - 1]
+    words = args[:2] if args[0] in ("models", "workloads") else args[:1]
+    return f"specbench {' '.join(words)}: argument"
+
+
+def no_home(args: list[str]) -> str:
+    """The one-line message for a ~user path whose user has no home directory."""
+    for i, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if value.startswith("~"):
+            user = value[1:].split("/", 1)[0]
+            who = f"no user {user!r} on this machine" if user else "$HOME is not set"
+            return (f"{_where(args, i)}: cannot expand {value!r} ({who}); give the path in full "
+                    "or relative to the current directory")
+    return "a path starting with ~ names a user without a home directory; give the path in full"
+
+
+def _say(message: str, code: int) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    # Escaped: messages quote TOML sections and JSON ([space], {...}) that rich would eat.
+    # emoji=False: a device such as cuda:abc: must not turn into an emoji
+    Console(stderr=True, emoji=False).print(f"[bold red]error:[/] {escape(message)}", highlight=False,
+                                            soft_wrap=True)
+    sys.exit(code)
+
+
 def main() -> None:
     try:
         # Without standalone mode click returns (not raises) a command's typer.Exit code.
@@ -97,16 +146,21 @@ def main() -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except SpecbenchError as exc:
-        from rich.console import Console
-        from rich.markup import escape
-
-        # Escaped: messages quote TOML sections and JSON ([space], {...}) that rich would eat.
-        # emoji=False: a device such as cuda:abc: must not turn into an emoji
-        Console(stderr=True, emoji=False).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
-                                                soft_wrap=True)
-        sys.exit(exc.exit_code)
+        _say(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        # A 5000-character path argument: Path.exists() and is_dir() raise instead of saying
+        # False, anywhere a file, model, workload or spec is looked up. One line, naming the flag.
+        _say(name_too_long(exc, sys.argv[1:]), 2)
+    except RuntimeError as exc:
+        if "home directory" not in str(exc):
+            raise
+        # Path('~nosuchuser/x').expanduser(): a model, workload or file under an unknown user's
+        # home raises RuntimeError wherever a path is looked up.
+        _say(no_home(sys.argv[1:]), 2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # click usage errors arrive here with standalone_mode=False

@@ -14,7 +14,7 @@ from specbench.errors import ConfigError
 def report(
     paths: Annotated[Optional[list[Path]], typer.Argument(metavar="RUN_OR_STUDY", help="Run directories, samples.parquet files, study directories (sweeps/studies/NAME) or a study's SQLite file (sweeps/NAME.db).", show_default=False)] = None,
     baseline: Annotated[Optional[Path], typer.Option(help="Run whose baseline is the reference for every configuration (default: each run's own baseline).")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="HTML file to write (default reports/<first run id>.html, reports/study-<name>.html for a study); a directory gets that name inside.")] = None,
+    out: Annotated[Optional[str], typer.Option(help="HTML file to write (default reports/<first run id>.html, reports/study-<name>.html for a study); a directory gets that name inside.")] = None,
     allow_mixed: Annotated[bool, typer.Option("--allow-mixed", help="Report runs of different workloads or target models together.")] = False,
     title: Annotated[Optional[str], typer.Option(help="Page title (default: workload and target model).")] = None,
     n_boot: Annotated[int, typer.Option(help="Bootstrap resamples for the speedup confidence intervals.")] = 2000,
@@ -26,13 +26,16 @@ def report(
     model, per-sample table; for a study also the search, the trials and the profile."""
     from specbench.report import build_report, default_out, load_inputs, write_report
 
+    if out is not None and not out.strip():  # as a Path, '' would be '.': the report landed in the cwd
+        raise ConfigError("--out is empty: give an .html file name or a directory, or leave --out out for "
+                          "reports/<run id>.html")
     if n_boot < 100:
         raise ConfigError(f"--n-boot must be >= 100, got {n_boot}")
     if study_name is not None and storage is None and not paths:
         raise ConfigError("--study-name needs --storage URL or a study's .db file")
     inputs = load_inputs(paths or [], baseline=baseline, allow_mixed=allow_mixed, storage=storage,
                          study_name=study_name, study_dir=study_dir)
-    target = out if out is not None else default_out(inputs)
+    target = Path(out) if out is not None else default_out(inputs)
     if target.is_dir():
         target = target / default_out(inputs).name
     elif target.suffix.lower() not in (".html", ".htm"):

@@ -183,6 +183,15 @@ def _speculation(f: dict[str, Any], given: set[str]) -> Any:
                           "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}', or leave it out")
     ks = parse_int_list(f["num_speculative_tokens"], "--num-speculative-tokens") or [DEFAULT_NUM_SPECULATIVE_TOKENS]
     declared = bool(f["speculative_config"] or f["num_speculative_tokens"] or f["draft"] or "method" in given)
+    if not f["speculative_config"] and f["method"] == "none":
+        knobs = [flag for flag, name in (("--draft", "draft"), ("--dynamic-k", "dynamic_k"),
+                                         ("--disable-by-batch-size", "disable_by_batch_size"), ("--topk", "topk"),
+                                         ("--num-draft-tokens", "num_draft_tokens"))
+                 if name in given and f[name] not in (None, False)]
+        if knobs:
+            raise ConfigError(f"{', '.join(knobs)} {'tunes' if len(knobs) == 1 else 'tune'} speculation, which "
+                              "--method none (the baseline alone) does not run: leave "
+                              f"{'it' if len(knobs) == 1 else 'them'} out or pick a speculative method")
     if not f["speculative_config"]:
         return Speculation(method=f["method"], ks=tuple(ks), draft=f["draft"], ngram=DEFAULT_NGRAM,
                            disable_by_batch_size=f["disable_by_batch_size"], dynamic_k=f["dynamic_k"],

@@ -71,15 +71,26 @@ def serve(
     from specbench.server import SpecbenchServer, is_loopback
     from specbench.session import open_engine
 
+    if method is not None and not method.strip():
+        raise ConfigError("--method is empty: give one of none, draft_model, ngram, eagle3, medusa, suffix, "
+                          "or leave it out")
+    if speculative_config is not None and not speculative_config.strip():
+        raise ConfigError("--speculative-config is empty: give a JSON object, e.g. "
+                          "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}', or leave it out")
+    if served_model_name is not None and (not served_model_name.strip()
+                                          or any(not c.isprintable() for c in served_model_name)):
+        raise ConfigError(f"--served-model-name {served_model_name!r}: give a name of printable characters "
+                          "(clients send it as \"model\"), or leave it out for --target")
     spec = resolve_spec(target, draft, method, num_speculative_tokens, speculative_config)
     engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code, compile=compile)
     _check_limits(port, max_concurrency, max_num_seqs, read_timeout)
-    if not host.strip():
-        raise ConfigError("--host must name an address, e.g. 127.0.0.1 (loopback) or 0.0.0.0 (every interface)")
-    if not is_loopback(host):
+    if not host.strip() or any(c.isspace() or not c.isprintable() for c in host):
+        raise ConfigError(f"--host {host!r} must name an address, e.g. 127.0.0.1 (loopback) or 0.0.0.0 "
+                          "(every interface)")
+    _check_can_listen(host, port)  # before the models load: a busy port fails in a second
+    if not is_loopback(host):  # after the check: a host that cannot be listened on is one error line
         console.print(f"[yellow]--host {host} is not a loopback address: anyone who can reach it can use "
                       "the server (there is no authentication)[/]")
-    _check_can_listen(host, port)  # before the models load: a busy port fails in a second
 
     tgt, engine = open_engine(target, spec, engine_cfg, log=console.print)
     name = served_model_name or target

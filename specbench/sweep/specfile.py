@@ -44,6 +44,9 @@ def load_spec_file(path: Path | str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         msg = getattr(exc, "msg", None) or re.sub(r"\s*\((at line|at end).*\)$", "", str(exc))
         raise ConfigError(f"{path}:{_toml_error_line(exc, text)}: invalid TOML: {msg}") from None
+    except RecursionError:  # thousands of nested arrays or tables: tomllib recurses per level
+        raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deep for a sweep spec "
+                          "(its values are flat: strings, numbers, lists of them)") from None
     flat: dict[str, Any] = {}
     for section, body in data.items():
         if section not in SECTIONS:

@@ -156,3 +156,10 @@ def test_a_run_id_from_the_records_never_leaves_the_reports_directory(synthetic,
 def test_an_out_that_cannot_be_written_is_refused_in_one_line(synthetic):
     specbench("report", synthetic, "--out", "/proc/specbench-report.html", "--n-boot", "200").refusal(
         "/proc/specbench-report.html", "cannot write there")
+
+
+def test_an_empty_out_is_refused(synthetic, tmp_path, monkeypatch):
+    # --out '' became Path('.'): the report was written into the current directory, exit 0
+    monkeypatch.chdir(tmp_path)
+    specbench("report", synthetic, "--out", "").refusal("--out is empty")
+    assert not list(tmp_path.glob("*.html"))

@@ -95,6 +95,12 @@ def test_invalid_toml_names_file_and_line(tmp_path):
     assert line.startswith(f"error: {path}:5: invalid TOML") or line.startswith(f"error: {path}:6: invalid TOML")
 
 
+def test_deeply_nested_arrays_are_one_line(tmp_path):
+    # tomllib recursed once per level: 5000 nested arrays were a RecursionError traceback
+    path = write(tmp_path / "deep.toml", "[study]\nname = " + "[" * 5000 + "]" * 5000 + "\n")
+    assert refused(path).startswith(f"error: {path}: invalid TOML: arrays or tables nested too deep")
+
+
 def test_invalid_toml_value_line(tmp_path):
     path = write(tmp_path / "bad.toml", '[study]\nname = \n[space]\n')
     assert refused(path).startswith(f"error: {path}:2: invalid TOML: ")

@@ -99,6 +99,8 @@ def _normalize_url(base_url: str) -> str:
         url = None
     if url is None or url.scheme not in ("http", "https") or not url.host:
         raise ConfigError(f"--base-url {base_url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise ConfigError(f"--base-url {base_url!r}: port {url.port} is not in 1..65535")
     root = str(url.copy_with(query=None, fragment=None)).rstrip("/")
     return root[: -len("/v1")] if root.endswith("/v1") else root
 
@@ -155,6 +157,9 @@ class OpenAIBackend:
             raise ConfigError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000)")
         root = _normalize_url(base_url)
         api_key = None
+        if api_key_env is not None and not api_key_env.strip():
+            raise ConfigError("--api-key-env is empty: give the name of the environment variable holding the "
+                              "API key (e.g. --api-key-env OPENAI_API_KEY), or leave it out")
         if api_key_env:
             api_key = os.environ.get(api_key_env)
             if not api_key:
