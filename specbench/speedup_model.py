@@ -62,6 +62,7 @@ from specbench import analysis, steps as steps_mod
 from specbench.errors import RecordsError
 
 MIN_AT_RISK = 30  # steps at risk at a position before a category gets its own alpha there
+MIN_PROMPT_AT_RISK = 10  # the same for one prompt
 MIN_STEPS = 20  # batched steps needed to fit the step cost at all
 # Below this R² the verify-time fit explains too little of the step times for its predictions
 # to be more than rough; a zero cost per row and draft token (the term that makes drafting
@@ -117,6 +118,19 @@ class Acceptance:
     at_risk: np.ndarray  # steps at risk per position (pooled)
     by_category: dict[str, np.ndarray] = field(default_factory=dict)
     weights: dict[str, float] = field(default_factory=dict)  # share of drafting steps
+    # per prompt: its own alpha where it has MIN_PROMPT_AT_RISK steps at risk, else its category's
+    by_prompt: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def expected_by_prompt(self, k: int) -> np.ndarray:
+        """E_k of every prompt seen (empty when none was)."""
+        out = []
+        for a in self.by_prompt.values():
+            total, survive = 1.0, 1.0
+            for i in range(k):
+                survive *= float(a[min(i, a.size - 1)]) if a.size else 0.0
+                total += survive
+            out.append(total)
+        return np.asarray(out, dtype=float)
 
     def alpha_at(self, i: int, category: str | None = None) -> float:
         a = self.by_category.get(category, self.alpha) if category is not None else self.alpha
@@ -177,6 +191,15 @@ def fit_acceptance(steps: pd.DataFrame) -> Acceptance:
         own = r >= MIN_AT_RISK
         out.by_category[str(cat)] = np.where(own, a / np.where(own, r, 1), alpha)
         out.weights[str(cat)] = len(sub) / total
+    if "prompt_id" in d:
+        for pid, idx in d.groupby(d["prompt_id"].astype(str)).groups.items():
+            sub = d.loc[idx]
+            r, a = _counts(sub["drafted"].to_numpy(dtype=int),
+                           np.minimum(sub["accepted"].to_numpy(dtype=int), sub["drafted"].to_numpy(dtype=int)),
+                           alpha.size)
+            own = r >= MIN_PROMPT_AT_RISK
+            fallback = out.by_category.get(str(sub["category"].iloc[0]), alpha)
+            out.by_prompt[str(pid)] = np.where(own, a / np.where(own, r, 1), fallback)
     return out
 
 
@@ -277,6 +300,7 @@ class SpeedupModel:
     cost: StepCost
     batch_mix: dict[int, dict[int, float]]  # concurrency -> batch size -> share of steps
     stall: dict[int, float] = field(default_factory=dict)  # concurrency -> s per output token
+    per_prompt: bool = True  # predict the median prompt's TPOT (what is measured), not the mean's
 
     @property
     def families(self) -> list[str]:
@@ -290,9 +314,16 @@ class SpeedupModel:
         mix = self.mix(concurrency)
         base = sum(p * self.cost.step(None, b, 0) for b, p in mix.items())
         spec = sum(p * self.cost.step(family, b, k) for b, p in mix.items())
-        e = self.acceptance[family].expected_tokens(k)
         wait = self.stall.get(int(concurrency), 0.0)
-        return (base + wait) / (spec / e + wait) if spec > 0 else float("nan")
+        if spec <= 0:
+            return float("nan")
+        acc = self.acceptance[family]
+        per_prompt = acc.expected_by_prompt(k) if self.per_prompt else np.zeros(0)
+        if per_prompt.size:
+            # what is measured is median TPOT over prompts, baseline / speculative: each
+            # prompt's TPOT is spec / E_k(prompt) + wait, so the median prompt's E_k decides
+            return float((base + wait) / np.median(spec / per_prompt + wait))
+        return (base + wait) / (spec / acc.expected_tokens(k) + wait)
 
     def goodput(self, family: str | None, b: int, k: int) -> float:
         """Tokens per second of step time for a batch of b rows (family None: baseline)."""
@@ -357,12 +388,12 @@ def stalls(frame: pd.DataFrame, overhead_s: float = 0.0) -> dict[int, float]:
 
 
 def fit(steps: pd.DataFrame, *, form: CostForm = LINEAR, overhead_s: float = 0.0,
-        stall: dict[int, float] | None = None) -> SpeedupModel:
+        stall: dict[int, float] | None = None, per_prompt: bool = True) -> SpeedupModel:
     """Fit on `model_steps` output (or any frame with the same columns); `stall` is
     `stalls(records)` (none: requests never wait outside their steps)."""
     acc = {f: fit_acceptance(g) for f, g in steps[~steps["is_baseline"]].groupby("family", sort=False)}
     return SpeedupModel({f: a for f, a in acc.items() if a.alpha.size},
-                        fit_cost(steps, form, overhead_s), batch_mix(steps), dict(stall or {}))
+                        fit_cost(steps, form, overhead_s), batch_mix(steps), dict(stall or {}), per_prompt)
 
 
 # --------------------------------------------------------------------------------------
@@ -415,10 +446,11 @@ class Evaluation:
 
 
 def evaluate(steps: pd.DataFrame, measured: pd.DataFrame, *, form: CostForm = LINEAR,
-             overhead_s: float = 0.0, stall: dict[int, float] | None = None) -> Evaluation:
+             overhead_s: float = 0.0, stall: dict[int, float] | None = None,
+             per_prompt: bool = True) -> Evaluation:
     """Fit on everything, then once more per measured point without that configuration's
     steps, and compare both predictions with the measurement (see the module docstring)."""
-    model = fit(steps, form=form, overhead_s=overhead_s, stall=stall)
+    model = fit(steps, form=form, overhead_s=overhead_s, stall=stall, per_prompt=per_prompt)
     notes: list[str] = []
     pts = measured.copy()
     pred, held = [], []
@@ -427,7 +459,7 @@ def evaluate(steps: pd.DataFrame, measured: pd.DataFrame, *, form: CostForm = LI
                     else float("nan"))
         rest = steps[steps["label"] != r.label]
         try:
-            m = fit(rest, form=form, overhead_s=overhead_s, stall=stall)
+            m = fit(rest, form=form, overhead_s=overhead_s, stall=stall, per_prompt=per_prompt)
             if r.family not in m.families:
                 raise RecordsError(f"no other configuration of {r.family} to learn from")
             # the held-out point's concurrency keeps its baseline's batch mix (measured)
