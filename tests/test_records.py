@@ -1,6 +1,7 @@
 import datetime as dt
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -53,15 +54,33 @@ def _meta(run_id: str = "r1") -> RunMetadata:
     return RunMetadata.collect(run_id, {"target": "tiny", "k": [2]}, device="cpu", command=["specbench", "run"])
 
 
+# The unit a column's name states (`ttft_s`, `peak_memory_bytes`, `output_tokens`) and the one its
+# description states ("... in s"): the schema's `unit` metadata must say the same.
+_NAME_UNITS = {"_s": "s", "_bytes": "bytes", "_tokens": "tokens"}
+_DESCRIPTION_UNITS = {r"\bin s\b": "s", r"\bin bytes\b": "bytes", r"\brequests/s\b": "requests/s"}
+_UNITS = {"s", "bytes", "tokens", "requests/s", "tokens/step", "tokens/pass"}
+
+
 def test_schema_has_units_and_descriptions():
     for f in SCHEMA:
         assert f.metadata and f.metadata[b"description"], f.name
+        unit = f.metadata.get(b"unit", b"").decode()
+        description = f.metadata[b"description"].decode()
+        for suffix, named in _NAME_UNITS.items():
+            if f.name.endswith(suffix):
+                assert unit == named, f"{f.name}: its name says {named}, its unit metadata says {unit!r}"
+        for phrase, named in _DESCRIPTION_UNITS.items():
+            if re.search(phrase, description):
+                assert unit == named, f"{f.name}: its description says {named}, its unit metadata says {unit!r}"
+        assert not unit or unit in _UNITS, f"{f.name}: unknown unit {unit!r}"
     for name in ("ttft_s", "tpot_s", "e2e_s", "queue_s", "itl_s", "peak_memory_bytes"):
         assert name in COLUMNS
     docs = column_docs()
     assert [d[0] for d in docs] == list(COLUMNS)
-    assert ("itl_s", "list<float64>") == docs[COLUMNS.index("itl_s")][:2]
-    assert docs[COLUMNS.index("token_match_rate")][1] == "float64?"
+    assert ("itl_s", "list<float64>", "s") == docs[COLUMNS.index("itl_s")][:3]
+    assert docs[COLUMNS.index("token_match_rate")][1:3] == ("float64?", "")
+    assert docs[COLUMNS.index("request_rate")][2] == "requests/s"
+    assert docs[COLUMNS.index("peak_memory_bytes")][2] == "bytes"
 
 
 def test_make_row_fills_every_column():
@@ -101,6 +120,7 @@ def test_round_trip_preserves_values_and_list_columns(tmp_path):
     schema = pq.read_schema(run_dir / "samples.parquet")
     assert schema.field("itl_s").type == pa.list_(pa.float64())
     assert schema.field("ttft_s").metadata[b"description"]
+    assert schema.field("ttft_s").metadata[b"unit"] == b"s"
     assert meta["run_id"] == "r1" and meta["status"] == "complete"
     assert meta["config"] == {"target": "tiny", "k": [2]}
     assert meta["device"] == "cpu" and meta["command"] == ["specbench", "run"]

@@ -1,11 +1,11 @@
 """The records schema and its Parquet files: the product of every run.
 
 One pyarrow schema (`SCHEMA`), defined once here, with units in the column names and a short
-description per column (field metadata key `description`; `column_docs()` lists them for the
-README). One row per sample. The run's metadata (`RunMetadata`: the run configuration, package
-versions, device, git revision, command line, status) travels as JSON in the Parquet file's
-key-value metadata under the key `specbench`, and beside it as a pretty `run.json`; its
-`config` object is `specbench.config.RunConfig` in JSON form.
+description per column (field metadata keys `description` and, for quantities, `unit`;
+`column_docs()` lists them for docs/records.md). One row per sample. The run's metadata
+(`RunMetadata`: the run configuration, package versions, device, git revision, command line,
+status) travels as JSON in the Parquet file's key-value metadata under the key `specbench`, and
+beside it as a pretty `run.json`; its `config` object is `specbench.config.RunConfig` in JSON form.
 
 A run directory holds `samples.parquet` and `run.json`. `RunWriter` rewrites both
 atomically (temp file in the same directory, fsync, os.replace) on every `flush()`, so a run

@@ -27,8 +27,11 @@ SCHEMA_VERSION = 5
 DEFAULT_RUNS_DIR = Path("runs")
 
 
-def _f(name: str, type_: pa.DataType, description: str, nullable: bool = False) -> pa.Field:
-    return pa.field(name, type_, nullable=nullable, metadata={"description": description})
+def _f(name: str, type_: pa.DataType, description: str, nullable: bool = False, unit: str = "") -> pa.Field:
+    """One column: its description and, for a quantity, its unit (field metadata `unit`: s, bytes,
+    tokens, requests/s, ...), which a name ending in `_s`, `_bytes` or `_tokens` also states."""
+    metadata = {"description": description, **({"unit": unit} if unit else {})}
+    return pa.field(name, type_, nullable=nullable, metadata=metadata)
 
 
 _I32 = pa.int32()
@@ -44,19 +47,20 @@ SCHEMA = pa.schema(
         _f("backend", _STR, "Backend that served the request: embedded | hf | openai."),
         _f("method", _STR, "Speculative method: none | draft_model | ngram | eagle3 | medusa | suffix."),
         _f("num_speculative_tokens", _I32,
-           "k: draft tokens proposed per verification step (0 = baseline)."),
+           "k: draft tokens proposed per verification step (0 = baseline).", unit="tokens"),
         _f("topk", _I32,
            "Draft trees: children expanded per node (1 = a chain; null: written before trees).", True),
         _f("num_draft_tokens", _I32,
            "Tokens each row verifies per step, root included (a chain: k + 1; 1 = baseline; null: written "
-           "before trees).", True),
+           "before trees).", True, unit="tokens"),
         _f("draft_model", _STR,
            "Draft model name or path (draft_model), the EAGLE-3 head's directory (eagle3) or the "
            "Medusa heads' directory (medusa); "
            "null otherwise.", True),
         _f("concurrency", _I32, "Maximum requests in flight at once."),
         _f("request_rate", _F64,
-           "Poisson arrival rate in requests/s (null = all requests at once, closed loop).", True),
+           "Poisson arrival rate in requests/s (null = all requests at once, closed loop).", True,
+           unit="requests/s"),
         _f("is_baseline", pa.bool_(), "True for the non-speculative reference configuration."),
         # --- the prompt and how it was sampled ------------------------------------------
         _f("workload", _STR, "Prompt set name."),
@@ -69,53 +73,57 @@ SCHEMA = pa.schema(
         _f("temperature", _F64, "Sampling temperature (0 = greedy)."),
         _f("top_p", _F64, "Nucleus sampling mass (1 = off)."),
         _f("top_k", _I32, "Top-k sampling cutoff (0 = off)."),
-        _f("max_new_tokens", _I32, "Cap on generated tokens."),
-        _f("input_tokens", _I32, "Prompt length in tokens."),
-        _f("output_tokens", _I32, "Generated tokens."),
+        _f("max_new_tokens", _I32, "Cap on generated tokens.", unit="tokens"),
+        _f("input_tokens", _I32, "Prompt length in tokens.", unit="tokens"),
+        _f("output_tokens", _I32, "Generated tokens.", unit="tokens"),
         # --- latency, from per-token timestamps (vLLM definitions) ----------------------
         _f("arrival_s", _F64,
-           "Arrival time in s, relative to the start of this configuration.", True),
+           "Arrival time in s, relative to the start of this configuration.", True, unit="s"),
         _f("finish_s", _F64,
-           "Last-token time in s, relative to the start of this configuration.", True),
+           "Last-token time in s, relative to the start of this configuration.", True, unit="s"),
         _f("ttft_s", _F64, "Time to first token in s: arrival to first output token (openai: from when the "
-           "request's bytes were written to the server's socket).", True),
+           "request's bytes were written to the server's socket).", True, unit="s"),
         _f("tpot_s", _F64,
-           "Time per output token in s: (e2e_s - ttft_s) / (output_tokens - 1).", True),
+           "Time per output token in s: (e2e_s - ttft_s) / (output_tokens - 1).", True, unit="s"),
         _f("e2e_s", _F64, "End-to-end latency in s: arrival to last output token (openai: from the write, as "
-           "ttft_s).", True),
+           "ttft_s).", True, unit="s"),
         _f("queue_s", _F64, "Queue wait in s: arrival to start of prefill (openai: the client's "
            "wait from when the request was due, its slot freed or its --request-rate arrival, "
-           "until its bytes were written: a concurrency slot and the client's own send delay)."),
+           "until its bytes were written: a concurrency slot and the client's own send delay).", unit="s"),
         _f("itl_s", pa.list_(_F64),
-           "Inter-token latencies in s (zero gaps inside one accepted burst kept)."),
+           "Inter-token latencies in s (zero gaps inside one accepted burst kept).", unit="s"),
         _f("chunk_itl_s", pa.list_(_F64),
            "Gaps in s between successive token-carrying arrivals: streamed chunks (openai, as "
-           "vllm bench serve's ITL) or emitting engine steps (embedded)."),
+           "vllm bench serve's ITL) or emitting engine steps (embedded).", unit="s"),
         # --- speculative decoding -------------------------------------------------------
         _f("target_forward_passes", _I32, "Target model forward passes, prefill included."),
         _f("num_steps", _I32, "Verification steps that proposed at least one draft token."),
-        _f("drafted_tokens", _I32, "Draft tokens proposed, summed over steps."),
-        _f("accepted_tokens", _I32, "Draft tokens accepted, summed over steps."),
+        _f("drafted_tokens", _I32, "Draft tokens proposed, summed over steps.", unit="tokens"),
+        _f("accepted_tokens", _I32, "Draft tokens accepted, summed over steps.", unit="tokens"),
         _f("acceptance_rate", _F64,
            "accepted_tokens / drafted_tokens (null when nothing was drafted).", True),
         _f("mean_acceptance_length", _F64,
-           "1 + accepted_tokens / num_steps: tokens per drafting step, vLLM's definition (1 for baseline)."),
+           "1 + accepted_tokens / num_steps: tokens per drafting step, vLLM's definition (1 for baseline).",
+           unit="tokens/step"),
         _f("tokens_per_target_pass", _F64,
-           "output_tokens / target_forward_passes (prefill included): steps without drafts count.", True),
-        _f("accepted_per_step", pa.list_(_I32), "Accepted draft tokens at each verification step."),
+           "output_tokens / target_forward_passes (prefill included): steps without drafts count.", True,
+           unit="tokens/pass"),
+        _f("accepted_per_step", pa.list_(_I32), "Accepted draft tokens at each verification step.", unit="tokens"),
         _f("rejection_positions", pa.list_(_I32),
            "First rejected draft index at each verification step (-1 = all accepted)."),
-        _f("prefill_time_s", _F64, "Time spent in prefill in s."),
-        _f("draft_time_s", _F64, "Time spent drafting in s, summed over steps."),
-        _f("verify_time_s", _F64, "Time spent in target verification in s, summed over steps."),
+        _f("prefill_time_s", _F64, "Time spent in prefill in s.", unit="s"),
+        _f("draft_time_s", _F64, "Time spent drafting in s, summed over steps.", unit="s"),
+        _f("verify_time_s", _F64, "Time spent in target verification in s, summed over steps.", unit="s"),
         # --- per target step after the prefill (drafting or not), one entry each -------------
         _f("step_batch_size", pa.list_(_I32),
            "Rows in the target pass of each step (null entries: not reported by the backend)."),
         _f("step_context_tokens", pa.list_(_I32),
-           "Tokens in context (prompt + output so far) before each step (null: not reported)."),
-        _f("step_drafted", pa.list_(_I32), "Draft tokens proposed at each step (0 = plain decode step)."),
-        _f("step_accepted", pa.list_(_I32), "Draft tokens accepted at each step."),
-        _f("step_emitted", pa.list_(_I32), "Tokens emitted by each step (accepted + 1, clipped at a stop)."),
+           "Tokens in context (prompt + output so far) before each step (null: not reported).", unit="tokens"),
+        _f("step_drafted", pa.list_(_I32), "Draft tokens proposed at each step (0 = plain decode step).",
+           unit="tokens"),
+        _f("step_accepted", pa.list_(_I32), "Draft tokens accepted at each step.", unit="tokens"),
+        _f("step_emitted", pa.list_(_I32), "Tokens emitted by each step (accepted + 1, clipped at a stop).",
+           unit="tokens"),
         _f("step_draft_depth", pa.list_(_I32),
            "Depth of the draft tree of each step (a chain: step_drafted; null, or null entries: not "
            "reported).", True),
@@ -123,11 +131,12 @@ SCHEMA = pa.schema(
            "Per step, the branch rank (0 = the drafter's best child) of each accepted node along the "
            "accepted path, root's child first (a chain: zeros; null, or null entries: not reported).", True),
         _f("step_draft_time_s", pa.list_(_F64),
-           "Drafting time of each step in s (shared by the rows of a batched step)."),
+           "Drafting time of each step in s (shared by the rows of a batched step).", unit="s"),
         _f("step_verify_time_s", pa.list_(_F64),
-           "Target verification time of each step in s (shared by the rows of a batched step)."),
+           "Target verification time of each step in s (shared by the rows of a batched step).", unit="s"),
         _f("peak_memory_bytes", _I64,
-           "Peak memory in bytes the backend reported (accelerator, or process RSS on CPU).", True),
+           "Peak memory in bytes the backend reported (accelerator, or process RSS on CPU).", True,
+           unit="bytes"),
         # --- outcome --------------------------------------------------------------------
         _f("finish_reason", _STR, "Why generation ended: stop | length | error | cancelled."),
         _f("error", _STR, "Error message (null when the request succeeded).", True),
@@ -142,11 +151,11 @@ SCHEMA = pa.schema(
         _f("token_count_delta", _I32,
            "openai: the server's usage.completion_tokens minus the tokens the client counted in the "
            "stream (token ids, logprobs or the re-tokenized text); output_tokens is the server's "
-           "count. Null without usage, and for the other backends.", True),
+           "count. Null without usage, and for the other backends.", True, unit="tokens"),
         _f("client_loop_lag_s", _F64,
            "openai: the worst delay of the client's event loop while the request was in flight (a "
            "1 ms timer firing late): its timestamps may be late by up to this much. Null for the "
-           "other backends.", True),
+           "other backends.", True, unit="s"),
         _f("attempts", _I32,
            "openai: how many times the request was sent (1, or more with --retries: a retry after a "
            "429/5xx, a timeout or a dropped stream); TTFT and E2E are timed from the last attempt's write, "
@@ -184,11 +193,13 @@ def _type_name(t: pa.DataType) -> str:
     return {"double": "float64", "bool": "bool", "string": "string"}.get(str(t), str(t))
 
 
-def column_docs() -> list[tuple[str, str, str]]:
-    """(name, type, description) for every column, in schema order (for the README).
-    Types read like `float64`, `list<int32>`; nullable columns end in `?`."""
+def column_docs() -> list[tuple[str, str, str, str]]:
+    """(name, type, unit, description) for every column, in schema order (the table in
+    docs/records.md, written by `python tests/schemadoc.py`). Types read like `float64`,
+    `list<int32>`; nullable columns end in `?`; the unit is "" where a column has none."""
     return [
-        (f.name, _type_name(f.type) + ("?" if f.nullable else ""), f.metadata[b"description"].decode())
+        (f.name, _type_name(f.type) + ("?" if f.nullable else ""), f.metadata.get(b"unit", b"").decode(),
+         f.metadata[b"description"].decode())
         for f in SCHEMA
     ]
 

