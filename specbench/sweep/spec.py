@@ -26,6 +26,7 @@ from specbench.errors import ConfigError
 from specbench.session import DEFAULT_DRAFT, DEFAULT_TARGET
 from specbench.sweep.options import (
     DEFAULT_N_TRIALS,
+    DEFAULT_SERVER_BASE_URL,
     DEFAULT_SWEEPS_DIR,
     ENDPOINTS,
     SERVER_PAIRINGS,
@@ -182,7 +183,13 @@ def _merge(file_values: dict[str, Any] | None, flags: dict[str, Any] | None, whe
 
 
 def _study(study: StudyOptions, source: Path | None, where: str) -> StudyOptions:
+    if study.name is not None and not study.name.strip():
+        raise ConfigError(f"{where}{label('study.name')} is empty: give a name (letters, digits, '.', '_', '-') "
+                          "or leave it out for the spec file's name")
     name = study.name or (source.stem if source is not None else "sweep")
+    if len(name) > 128:
+        raise ConfigError(f"{where}{label('study.name')} is {len(name)} characters long; at most 128 "
+                          "(it names the SQLite file and the study directory)")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise ConfigError(f"{where}{label('study.name')} may hold letters, digits, '.', '_' and "
                           f"'-' only (it names files), got {name!r}")
@@ -225,8 +232,9 @@ def _space(opts: SpaceOptions, models: ModelsOptions, where: str) -> Space:
     head = models.head
     if "eagle3" in methods and not head:
         raise ConfigError(f"{where}method eagle3 needs an EAGLE-3 head directory: set {label('models.head')}")
-    if "eagle3" not in methods:
-        head = None
+    if "eagle3" not in methods and head:
+        raise ConfigError(f"{where}{label('models.head')} is the EAGLE-3 head, used by method eagle3 only; "
+                          f"{label('space.method')} lists {', '.join(methods)}: add eagle3 or drop the head")
     return Space(method=tuple(methods), num_speculative_tokens=ks, k_range=k_range,
                  concurrency=concurrency, draft=drafts, head=head)
 
@@ -273,9 +281,18 @@ def _server(values: dict[str, Any], where: str) -> ServerOptions | None:
     if server.baseline_command is not None:
         _check_template("server.baseline_command", server.baseline_command, SERVER_PLACEHOLDERS, where)
     _check_template("server.base_url", server.base_url, ("port",), where)
-    if not re.match(r"https?://", server.base_url):
-        raise ConfigError(f"{where}{label('server.base_url')} must start with http:// or https://, "
-                          f"got {server.base_url!r}")
+    for key in ("server.command", "server.baseline_command", "server.base_url"):
+        text = values.get(key) if key != "server.base_url" else server.base_url
+        if text is not None and (bad := _UNCLOSED.search(str(text))):
+            raise ConfigError(f"{where}{label(key)}: placeholder {bad.group(0)!r} is not closed with '}}'")
+    if not re.match(r"https?://[^/:{}\s]+", server.base_url.replace("{port}", "1")):
+        raise ConfigError(f"{where}{label('server.base_url')} must be http:// or https:// and a host, "
+                          f"e.g. {DEFAULT_SERVER_BASE_URL}, got {server.base_url!r}")
+    if "{port}" in server.base_url:
+        for key in ("server.command", "server.baseline_command"):
+            if values.get(key) is not None and "{port}" not in str(values[key]):
+                raise ConfigError(f"{where}{label(key)} does not pass {{port}}, but {label('server.base_url')} "
+                                  "connects to it: the server would listen elsewhere (add --port {port})")
     if server.pairing not in SERVER_PAIRINGS:
         raise ConfigError(f"{where}{label('server.pairing')} must be one of {', '.join(SERVER_PAIRINGS)}, "
                           f"got {server.pairing!r}")
@@ -286,6 +303,10 @@ def _server(values: dict[str, Any], where: str) -> ServerOptions | None:
         raise ConfigError(f"{where}{label('server.endpoint')} must be one of {', '.join(ENDPOINTS)}, "
                           f"got {server.endpoint!r}")
     return server
+
+
+# a placeholder opened and never closed: "{port" (JSON in a template, '{"method": ...}', is fine)
+_UNCLOSED = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(?![A-Za-z0-9_}])")
 
 
 def _check_template(key: str, template: str, allowed: tuple[str, ...], where: str) -> None:
