@@ -477,9 +477,15 @@ def test_a_drift_between_two_runs_passes_for_a_regression_with_prompt_intervals_
 
 
 def test_repeat_intervals_need_repeats_and_a_known_interval_name(baseline):
+    # gated, timings without repeats are not a pass: nothing timed could be gated (exit 2)
     comp = cmp.compare_runs(baseline, synthetic_run(run_id="cur"), metrics=["tpot_p50"], interval="repeats")
+    assert comp.exit_code == 2 and "--interval repeats gates tpot_p50" in comp.reasons[0]
+    assert "--repeats N" in comp.reasons[0] and "\n" not in comp.reasons[0]
+    # reported beside a deterministic gate, they stay n/a, with the reason in the note
+    comp = cmp.compare_runs(baseline, synthetic_run(run_id="cur"), metrics=["tpot_p50", "acceptance_rate"],
+                            interval="repeats", gate="deterministic")
     r = result(comp, "tpot_p50")
-    assert r.verdict == "n/a" and "--repeats" in r.note
+    assert comp.exit_code == 0 and r.verdict == "n/a" and "--repeats" in r.note
     with pytest.raises(ConfigError, match="--interval must be one of prompts, repeats"):
         cmp.compare_runs(baseline, baseline, interval="bootstrap")
 

@@ -339,6 +339,14 @@ def compare_runs(
                 change=plain(r.get("change")), ci_low=plain(r.get("ci_low")),
                 ci_high=plain(r.get("ci_high")), threshold=thr[name], verdict=r["verdict"],
                 gated=gated, n=int(r.get("n", 0)), note=note))
+    timed = [r for r in comp.results if r.kind == "timing" and r.metric != "tpot_speedup" and r.gated]
+    if interval == "repeats" and timed and all(r.verdict == "n/a" for r in timed):
+        # a gate on timings with no timing it can gate would pass whatever the runs say
+        comp.reasons.append(f"--interval repeats gates {', '.join(dict.fromkeys(r.metric for r in timed))} "
+                            f"from each run's repeats, but no configuration has them ({timed[0].note}); "
+                            "measure both runs with --repeats N (N >= 3), or use --interval prompts")
+        comp.results = []
+        return comp
     if any(r.kind == "timing" and r.metric != "tpot_speedup" for r in comp.results):
         if interval == "prompts":
             comp.notes.append(CROSS_RUN_NOTE.format(
