@@ -129,6 +129,11 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
     """Merge spec-file values and flags (flags win; None = not given) into a SweepSpec."""
     where = f"{source}: " if source is not None else ""
     values = _merge(file_values, flags, where)
+    for key, example in (("study.out", "sweeps/studies/NAME"), ("profile.out", "STUDY_DIR/profile.yaml"),
+                         ("study.storage", "sqlite:///sweeps/NAME.db")):
+        if values.get(key) is not None and not str(values[key]).strip():
+            raise ConfigError(f"{where}{label(key)} is empty: give one (e.g. {example}) or leave it out "
+                              "for the default")
     study = _study(section(StudyOptions, values, where), source, where)
     space_opts, models = section(SpaceOptions, values, where), section(ModelsOptions, values, where)
     space = _space(space_opts, models, where)
@@ -137,7 +142,8 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
     objectives = _objectives(objective, where)
     budget = section(BudgetOptions, values, where)
     n_trials = budget.n_trials
-    if n_trials is None and study.sampler != "grid":  # model-based samplers need a budget
+    if n_trials is None and study.sampler not in ("grid", "model"):  # TPE, random: a budget
+        # (the model-guided sampler ends by itself, once only skipped points are left)
         n_trials = DEFAULT_N_TRIALS
     timeout = float(budget.timeout_s) if budget.timeout_s is not None else None
     budget = replace(budget, n_trials=n_trials, timeout_s=timeout)
@@ -145,6 +151,9 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
     sampling = section(SamplingOptions, values, where)
     sampling.params()  # validates the values now, before any model loads
     profile = section(ProfileOptions, values, where)
+    if profile.out is not None and Path(profile.out).expanduser().is_dir():
+        raise ConfigError(f"{where}{label('profile.out')} {str(profile.out)!r} is a directory: give the "
+                          "profile's file path, e.g. DIR/profile.yaml")
     mem = objective.max_peak_memory_gb
     slos = _goodput(objective, objectives, where)
     return SweepSpec(
@@ -200,6 +209,9 @@ def _study(study: StudyOptions, source: Path | None, where: str) -> StudyOptions
         raise ConfigError(f"{where}{label('study.grace_period_s')} must exceed "
                           f"{label('study.heartbeat_interval_s')} ({study.heartbeat_interval_s} s), "
                           f"got {study.grace_period_s}")
+    if study.storage is not None and re.fullmatch(r"sqlite:/*", study.storage.strip()):
+        raise ConfigError(f"{where}{label('study.storage')} {study.storage!r} names no database file: "
+                          "e.g. sqlite:///sweeps/STUDY.db")
     if study.storage == JOURNAL_PREFIX:
         raise ConfigError(f"{where}{label('study.storage')}: journal:PATH needs a file path, "
                           "e.g. journal:/shared/sweeps/STUDY.log")

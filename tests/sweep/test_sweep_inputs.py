@@ -5,6 +5,7 @@ space) is one `error:` line on stderr and exit code 2, before any model loads.""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,25 @@ def test_sweep_values_that_were_accepted_without_a_word(values, needle):
 def test_json_in_a_server_command_is_not_an_unclosed_placeholder():
     spec = build_spec(None, {"server.command": "serve --port {port} --speculative-config '{\"method\": \"ngram\"}'"})
     assert spec.server is not None
+
+
+@pytest.mark.parametrize("values, needle", [
+    ({"study.storage": ""}, "study.storage (--storage) is empty"),
+    ({"study.storage": " "}, "study.storage (--storage) is empty"),
+    ({"study.storage": "sqlite:///"}, "names no database file"),
+    ({"study.out": ""}, "study.out (--out) is empty"),
+    ({"profile.out": ""}, "profile.out (--profile) is empty"),
+])
+def test_empty_paths_are_refused_rather_than_defaulted(values, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        build_spec(None, values)
+
+
+def test_a_profile_path_that_is_a_directory_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory: give the profile's file path"):
+        build_spec(None, {"profile.out": str(tmp_path)})
+
+
+def test_the_model_sampler_needs_no_trial_budget():
+    assert build_spec(None, {"study.sampler": "model"}).budget.n_trials is None
+    assert build_spec(None, {"study.sampler": "tpe"}).budget.n_trials is not None
