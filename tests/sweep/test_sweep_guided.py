@@ -43,7 +43,10 @@ def study_of(tmp_path: Path) -> optuna.Study:
 
 
 def test_model_sampler_measures_corners_then_skips_what_the_model_rules_out(tiny_pair, tmp_path):
-    res = specbench(*args(*tiny_pair, tmp_path))
+    # a bar of 10x, which no prediction from these timings comes near even at a held-out error
+    # of a few hundred percent: which points are skipped does not hang on the machine's noise
+    # (the rule's margins are tested on planted predictions below)
+    res = specbench(*args(*tiny_pair, tmp_path, "--min-speedup", "10"))
     assert res.code == 0, res.output
     study = study_of(tmp_path)
     measured = [Point.from_params(t.params) for t in study.trials if t.state == TrialState.COMPLETE]
@@ -56,7 +59,7 @@ def test_model_sampler_measures_corners_then_skips_what_the_model_rules_out(tiny
     # every speculative point is measured or skipped, never both, and most are skipped here
     assert len(spec_points) + len(skipped) == grid
     assert not {p.key for p in spec_points} & set(skipped)
-    assert len(skipped) >= grid // 2, skipped
+    assert len(skipped) == grid - 4, skipped  # every point but the corners
     for key, why in skipped.items():
         assert why.startswith("predicted ") and "needed at concurrency" in why, why
         assert f"model: skipping {guided.label(key)}" in res.output
@@ -68,7 +71,7 @@ def test_model_sampler_measures_corners_then_skips_what_the_model_rules_out(tiny
 
     # a rerun finds the study settled: nothing is measured again
     n = len(study.trials)
-    again = specbench(*args(*tiny_pair, tmp_path))
+    again = specbench(*args(*tiny_pair, tmp_path, "--min-speedup", "10"))
     assert again.code == 0, again.output
     assert len(study_of(tmp_path).trials) == n
 
