@@ -244,9 +244,8 @@ def _space(opts: SpaceOptions, models: ModelsOptions, where: str) -> Space:
     head = models.head
     if "eagle3" in methods and not head:
         raise ConfigError(f"{where}method eagle3 needs an EAGLE-3 head directory: set {label('models.head')}")
-    if "eagle3" not in methods and head:
-        raise ConfigError(f"{where}{label('models.head')} is the EAGLE-3 head, used by method eagle3 only; "
-                          f"{label('space.method')} lists {', '.join(methods)}: add eagle3 or drop the head")
+    if "eagle3" not in methods:
+        head = None  # a spec naming a head, run with --method draft_model (flags win): not an error
     return Space(method=tuple(methods), num_speculative_tokens=ks, k_range=k_range,
                  concurrency=concurrency, draft=drafts, head=head)
 

@@ -209,7 +209,6 @@ def test_journal_storage_url_is_kept_as_given(tmp_path):
 @pytest.mark.parametrize("values, needle", [
     ({"study.name": ""}, "study.name (--study-name) is empty"),
     ({"study.name": "s" * 5000}, "is 5000 characters long; at most 128"),
-    ({"space.method": ["ngram"], "models.head": "heads/x"}, "used by method eagle3 only"),
     ({"server.command": "serve --port {port"}, "placeholder '{port' is not closed"),
     ({"server.command": "serve --port {port}", "server.base_url": "http://127.0.0.1:{port"},
      "placeholder '{port' is not closed"),
@@ -219,8 +218,7 @@ def test_journal_storage_url_is_kept_as_given(tmp_path):
 ])
 def test_sweep_values_that_were_accepted_without_a_word(values, needle):
     """Inputs the hostile pass (benchmarks/hostile_pass.py) found accepted and then meaningless:
-    an empty or 5000-character study name (fell back to 'sweep' / names no file), a head with
-    no eagle3 (dropped), an unclosed placeholder (passed literally), a URL with no host, a
+    an empty or 5000-character study name (fell back to 'sweep' / names no file), an unclosed placeholder (passed literally), a URL with no host, a
     command that never gets the port the client connects to (a 600 s readiness wait)."""
     with pytest.raises(ConfigError) as exc:
         build_spec(None, values)
