@@ -199,22 +199,16 @@ def build_fixtures(root: Path) -> dict[str, Path]:
     put("empty.gguf", b"")
     put("notgguf.gguf", b"hello world")
     put("model.bin", os.urandom(64))
-    cfg_dir = root / "files" / "model_badcfg"
-    cfg_dir.mkdir(parents=True, exist_ok=True)
-    (cfg_dir / "config.json").write_text("{broken")
-    fx["model_badcfg"] = cfg_dir
-    cfg_list = root / "files" / "model_listcfg"
-    cfg_list.mkdir(parents=True, exist_ok=True)
-    (cfg_list / "config.json").write_text("[]")
-    fx["model_listcfg"] = cfg_list
-    cfg_empty = root / "files" / "model_emptycfg"
-    cfg_empty.mkdir(parents=True, exist_ok=True)
-    (cfg_empty / "config.json").write_text("{}")
-    fx["model_emptycfg"] = cfg_empty
-    cfg_bin = root / "files" / "model_bincfg"
-    cfg_bin.mkdir(parents=True, exist_ok=True)
-    (cfg_bin / "config.json").write_bytes(os.urandom(512))
-    fx["model_bincfg"] = cfg_bin
+    # model directories whose config.json is broken JSON, a list, empty, or binary garbage
+    for name, content in (("model_badcfg", "{broken"), ("model_listcfg", "[]"), ("model_emptycfg", "{}"),
+                          ("model_bincfg", os.urandom(512))):
+        d = root / "files" / name
+        d.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            (d / "config.json").write_bytes(content)
+        else:
+            (d / "config.json").write_text(content)
+        fx[name] = d
     empty_dir = root / "files" / "emptydir"
     empty_dir.mkdir(parents=True, exist_ok=True)
     fx["emptydir"] = empty_dir
