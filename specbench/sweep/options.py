@@ -86,7 +86,8 @@ class Kind:
 
 
 STRING = Kind((str,), "a string", str)
-PATH = Kind((str,), "a path", Path)  # where the sweep writes
+PATH = Kind((str,), "a path", str)  # where the sweep writes (a Path once the spec is built; typed as
+# str on the command line, where Typer would make an empty value Path(".") before any check)
 PATH_AS_GIVEN = Kind((str,), "a path", str)  # kept as typed: the study's setup records it
 INTEGER = Kind((int,), "an integer", int)
 NUMBER = Kind((int, float), "a number", float)

@@ -250,3 +250,10 @@ def test_a_profile_path_that_is_a_directory_is_refused(tmp_path):
 def test_the_model_sampler_needs_no_trial_budget():
     assert build_spec(None, {"study.sampler": "model"}).budget.n_trials is None
     assert build_spec(None, {"study.sampler": "tpe"}).budget.n_trials is not None
+
+
+def test_an_empty_out_on_the_command_line_is_refused_not_the_current_directory(tmp_path):
+    res = cli_harness.specbench("sweep", "--target", str(tmp_path / "none"), "--out", "",
+                                "--storage", f"sqlite:///{tmp_path / 's.db'}")
+    assert res.code != 0 and "study.out (--out) is empty" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "s.db").exists()
