@@ -123,30 +123,17 @@ class Acceptance:
 
     def expected_by_prompt(self, k: int) -> np.ndarray:
         """E_k of every prompt seen (empty when none was)."""
-        out = []
-        for a in self.by_prompt.values():
-            total, survive = 1.0, 1.0
-            for i in range(k):
-                survive *= float(a[min(i, a.size - 1)]) if a.size else 0.0
-                total += survive
-            out.append(total)
-        return np.asarray(out, dtype=float)
+        return np.asarray([_expected(a, k) for a in self.by_prompt.values()], dtype=float)
 
     def alpha_at(self, i: int, category: str | None = None) -> float:
         a = self.by_category.get(category, self.alpha) if category is not None else self.alpha
-        if a.size == 0:
-            return 0.0
-        return float(a[min(i, a.size - 1)])
+        return _alpha(a, i)
 
     def expected_tokens(self, k: int, category: str | None = None) -> float:
         """E_k for one category, or mixed over categories by their weights."""
         if category is None and self.weights:
             return float(sum(w * self.expected_tokens(k, c) for c, w in self.weights.items()))
-        total, survive = 1.0, 1.0
-        for i in range(k):
-            survive *= self.alpha_at(i, category)
-            total += survive
-        return total
+        return _expected(self.by_category.get(category, self.alpha) if category is not None else self.alpha, k)
 
     def survival(self, k: int) -> np.ndarray:
         """Unconditional per-position acceptance (vLLM's acceptance per position), mixed."""
@@ -158,6 +145,29 @@ class Acceptance:
                 s *= self.alpha_at(i, c)
                 out[i] += w * s
         return out
+
+
+def _alpha(a: np.ndarray, i: int) -> float:
+    """alpha at position i; past the longest draft observed, the last estimate (0: none)."""
+    return float(a[min(i, a.size - 1)]) if a.size else 0.0
+
+
+def _expected(a: np.ndarray, k: int) -> float:
+    """E_k = 1 + sum_{j=1..k} prod_{i<j} alpha_i."""
+    total, survive = 1.0, 1.0
+    for i in range(k):
+        survive *= _alpha(a, i)
+        total += survive
+    return total
+
+
+def _own_alpha(sub: pd.DataFrame, size: int, min_at_risk: int, fallback: np.ndarray) -> np.ndarray:
+    """alpha per position from `sub`'s drafting steps where `min_at_risk` steps are at risk
+    there, else `fallback`'s."""
+    drafted = sub["drafted"].to_numpy(dtype=int)
+    r, a = _counts(drafted, np.minimum(sub["accepted"].to_numpy(dtype=int), drafted), size)
+    own = r >= min_at_risk
+    return np.where(own, a / np.where(own, r, 1), fallback)
 
 
 def _counts(drafted: np.ndarray, accepted: np.ndarray, kmax: int) -> tuple[np.ndarray, np.ndarray]:
@@ -185,21 +195,13 @@ def fit_acceptance(steps: pd.DataFrame) -> Acceptance:
     total = len(d)
     for cat, idx in cats.groupby(cats).groups.items():
         sub = d.loc[idx]
-        r, a = _counts(sub["drafted"].to_numpy(dtype=int),
-                       np.minimum(sub["accepted"].to_numpy(dtype=int), sub["drafted"].to_numpy(dtype=int)),
-                       alpha.size)
-        own = r >= MIN_AT_RISK
-        out.by_category[str(cat)] = np.where(own, a / np.where(own, r, 1), alpha)
+        out.by_category[str(cat)] = _own_alpha(sub, alpha.size, MIN_AT_RISK, alpha)
         out.weights[str(cat)] = len(sub) / total
     if "prompt_id" in d:
         for pid, idx in d.groupby(d["prompt_id"].astype(str)).groups.items():
             sub = d.loc[idx]
-            r, a = _counts(sub["drafted"].to_numpy(dtype=int),
-                           np.minimum(sub["accepted"].to_numpy(dtype=int), sub["drafted"].to_numpy(dtype=int)),
-                           alpha.size)
-            own = r >= MIN_PROMPT_AT_RISK
             fallback = out.by_category.get(str(sub["category"].iloc[0]), alpha)
-            out.by_prompt[str(pid)] = np.where(own, a / np.where(own, r, 1), fallback)
+            out.by_prompt[str(pid)] = _own_alpha(sub, alpha.size, MIN_PROMPT_AT_RISK, fallback)
     return out
 
 

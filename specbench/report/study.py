@@ -28,6 +28,7 @@ from specbench.errors import ConfigError, RecordsError
 from specbench.records import RUN_FILE, SAMPLES_FILE
 from specbench.report import inputs
 from specbench.report.inputs import LoadOptions, RunInput, StudyInput, load_run
+from specbench.sweep.guided import label
 from specbench.sweep.trials import SKIPPED_ATTR
 
 PROFILE_FILE = "profile.yaml"
@@ -160,8 +161,7 @@ def open_study_input(url: str, options: LoadOptions, *, path: Path, study_dir: P
     skipped = study.user_attrs.get(SKIPPED_ATTR) or {}
     if skipped:
         st.notes.append(f"{len(skipped)} configuration(s) not measured (--sampler model): the fitted speedup "
-                        "model ruled them out: " + "; ".join(f"{k.split('|')[0]} {k.split('|')[1]} "
-                                                             f"{k.split('|')[3]}: {v}" for k, v in skipped.items()))
+                        "model ruled them out: " + "; ".join(f"{label(k)}: {v}" for k, v in skipped.items()))
     st.profile = _read_profile(study_dir)
     if study_dir is None or not study_dir.is_dir():
         st.notes.append(f"no study directory for {name!r} (pass --study-dir DIR): its runs are "

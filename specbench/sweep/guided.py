@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
@@ -35,9 +36,8 @@ from specbench import speedup_model as sm
 from specbench.errors import RecordsError
 from specbench.sweep.space import Point, Space
 from specbench.sweep.spec import SweepSpec
-from specbench.sweep.trials import SKIPPED_ATTR, is_measured, settled_keys, trial_key  # noqa: F401
+from specbench.sweep.trials import is_measured, settled_keys, trial_key
 
-SAMPLER = "model"
 MIN_UNCERTAINTY = 0.05  # the model is never trusted closer than this
 UNKNOWN_UNCERTAINTY = 0.25  # before any point could be held out
 Z = 2.0  # skip only when the prediction is this many uncertainties below the bar
@@ -48,7 +48,6 @@ class Choice:
     point: Point | None  # measure this next (None: nothing left but skipped points)
     why: str
     skipped: dict[str, str] = field(default_factory=dict)  # point key -> reason
-    uncertainty: float | None = None
 
 
 def label(key: str) -> str:
@@ -176,6 +175,6 @@ def rank(todo: list[Point], model: Any, u: float, bar: dict[int, float]) -> Choi
         scored.append((score, i, p, f"predicted {pred:.2f}× against {bar[c]:.2f}× needed "
                                     f"({score:.1f} uncertainties away)"))
     if not scored:
-        return Choice(None, "every point left is predicted below the bar", skipped, u)
+        return Choice(None, "every point left is predicted below the bar", skipped)
     _, _, p, why = min(scored, key=lambda x: (x[0], x[1]))
-    return Choice(p, why, skipped, u)
+    return Choice(p, why, skipped)
