@@ -236,6 +236,8 @@ def _print_results(spec: Any, prof: dict, written: bool, why: str, serving: dict
         s, b = band["speculative"] or {}, band["baseline"] or {}
         cfg = s.get("config") or {}
         best = (f"{cfg['method']} k={cfg['num_speculative_tokens']}" if cfg else "–")
+        if cfg.get("topk", 1) > 1:  # a draft tree: SGLang's topk and tokens per pass
+            best += f" topk={cfg['topk']} n={cfg['num_draft_tokens']}"
         paired = s.get("paired") or {}
         prompts = f"{paired['prompts']}/{paired['planned']}" if paired.get("prompts") else "–"
         base = s.get("paired_baseline") or b

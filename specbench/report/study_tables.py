@@ -18,6 +18,7 @@ import pandas as pd
 from specbench.formatting import plain
 from specbench.report import fmt
 from specbench.report.inputs import ReportInputs, StudyInput
+from specbench.sweep.space import tree_width
 
 
 def run_anchor(run_id: str) -> str:
@@ -48,7 +49,12 @@ def describe_trial(t: Any) -> str:
         return f"baseline c={c}"
     draft = param(t, "draft")
     d = f" ({str(draft).rsplit('/', 1)[-1]})" if draft else ""
-    return f"{method}{d} k={int(param(t, 'num_speculative_tokens'))} c={c}"
+    topk = param(t, "topk")
+    tree = ""
+    if topk is not None and int(topk) > 1:  # a draft tree: its width in tokens per target pass
+        k, n = int(param(t, "num_speculative_tokens")), param(t, "num_draft_tokens")
+        tree = f" topk={int(topk)} n={tree_width(k, int(topk), int(n) if n is not None else None)}"
+    return f"{method}{d} k={int(param(t, 'num_speculative_tokens'))}{tree} c={c}"
 
 
 TRIAL_DEFAULTS = {"number": None, "state": None, "run_id": None, "run_dir": None, "host": None,
@@ -120,7 +126,7 @@ def profile_rows(study: StudyInput, inputs: ReportInputs) -> list[dict[str, Any]
     rows.append({"field": "recommendation", "value": prof.get("recommendation"),
                  "why": "from the bands below", "ev": []})
     cfg = prof.get("speculative_config") or {}
-    for key in ("method", "model", "num_speculative_tokens"):
+    for key in ("method", "model", "num_speculative_tokens", "topk", "num_draft_tokens"):
         if key in cfg:
             rows.append({"field": f"speculative_config.{key}", "value": cfg[key],
                          "why": f"best speculative configuration at concurrency "
@@ -134,7 +140,8 @@ def profile_rows(study: StudyInput, inputs: ReportInputs) -> list[dict[str, Any]
     for b in bands:
         bs = b["batch_size"]
         what = (f"{b['profile']}" + (f" {b.get('method')} k={b.get('num_speculative_tokens')}"
-                                     if b["profile"] == "speculative" else ""))
+                                     if b["profile"] == "speculative" else "")
+                + (f" topk={b['topk']} n={b['num_draft_tokens']}" if b.get("topk") else ""))
         ev = [e for e in (_ev_link(b.get("speculative"), present, "speculative"),
                           _ev_link(b.get("baseline"), present, "baseline")) if e]
         rows.append({"field": f"batch size {bs['min']}–{bs['max'] if bs['max'] is not None else '∞'}",

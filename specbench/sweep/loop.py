@@ -94,7 +94,7 @@ def guide(study: optuna.Study, spec: SweepSpec, study_dir: Path, events: Events)
         events.note(f"model: done, {choice.why}")
         return False
     if choice.point.key not in {trial_key(t) for t in trials if t.state == TrialState.WAITING}:
-        study.enqueue_trial(choice.point.params)
+        study.enqueue_trial(spec.space.params(choice.point))
     events.note(f"model: next {guided.label(choice.point.key)}: {choice.why}")
     return True
 

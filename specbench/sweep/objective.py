@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 from optuna.trial import Trial
 
+from specbench.config import TREE_METHODS
 from specbench.errors import StorageError
 from specbench.sweep import measure as measuring  # module: measuring.measure is looked up per trial
 from specbench.sweep.options import OBJECTIVES
@@ -52,7 +53,8 @@ class Events:
 
 
 def suggest(trial: Trial, space: Space) -> Point:
-    """The configuration `trial` measures: method, concurrency, then k and the draft."""
+    """The configuration `trial` measures: method, concurrency, then k, the draft and (tree
+    methods, where the space searches trees) topk and the tree size."""
     method = trial.suggest_categorical("method", ("none", *space.method))
     concurrency = trial.suggest_categorical("concurrency", space.concurrency)
     num_speculative_tokens, draft = 0, None
@@ -67,7 +69,12 @@ def suggest(trial: Trial, space: Space) -> Point:
         draft = trial.suggest_categorical("draft", space.draft)
     elif method == "eagle3":
         draft = space.head  # one head: not a search dimension
-    return Point.of(method, num_speculative_tokens, draft, concurrency)
+    topk, num_draft_tokens = 1, None
+    if method in TREE_METHODS and space.searches_trees:  # conditional: chains never see the size
+        topk = trial.suggest_categorical("topk", space.topk)
+        if topk > 1 and space.num_draft_tokens:
+            num_draft_tokens = trial.suggest_categorical("num_draft_tokens", space.num_draft_tokens)
+    return Point.of(method, num_speculative_tokens, draft, concurrency, topk, num_draft_tokens)
 
 
 def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Events | None = None,

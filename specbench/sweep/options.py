@@ -44,7 +44,7 @@ DEFAULT_WORKLOAD = "real"
 DEFAULT_MIN_SPEEDUP = 1.0
 # placeholders a [server] command may use (filled per trial, see specbench.sweep.server)
 SERVER_PLACEHOLDERS = ("target", "draft", "method", "k", "num_speculative_tokens", "k_plus_1",
-                       "port", "speculative_config_json", "python", "dtype")
+                       "topk", "num_draft_tokens", "port", "speculative_config_json", "python", "dtype")
 DEFAULT_SERVER_BASE_URL = "http://127.0.0.1:{port}"
 DEFAULT_READY_TIMEOUT_S = 600.0
 ENDPOINTS = ("completions", "chat")
@@ -226,6 +226,14 @@ class SpaceOptions:
         short="-k")
     concurrency: Any = option("--concurrency", INTEGERS,
                               "Concurrency levels (1,4,16); the baseline is measured at each.", (1,))
+    topk: Any = option(
+        "--topk", INTEGERS,
+        "Draft-tree widths to search: children per node (1 = a chain; 1,2,4 searches chains and trees; "
+        "draft_model and eagle3 only; SGLang's --speculative-eagle-topk).", (1,))
+    num_draft_tokens: Any = option(
+        "--num-draft-tokens", INTEGERS,
+        "Tree sizes to search for topk > 1: tokens each target pass verifies, the root included "
+        "(SGLang's --speculative-num-draft-tokens; default 1 + k * topk).", ())
 
 
 @dataclass(frozen=True)

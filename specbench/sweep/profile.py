@@ -105,6 +105,10 @@ class Level:
     interval: tuple[float, float, float] | None = None
     paired: bool = False  # the interval comes from baseline samples measured with `best`
     flagged: list[FrozenTrial] = field(default_factory=list)  # failed a physics check
+    # where `best` is a draft tree: the family's best chain here, and whether it pays (what
+    # a server without trees, vLLM, can run instead)
+    chain: FrozenTrial | None = None
+    chain_pays: bool = False
 
 
 def _samples(spec: SweepSpec, t: FrozenTrial) -> Any:
@@ -214,7 +218,12 @@ def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
         best = best_of([t for t in mine if verdicts[t.number][0]]) or best_of(mine)
         gain = _gain(spec, best.values[0], _base_value(spec, best, base)) if best else None
         pays, interval, paired = verdicts[best.number] if best else (False, None, False)
-        out.append(Level(c, base, best, gain, pays, interval, paired, bad))
+        chain, chain_pays = None, False
+        if best is not None and point_of(best).is_tree:
+            chains = [t for t in mine if not point_of(t).is_tree]
+            chain = best_of([t for t in chains if verdicts[t.number][0]]) or best_of(chains)
+            chain_pays = bool(chain is not None and verdicts[chain.number][0])
+        out.append(Level(c, base, best, gain, pays, interval, paired, bad, chain, chain_pays))
     return [lv for lv in out if lv.baseline or lv.best or lv.flagged]
 
 
@@ -253,7 +262,8 @@ def _describe(p: Point) -> str:
     if p.is_baseline:
         return f"baseline c{p.concurrency}"
     draft = f" ({Path(p.draft).name})" if p.draft else ""
-    return f"{p.method} k={p.num_speculative_tokens}{draft} c{p.concurrency}"
+    tree = f" topk={p.topk} n={p.width}" if p.is_tree else ""
+    return f"{p.method} k={p.num_speculative_tokens}{tree}{draft} c{p.concurrency}"
 
 
 def evidence(t: FrozenTrial, baseline: FrozenTrial | None = None,
@@ -265,6 +275,8 @@ def evidence(t: FrozenTrial, baseline: FrozenTrial | None = None,
     p = point_of(t)
     out["config"] = {"method": p.method, "num_speculative_tokens": p.num_speculative_tokens,
                      "draft": p.draft, "concurrency": p.concurrency}
+    if p.is_tree:  # SGLang's --speculative-eagle-topk and --speculative-num-draft-tokens
+        out["config"].update(topk=p.topk, num_draft_tokens=p.width)
     base_summary = t.user_attrs.get("baseline_summary") or (baseline.user_attrs["summary"] if baseline else None)
     if base_summary is not None and not p.is_baseline:
         sp = speedups_vs(base_summary, s)
@@ -318,6 +330,8 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
         if speculative:
             p = point_of(x.best)
             band.update(method=p.method, num_speculative_tokens=p.num_speculative_tokens, draft=p.draft)
+            if p.is_tree:
+                band.update(topk=p.topk, num_draft_tokens=p.width)
         band["gain"] = _r(x.gain)
         if x.gain is None:
             band["why"] = ("no feasible baseline measured at this concurrency" if x.baseline is None
@@ -339,6 +353,8 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
                 band["why"] += "; kept baseline: speculation already stopped paying at a lower concurrency"
         band["speculative"] = ev(x.best, x.baseline)
         band["baseline"] = ev(x.baseline)
+        if x.chain is not None:  # the best is a tree: servers without trees (vLLM) run this chain
+            band["chain"] = {**ev(x.chain, x.baseline), "pays": x.chain_pays}
         if x.flagged:
             band["flagged"] = [{"trial": t.number, "config": point_of(t).key, "why": flagged(t)}
                                for t in x.flagged]
@@ -352,6 +368,8 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
         if model:
             spec_cfg["model"] = model
         spec_cfg["num_speculative_tokens"] = p.num_speculative_tokens
+        if p.is_tree:  # specbench's --speculative-config and SGLang take these; vLLM has no trees
+            spec_cfg.update(topk=p.topk, num_draft_tokens=p.width)
         if threshold is not None:
             spec_cfg["disable_by_batch_size"] = threshold
 

@@ -9,6 +9,8 @@ hold the weights. Placeholders of the template (see `options.SERVER_PLACEHOLDERS
     {target} {draft}: the models as the spec names them; a catalog name or a .gguf file
         becomes its converted Hugging Face directory (what vLLM and SGLang can load)
     {method} {k} (= {num_speculative_tokens}) {k_plus_1} {port} {python}
+    {topk} {num_draft_tokens}: SGLang's --speculative-eagle-topk and
+        --speculative-num-draft-tokens for the trial (a chain: 1 and k + 1)
     {dtype}: [models] dtype (auto | bfloat16 | float16 | float32, the same words vLLM,
         SGLang and `specbench serve` take for --dtype)
     {speculative_config_json}: vLLM's --speculative-config JSON for the trial
@@ -70,10 +72,13 @@ def server_model_path(model: str) -> str:
 def trial_params(spec: SweepSpec, point: Point, port: int) -> dict[str, Any]:
     """Values of the template's placeholders for `point`."""
     draft = server_model_path(point.draft) if point.draft else ""
-    point = Point(point.method, point.num_speculative_tokens, draft or None, point.concurrency)
+    point = point.with_draft(draft or None)
     return {"target": server_model_path(spec.target), "draft": draft, "method": point.method,
             "k": point.num_speculative_tokens, "num_speculative_tokens": point.num_speculative_tokens,
             "k_plus_1": point.num_speculative_tokens + 1,  # SGLang chain: num_draft_tokens = steps + 1
+            # SGLang's tree flags: --speculative-eagle-topk, --speculative-num-draft-tokens (a
+            # chain's: 1 and k + 1)
+            "topk": point.topk, "num_draft_tokens": point.width or 1,
             "port": port, "speculative_config_json": speculative_config_json(point),
             "python": sys.executable, "dtype": spec.engine.dtype}
 

@@ -12,12 +12,16 @@ before the first that does not pay, with one drafter family.
   vLLM carries the last band's K past its end. `num_speculative_tokens` is the largest K.
 - vLLM, versions without the table: the profile's `speculative_config` with
   `disable_by_batch_size` (no drafting above that many requests in flight), the first band's k.
-- SGLang: chain drafting flags (`--speculative-algorithm STANDALONE
-  --speculative-draft-model-path D --speculative-num-steps k --speculative-eagle-topk 1
-  --speculative-num-draft-tokens k+1`) only where the profile speculates at every measured
-  band: SGLang has no per-batch-size schedule, so flags that speculate where it loses would
-  contradict the profile. Otherwise the file says baseline and why, with the flags for traffic
-  that stays below the crossover.
+- SGLang: the first band's drafting flags (`--speculative-algorithm STANDALONE|EAGLE3
+  --speculative-draft-model-path D --speculative-num-steps k --speculative-eagle-topk T
+  --speculative-num-draft-tokens N`: a chain's T = 1, N = k + 1; a draft tree's T and node
+  budget) only where the profile speculates at every measured band: SGLang has no
+  per-batch-size schedule, so flags that speculate where it loses would contradict the
+  profile. Otherwise the file says baseline and why, with the flags for traffic that stays
+  below the crossover.
+- Draft trees (a sweep over `topk`): vLLM serves none, so where the profile's pick is a tree
+  the vLLM files carry the best chain measured in that band when that chain pays too (the
+  profile's `chain` evidence), else K = 0 there; each band's explanation says so.
 - Rollout: `profiles:` (`baseline`, `spec_decode_<method>_k<K>`) and `rollout:` (canary
   stages, promote/rollback rules), and `monitor:`: the MAL (mean acceptance length, vLLM's
   1 + accepted / drafts) measured per batch-size band, and the break-even MAL below which the
@@ -88,6 +92,16 @@ def bands_table(profile: dict[str, Any]) -> tuple[list[list[int]], list[dict[str
         elif _family(cfg) != fam:
             reason = (f"best here is {cfg.get('method')} ({cfg.get('draft')}), another drafter than the "
                       "schedule's; vLLM's table changes only K")
+        elif cfg.get("topk", 1) > 1:  # the profile's pick is a draft tree, which vLLM cannot run
+            chain = b.get("chain") or {}
+            if chain.get("pays"):
+                k = int(_cfg(chain)["num_speculative_tokens"])
+                reason = (f"the profile's pick is a draft tree (topk={cfg['topk']}, {cfg['num_draft_tokens']} "
+                          f"tokens per pass), which vLLM does not serve: the best chain measured here, k={k}, "
+                          f"also pays (TPOT speedup {chain.get('speedup_tpot_p50')})")
+            else:
+                reason = (f"the profile's pick is a draft tree (topk={cfg['topk']}), which vLLM does not serve, "
+                          "and no chain measured here pays")
         else:
             k = int(cfg["num_speculative_tokens"])
             reason = f"pays: gain {b['gain']:.3f}x with k={k}"
@@ -128,14 +142,21 @@ def vllm_speculative_config(method: str, draft: str | None, k: int) -> dict[str,
     return cfg
 
 
-def sglang_args(method: str, draft: str | None, k: int) -> list[str]:
-    if method == "draft_model":
-        return ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", str(draft),
-                "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
-                "--speculative-num-draft-tokens", str(k + 1)]
+SGLANG_ALGORITHMS = {"draft_model": "STANDALONE", "eagle3": "EAGLE3"}  # tree drafters (num_steps, topk)
+
+
+def sglang_args(method: str, draft: str | None, k: int, topk: int = 1,
+                num_draft_tokens: int | None = None) -> list[str] | None:
+    """SGLang's flags for one configuration (None: SGLang has no such method). Its
+    `--speculative-num-draft-tokens` counts what one target pass verifies (a chain's k + 1,
+    a tree's node budget, the root included), as specbench's `num_draft_tokens` does."""
+    if method in SGLANG_ALGORITHMS:
+        return ["--speculative-algorithm", SGLANG_ALGORITHMS[method], "--speculative-draft-model-path", str(draft),
+                "--speculative-num-steps", str(k), "--speculative-eagle-topk", str(topk),
+                "--speculative-num-draft-tokens", str(num_draft_tokens if topk > 1 and num_draft_tokens else k + 1)]
     if method == "ngram":
         return ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(k + 1)]
-    raise ValueError(f"no SGLang mapping for method {method!r}")
+    return None
 
 
 def _mal_rows(profile: dict[str, Any], table: list[list[int]]) -> list[dict[str, Any]]:
@@ -164,18 +185,31 @@ def serving_profiles(profile: dict[str, Any]) -> dict[str, Any]:
         check_bands(table, max_c)
         method, draft = fam
         kmax = max(k for _, _, k in table)
-        vllm = vllm_speculative_config(method, draft, kmax)
-        vllm["num_speculative_tokens_per_batch_size"] = table
-        out["vllm"] = vllm
+        if kmax > 0:
+            vllm = vllm_speculative_config(method, draft, kmax)
+            vllm["num_speculative_tokens_per_batch_size"] = table
+            out["vllm"] = vllm
+        else:  # the profile speculates with a draft tree only, and no chain pays
+            notes.append("vLLM: baseline (the profile speculates with a draft tree, which vLLM does not "
+                         "serve, and no chain measured pays)")
         legacy = profile.get("speculative_config")
+        if legacy and legacy.get("topk", 1) > 1:
+            # a tree: vLLM runs the chains of its table instead, on from batch size 1 while they pay
+            on = 0
+            while on < len(table) and table[on][2] > 0:
+                on += 1
+            legacy = ({"method": method, "model": draft, "num_speculative_tokens": table[0][2],
+                       "disable_by_batch_size": table[on - 1][1] if on < len(table) else None} if on else None)
         if legacy:
             out["vllm_legacy"] = vllm_speculative_config(legacy["method"], legacy.get("model"),
                                             int(legacy["num_speculative_tokens"]))
             if legacy.get("disable_by_batch_size") is not None:
                 out["vllm_legacy"]["disable_by_batch_size"] = int(legacy["disable_by_batch_size"])
-        first_k = next(k for _, _, k in table if k > 0)
-        sglang = sglang_args(method, draft, first_k)
-        spec_name = f"spec_decode_{method}_k{kmax}"
+        first = _cfg(next(b for b in bands if _pays(b, 1.0)).get("speculative"))
+        first_k = int(first["num_speculative_tokens"])
+        sglang = sglang_args(method, draft, first_k, first.get("topk", 1), first.get("num_draft_tokens"))
+        spec_name = (f"spec_decode_{method}_k{first_k}_topk{first['topk']}" if first.get("topk", 1) > 1
+                     else f"spec_decode_{method}_k{kmax}")
         if table[-1][2] > 0:
             notes.append(f"speculation still pays at the highest concurrency measured ({max_c}); vLLM "
                          f"keeps K={table[-1][2]} above it: measure higher concurrency before relying on that")
@@ -185,12 +219,17 @@ def serving_profiles(profile: dict[str, Any]) -> dict[str, Any]:
         if method == "ngram":
             notes.append("SGLang's NGRAM mapping (k -> --speculative-num-draft-tokens k+1) is not "
                          "confirmed against an SGLang server")
-        if all(k > 0 for _, _, k in table):
+        # the profile's own bands (a tree counts: SGLang serves trees), not vLLM's K table
+        speculating = [_pays(b, 1.0) and _family(_cfg(b.get("speculative"))) == fam for b in bands]
+        if sglang is None:
+            out["sglang_why"] = f"SGLang has no {method} speculation: serve SGLang without it"
+            notes.append(f"SGLang: baseline ({out['sglang_why']})")
+        elif all(speculating):
             out["sglang"] = sglang
             notes.append("SGLang has no per-batch-size schedule: its flags speculate at every batch size "
                          f"(k={first_k}, the first band's)")
         else:
-            last = max(end for _, end, k in table if k > 0)
+            last = max(_end(b) for b, on in zip(bands, speculating) if on)
             out["sglang_why"] = (f"speculation pays only up to batch size {last}, and SGLang cannot switch it "
                                  "off above a batch size: serve SGLang without it, or where traffic stays at "
                                  f"{last} concurrent requests or fewer: {shlex.join(sglang)}")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench import limits
-from specbench.config import METHODS, EngineConfig
+from specbench.config import METHODS, TREE_METHODS, EngineConfig
 from specbench.errors import ConfigError
 from specbench.session import DEFAULT_DRAFT, DEFAULT_TARGET
 from specbench.sweep.options import (
@@ -156,12 +156,21 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
                           "profile's file path, e.g. DIR/profile.yaml")
     mem = objective.max_peak_memory_gb
     slos = _goodput(objective, objectives, where)
+    server = _server(values, where)
+    if server is not None and space.searches_trees:
+        # a server started without the tree flags serves a chain: its records would be labelled a tree
+        key = "server.command"
+        if not ("{topk}" in server.command and "{num_draft_tokens}" in server.command):
+            raise ConfigError(f"{where}{label(key)} must pass {{topk}} and {{num_draft_tokens}} when "
+                              f"{label('space.topk')} searches trees (SGLang: --speculative-eagle-topk "
+                              "{topk} --speculative-num-draft-tokens {num_draft_tokens}); vLLM serves no "
+                              "draft trees")
     return SweepSpec(
         study=study, target=models.target, engine=engine, workload=workload, sampling=sampling,
         space=space, objectives=objectives,
         max_peak_memory_bytes=int(mem * 2**30) if mem is not None else None, budget=budget,
         profile=replace(profile, out=Path(profile.out or study.out / "profile.yaml")),
-        server=_server(values, where), source=source, goodput_slos_ms=slos)
+        server=server, source=source, goodput_slos_ms=slos)
 
 
 def _goodput(objective: ObjectiveOptions, objectives: tuple[str, ...], where: str) -> dict[str, float] | None:
@@ -246,8 +255,20 @@ def _space(opts: SpaceOptions, models: ModelsOptions, where: str) -> Space:
         raise ConfigError(f"{where}method eagle3 needs an EAGLE-3 head directory: set {label('models.head')}")
     if "eagle3" not in methods:
         head = None  # a spec naming a head, run with --method draft_model (flags win): not an error
+    topk = _ints("space.topk", _as_list("space.topk", opts.topk, where), where, 1)
+    if not topk:
+        raise ConfigError(f"{where}empty search space: {label('space.topk')} is empty (1 = chains)")
+    sizes = _ints("space.num_draft_tokens", _as_list("space.num_draft_tokens", opts.num_draft_tokens, where),
+                  where, 2)
+    if (topk != (1,) or sizes) and not set(methods) & set(TREE_METHODS):
+        raise ConfigError(f"{where}{label('space.topk')} and {label('space.num_draft_tokens')} search draft "
+                          f"trees, which only {' and '.join(TREE_METHODS)} build; the space lists "
+                          f"{', '.join(methods)}")
+    if sizes and max(topk) == 1:
+        raise ConfigError(f"{where}{label('space.num_draft_tokens')} sizes trees: add a topk above 1 to "
+                          f"{label('space.topk')} (a chain of k verifies k + 1 tokens)")
     return Space(method=tuple(methods), num_speculative_tokens=ks, k_range=k_range,
-                 concurrency=concurrency, draft=drafts, head=head)
+                 concurrency=concurrency, draft=drafts, head=head, topk=topk, num_draft_tokens=sizes)
 
 
 def _engine(models: ModelsOptions, where: str) -> EngineConfig:

@@ -122,7 +122,7 @@ def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Point]:
     out: list[Point] = []
     for p in pending:
         if p.key not in taken:
-            study.enqueue_trial(p.params)
+            study.enqueue_trial(spec.space.params(p))
             taken.add(p.key)
             out.append(p)
     return out
