@@ -3,6 +3,8 @@ decoded alone, rows with ragged acceptance roll back independently in their KV s
 cache never copies or grows per step, closed-loop TTFT includes the wait for earlier
 prefills, and no request is dropped or duplicated."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -53,12 +55,16 @@ def test_greedy_outputs_independent_of_concurrency(engine, method):
 
 @pytest.mark.parametrize("method", ["draft_model", "ngram", "dynamic_k"])
 def test_sampled_request_depends_on_its_seed_not_its_batch(engine, method):
-    spec = SPECS[method] if method != "dynamic_k" else SPECS["draft_model"]
+    spec = SPECS[method]
     reqs = requests(temperature=0.8)
     alone = [engine.run([r], spec)[0][0].output_ids for r in reqs]
     for c in (2, 4, 8):
-        together = [r.output_ids for r in engine.run(reqs, spec, concurrency=c)[0]]
+        results = engine.run(reqs, spec, concurrency=c)[0]
+        together = [r.output_ids for r in results]
         assert together == alone, f"concurrency {c}"
+        if method == "dynamic_k":  # the case measures dynamic k: it drafts other lengths than fixed k
+            fixed = engine.run(reqs, replace(spec, dynamic_k=False), concurrency=c)[0]
+            assert [[s.drafted for s in r.steps] for r in results] != [[s.drafted for s in r.steps] for r in fixed]
     # Same seed, different batch mates (reversed order): same tokens.
     reverse = [r.output_ids for r in engine.run(reqs[::-1], spec, concurrency=4)[0]][::-1]
     assert reverse == alone

@@ -179,6 +179,31 @@ def test_profile_is_yaml_whose_numbers_match_the_trials_parquet(grid_sweep):
         assert prof["speculative_config"]["method"] == "draft_model"
 
 
+@pytest.mark.parametrize("min_speedup,expect", [(0.001, "speculative"), (1000.0, "baseline")])
+def test_the_profile_of_the_measured_study_follows_the_threshold(grid_sweep, tiny_pair, min_speedup, expect):
+    """The same measured trials under a threshold every interval clears (and one none can):
+    every band must speculate (and none), whatever the tiny models' timings came to, so a
+    profile that always said one thing cannot pass."""
+    from specbench.sweep import build_profile, build_spec
+
+    where, _ = grid_sweep
+    spec = build_spec(None, {"models.target": str(tiny_pair[0]), "models.draft": [str(tiny_pair[1])],
+                             "space.method": ["draft_model"], "space.num_speculative_tokens": ["2,4"],
+                             "space.concurrency": ["1,2"], "study.storage": "sqlite:///unused.db",
+                             "study.out": str(where / "study"), "profile.min_speedup": min_speedup})
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{where / 'study.db'}")
+    prof = build_profile(spec, study)
+    assert prof["recommendation"] == expect
+    assert [b["profile"] for b in prof["bands"]] == [expect, expect]
+    assert prof["disable_by_batch_size"]["value"] is None
+    if expect == "speculative":
+        first = prof["bands"][0]
+        assert prof["speculative_config"] == {"method": "draft_model", "model": str(tiny_pair[1]),
+                                              "num_speculative_tokens": first["num_speculative_tokens"]}
+    else:
+        assert prof["speculative_config"] is None
+
+
 def test_a_finished_study_is_not_measured_again(grid_sweep, tiny_pair, prompts_file):
     where, _ = grid_sweep
     before = sorted(p.name for p in (where / "study" / "runs").iterdir())
