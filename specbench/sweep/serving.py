@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from specbench.analysis import physics
-from specbench.config import SpeculativeConfig
+from specbench.config import SUFFIX_KNOBS, SpeculativeConfig
 
-_NGRAM = SpeculativeConfig(method="ngram")  # the n-gram lookup sizes measured
+_NGRAM = SpeculativeConfig(method="ngram")  # the n-gram lookup sizes (and suffix knobs) measured
 SERVING_FILES = {"vllm": ".vllm.json", "vllm_legacy": ".vllm-legacy.json",
                  "sglang": ".sglang.txt", "rollout": ".rollout.yaml"}
 PROMQL_MAL = ("1 + rate(vllm:spec_decode_num_accepted_tokens_total[5m]) / "
@@ -130,15 +130,18 @@ def check_bands(table: list[list[int]], max_concurrency: int) -> None:
 
 
 def vllm_speculative_config(method: str, draft: str | None, k: int) -> dict[str, Any]:
-    """vLLM's `--speculative-config` for one configuration: `model` is the draft model or the
-    EAGLE-3 head; n-gram gets the lookup sizes specbench's drafter uses (`SpeculativeConfig`'s
-    defaults; vLLM's own default is 5..5)."""
+    """vLLM's `--speculative-config` for one configuration: `model` is the draft model, the
+    EAGLE-3 head or the Medusa heads; n-gram gets the lookup sizes specbench's drafter uses
+    (`SpeculativeConfig`'s defaults; vLLM's own default is 5..5), suffix the four suffix-tree
+    knobs it measured with."""
     cfg: dict[str, Any] = {"method": method}
     if draft:
         cfg["model"] = draft
     cfg["num_speculative_tokens"] = k
     if method == "ngram":
         cfg.update(prompt_lookup_min=_NGRAM.ngram_min, prompt_lookup_max=_NGRAM.ngram_max)
+    elif method == "suffix":  # the suffix-tree knobs measured (vLLM's names; its defaults too)
+        cfg.update({knob: getattr(_NGRAM, knob) for knob in SUFFIX_KNOBS})
     return cfg
 
 

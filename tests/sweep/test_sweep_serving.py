@@ -206,3 +206,32 @@ def test_vllm_parses_the_pasted_config(tmp_path, tiny_pair):
         assert got["legacy"] == "accepted"
     else:  # the legacy file is for vLLM versions before the table; this one refuses the key
         assert got["legacy"].startswith("rejected") and "disable_by_batch_size" in got["legacy"]
+
+
+@pytest.mark.timeout(200)
+def test_every_methods_vllm_config_uses_only_vllms_own_fields():
+    """The per-method JSON (n-gram's lookup sizes, suffix's four knobs, heads for Medusa and
+    EAGLE-3) names only fields of vLLM's SpeculativeConfig, and `method` takes the value vLLM
+    spells; building a suffix or head config needs Arctic Inference or real weights, so the
+    names are what is checked."""
+    python = vllm_python()
+    if python is None:
+        pytest.skip("vLLM is not installed here: set SPECBENCH_VLLM_PYTHON to a Python that has it")
+    from specbench.config import METHODS
+    from specbench.sweep.serving import vllm_speculative_config
+
+    configs = {m: vllm_speculative_config(m, None if m in ("ngram", "suffix") else "/m", 3)
+               for m in METHODS if m != "none"}
+    script = ("import json, sys, typing\nfrom vllm.config import SpeculativeConfig\n"
+              "f = SpeculativeConfig.__dataclass_fields__\n"
+              "methods = set(typing.get_args(typing.get_args(f['method'].type)[0]) or ())\n"
+              "print(json.dumps({'fields': sorted(f), 'methods': sorted(methods)}))\n")
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for method, cfg in configs.items():
+        assert set(cfg) <= set(got["fields"]), (method, sorted(set(cfg) - set(got["fields"])))
+        if got["methods"]:
+            assert cfg["method"] in got["methods"], (method, got["methods"])
