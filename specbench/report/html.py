@@ -296,8 +296,10 @@ def build_report(inputs: ReportInputs, *, title: str | None = None, n_boot: int 
     table = verdict.verdict_table(inputs, n_boot=n_boot, seed=seed)
     sections = []
     for name, builders in plots.sections():
-        items = [_item(build(inputs, table)) for build in builders]
-        sections.append({"title": name, "id": name.split()[0].lower(), "items": items})
+        # a builder returns None where its plot does not apply (trees, in a run of chains)
+        items = [_item(p) for build in builders if (p := build(inputs, table)) is not None]
+        if items:
+            sections.append({"title": name, "id": name.split()[0].lower(), "items": items})
     studies = [_study_block(st, inputs, table) for st in inputs.studies]
     notes = list(inputs.notes)
     for run, rid in zip(inputs.runs, inputs.run_ids):
