@@ -35,7 +35,7 @@ DEFAULT_NAMED_PROMPTS = 6  # a named prompt set is sampled down to this many unl
 
 METHODS = ("none", "draft_model", "ngram", "eagle3", "medusa", "suffix")
 DRAFTED_METHODS = ("draft_model", "eagle3", "medusa")  # the methods that take a --draft (model or heads)
-TREE_METHODS = ("draft_model", "eagle3")  # the methods whose drafter builds trees (topk > 1, a token tree)
+TREE_METHODS = ("draft_model", "eagle3", "medusa")  # the methods whose drafter builds trees (topk > 1, a token tree)
 HEAD_METHODS = ("eagle3", "medusa")  # drafters that read the target's hidden states (--draft: their directory)
 MODEL_FREE_METHODS = ("ngram", "suffix")  # no draft model: --draft is refused
 _NO_DRAFT = "--draft cannot be used with method {method!r} ({why} needs no model)"

@@ -63,7 +63,7 @@ def run(
     client_processes: Annotated[int, typer.Option(help="openai: worker processes sending the requests, each with its own event loop, one arrival schedule (0 = this process).")] = 0,
     disable_by_batch_size: Annotated[Optional[int], typer.Option(help="Switch speculation off while more than this many requests are in flight.")] = None,
     dynamic_k: Annotated[bool, typer.Option(help="Per request, grow k by 2 after a fully accepted step and shrink it by 1 otherwise (max = k).")] = False,
-    topk: Annotated[int, typer.Option(help="Draft trees (draft_model, eagle3): children expanded per node, SGLang's --speculative-eagle-topk; -k is then the tree's depth (1 = a chain).")] = 1,
+    topk: Annotated[int, typer.Option(help="Draft trees (draft_model, eagle3, medusa): children expanded per node, SGLang's --speculative-eagle-topk; -k is then the tree's depth (1 = a chain).")] = 1,
     num_draft_tokens: Annotated[Optional[int], typer.Option(help="Draft trees: tokens each row verifies per step, the root included (SGLang's --speculative-num-draft-tokens; default 1 + k * topk).")] = None,
     warmup: Annotated[int, typer.Option(help="Warm-up waves per configuration (each: --concurrency short requests at that concurrency), excluded from records.")] = 1,
     time_budget: Annotated[Optional[float], typer.Option(help="Stop starting new prompts after this many seconds of measuring; every configuration keeps the same prompts (default: 240 for the built-in default run, none otherwise; 0 = none).")] = None,

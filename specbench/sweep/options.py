@@ -229,7 +229,7 @@ class SpaceOptions:
     topk: Any = option(
         "--topk", INTEGERS,
         "Draft-tree widths to search: children per node (1 = a chain; 1,2,4 searches chains and trees; "
-        "draft_model and eagle3 only; SGLang's --speculative-eagle-topk).", (1,))
+        "draft_model, eagle3 and medusa only; SGLang's --speculative-eagle-topk).", (1,))
     num_draft_tokens: Any = option(
         "--num-draft-tokens", INTEGERS,
         "Tree sizes to search for topk > 1: tokens each target pass verifies, the root included "

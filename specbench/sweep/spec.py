@@ -262,7 +262,7 @@ def _space(opts: SpaceOptions, models: ModelsOptions, where: str) -> Space:
                   where, 2)
     if (topk != (1,) or sizes) and not set(methods) & set(TREE_METHODS):
         raise ConfigError(f"{where}{label('space.topk')} and {label('space.num_draft_tokens')} search draft "
-                          f"trees, which only {' and '.join(TREE_METHODS)} build; the space lists "
+                          f"trees, which only {', '.join(TREE_METHODS)} build; the space lists "
                           f"{', '.join(methods)}")
     if sizes and max(topk) == 1:
         raise ConfigError(f"{where}{label('space.num_draft_tokens')} sizes trees: add a topk above 1 to "

@@ -1,14 +1,16 @@
 """Greedy losslessness of draft trees: token-for-token equality with plain decoding for
-draft_model and eagle3 at topk 1, 2 and 4, tree sizes (num_draft_tokens) 4, 8 and 16,
+draft_model, eagle3 and medusa at topk 1, 2 and 4, tree sizes (num_draft_tokens) 4, 8 and 16,
 concurrency 1, 4 and 8 on float32 tiny models (the fused CPU layers, and transformers' own),
 with static token trees, a confidence threshold and dynamic depth; and sampled requests whose
 output depends on their seed, not on their batch."""
 
 import pytest
+import torch
 
 import tiny
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
+from specbench.models.medusa import MedusaConfig, MedusaHeads
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 1, 2, 3], [7, 7, 7, 7, 8, 9, 10, 7, 7], [11, 30, 42, 5], [3] * 20,
            list(range(40)), [5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1, 9, 8, 7], [20, 21, 22, 23] * 3]
@@ -30,8 +32,13 @@ def fresh_pair():
 def engines():
     target, draft = fresh_pair()
     head_target = tiny.make_model(vocab_size=64, seed=0)
+    medusa_target = tiny.make_model(vocab_size=64, seed=0)
+    torch.manual_seed(6)  # random heads: greedy equality holds whatever they propose
+    heads = MedusaHeads(MedusaConfig(num_heads=5, num_layers=1, hidden_size=medusa_target.config.hidden_size,
+                                     vocab_size=64, draft_vocab_size=64)).eval()
     return {"draft_model": Engine(target, draft),
-            "eagle3": Engine(head_target, head=tiny.make_head(head_target, seed=4))}
+            "eagle3": Engine(head_target, head=tiny.make_head(head_target, seed=4)),
+            "medusa": Engine(medusa_target, head=heads)}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +52,7 @@ def tree(method: str, topk: int, size: int, **knobs) -> SpeculativeConfig:
                              num_draft_tokens=size, **knobs)
 
 
-@pytest.mark.parametrize("method", ["draft_model", "eagle3"])
+@pytest.mark.parametrize("method", ["draft_model", "eagle3", "medusa"])
 @pytest.mark.parametrize("topk", [1, 2, 4])
 @pytest.mark.parametrize("size", [4, 8, 16])
 def test_greedy_trees_equal_plain_decoding(engines, baseline, method, topk, size):
@@ -73,6 +80,17 @@ def test_greedy_static_trees_thresholds_and_dynamic_depth(engines, baseline, kno
     for c in (1, 4):
         results, _ = engines["draft_model"].run(requests(), spec, concurrency=c)
         assert [r.output_ids for r in results] == baseline, f"concurrency {c}"
+
+
+def test_greedy_medusa_sparse_tree(engines, baseline):
+    """Medusa's form of tree: a static tree of head ranks (vLLM's speculative_token_tree)."""
+    spec = SpeculativeConfig(method="medusa", draft="h", num_speculative_tokens=4,
+                             token_tree=((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0)))
+    for c in (1, 4):
+        results, _ = engines["medusa"].run(requests(), spec, concurrency=c)
+        assert [r.output_ids for r in results] == baseline, f"concurrency {c}"
+        steps = [s for r in results for s in r.steps if s.drafted]
+        assert max(s.drafted for s in steps) == 8 and max(s.draft_depth for s in steps) == 4
 
 
 def test_greedy_trees_on_transformers_layers(baseline):

@@ -1,9 +1,12 @@
 """Losslessness of tree verification under sampling, end to end on the one decode path: with
 draft trees (topk 2 and 4, the draft model's deterministic top-k trees, a static token tree,
-and SpecInfer-style trees of children drawn i.i.d. from a fixed q), the engine's first three
+SpecInfer-style trees of children drawn i.i.d. from a fixed q, and a Medusa tree of head
+ranks), the engine's first three
 output tokens follow the target's exact joint distribution (enumerated on an 8-token
 vocabulary) and tokens 4-6 their exact marginals, alone and at concurrency 4 with ragged
 companions; and the same test rejects a verifier that does not update p between siblings."""
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.engine import verify as verify_mod
 from specbench.engine.drafters import Proposal, StatelessDrafter
+from specbench.models.medusa import MedusaConfig, MedusaHeads
 
 V = 8
 N = 1200
@@ -30,6 +34,13 @@ def target():
 @pytest.fixture(scope="module")
 def engine(target):
     return Engine(target, tiny.perturbed_copy(target, 0.5, seed=9))
+
+
+@pytest.fixture(scope="module")
+def medusa_engine(target):
+    torch.manual_seed(7)  # random heads: a deterministic tree of head ranks must keep the rule exact
+    heads = MedusaHeads(MedusaConfig(num_heads=3, num_layers=1, hidden_size=16, vocab_size=V, draft_vocab_size=V))
+    return Engine(target, head=heads.eval(), pack=False)
 
 
 class IIDTreeDrafter(StatelessDrafter):
@@ -86,6 +97,7 @@ CASES = [  # (concurrency, sampling, drafter, topk)
     (1, "temperature", "iid", 2),
     (4, "top_k", "iid", 4),
     (4, "all", "static", 0),
+    (4, "temperature", "medusa", 2),  # Medusa's tree: head d's top-k at every depth-d node
 ]
 
 
@@ -104,7 +116,7 @@ def run(engine, sp, spec, drafter, concurrency):
 
 
 @pytest.fixture(scope="module")
-def correct_outputs(engine):
+def correct_outputs(engine, medusa_engine):
     """The outputs of the correct verifier for (sampling, drafter, topk, concurrency), drawn
     once per module: the draw is a function of the case (seeds 0..N-1, the same companions), so
     the broken-verifier test's correct half reuses the draw a distribution case already made
@@ -115,7 +127,10 @@ def correct_outputs(engine):
         key = (sampling, drafter, topk, concurrency)
         if key not in drawn:
             spec = tree_spec(topk, token_tree=STATIC) if drafter == "static" else tree_spec(max(topk, 1))
-            drawn[key] = run(engine, SAMPLINGS[sampling], spec, drafter_for(drafter, topk), concurrency)
+            eng = engine
+            if drafter == "medusa":
+                spec, eng = replace(spec, method="medusa", draft="h"), medusa_engine
+            drawn[key] = run(eng, SAMPLINGS[sampling], spec, drafter_for(drafter, topk), concurrency)
         return drawn[key]
     return outputs
 

@@ -52,7 +52,7 @@ def test_space_points_trees_beside_chains_with_the_old_chain_keys():
 
 
 @pytest.mark.parametrize("flags,needle", [
-    ({"space.topk": [2], "space.method": ["ngram"]}, "only draft_model and eagle3 build"),
+    ({"space.topk": [2], "space.method": ["ngram"]}, "only draft_model, eagle3, medusa build"),
     ({"space.num_draft_tokens": [8]}, "add a topk above 1"),
     ({"space.topk": [0]}, "values must be >= 1"),
     ({"space.topk": [2], "space.num_draft_tokens": [1]}, "values must be >= 2"),

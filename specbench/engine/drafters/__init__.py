@@ -38,7 +38,7 @@ def make_drafter(spec: "SpeculativeConfig", engine: "Engine") -> Drafter:
     if spec.method == "medusa":
         if engine.head is None or not hasattr(engine.head, "num_heads"):
             raise ValueError("method medusa needs an engine built with Medusa heads (Engine(..., head=))")
-        return MedusaDrafter(engine.head, engine.target_runner)
+        return MedusaDrafter(engine.head, engine.target_runner, TreeShape.from_spec(spec))
     if spec.method == "suffix":
         return SuffixDrafter(cache_for(engine, spec), spec.suffix_decoding_max_spec_factor,
                              spec.suffix_decoding_min_token_prob)

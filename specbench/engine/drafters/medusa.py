@@ -15,8 +15,16 @@ row it needs:
               first k heads (k is capped at the number of heads)
 
 Drafts are the heads' argmax for greedy and sampled requests alike (as vLLM's Medusa does):
-q is one-hot, so the verifier's one-hot rule keeps sampling exact. `candidates` is separate
-from `chain` so that a tree verifier can take Medusa's sparse tree of top-k tokens per head.
+q is one-hot, so the verifier's one-hot rule keeps sampling exact.
+
+Trees (topk > 1, or a static tree of branch ranks, `speculative_token_tree`, the form
+Medusa's sparse trees take): head d's top candidates are the children of every node at depth
+d, whatever the path (the heads read one hidden state, not the drafted tokens), so the tree is
+grown by the same search as the draft model's and EAGLE-3's (`tree_search.grow`) with head d's
+scores as the distribution at depth d: topk children of the best `topk` frontier nodes per
+depth, the `draft_nodes` of highest cumulative probability kept (the Cartesian tree of
+top-k per head, cut to the budget), or exactly the static tree's nodes. Every child is a
+point mass (q None), for sampled rows too.
 """
 
 from __future__ import annotations
@@ -27,12 +35,14 @@ from typing import Any
 import torch
 
 from specbench.engine.drafters.base import Proposal
+from specbench.engine.drafters.tree_search import TreeShape, grow
 from specbench.engine.model import PackedLinear
 
 
 class MedusaDrafter:
-    def __init__(self, heads: Any, target_runner: Any):
+    def __init__(self, heads: Any, target_runner: Any, shape: TreeShape = TreeShape()):
         self.heads = heads
+        self.shape = shape
         self.norm = target_runner.decoder.norm  # the target's final norm, applied as its LM head sees it
         self.capture_layers: tuple[int, ...] = (target_runner.num_layers,)
         self.states: list[torch.Tensor] = []  # per row: the pre-norm hidden state [H] the heads read next
@@ -57,6 +67,8 @@ class MedusaDrafter:
         return ids, probs
 
     def propose(self, rows: Sequence[Any], ks: Sequence[int]) -> Proposal:
+        if not self.shape.chain:
+            return self._tree(rows, ks)
         drafting = [b for b, k in enumerate(ks) if k > 0]
         tokens: list[list[int]] = [[] for _ in rows]
         if drafting:
@@ -65,6 +77,26 @@ class MedusaDrafter:
             for i, b in enumerate(drafting):
                 tokens[b] = table[i][: ks[b]]
         return Proposal(tokens)
+
+    @torch.inference_mode()
+    def _tree(self, rows: Sequence[Any], ks: Sequence[int]) -> Proposal:
+        K = self.heads.num_heads
+        ks = [min(k, K) for k in ks]
+        if max(ks, default=0) == 0:
+            return Proposal([[] for _ in rows])
+        h = self.norm(torch.stack(self.states).unsqueeze(1))[:, 0]
+        logits = self.heads(h).float()  # [B, K, V]: head d scores depth d + 1
+        B, V = logits.shape[0], logits.shape[-1]
+
+        def expand(tok: torch.Tensor, parent: torch.Tensor, visible: torch.Tensor, offset: int,
+                   depth: int) -> torch.Tensor:
+            w = tok.shape[1]  # children of the depth-`depth` frontier: head `depth`, any path
+            if depth >= K:
+                return torch.full((B, w, V), float("-inf"))
+            return logits[:, depth].unsqueeze(1).expand(B, w, V)
+
+        prop, _ = grow(self.shape, logits[:, 0], ks, rows, expand)
+        return prop
 
     def commit(self, accepted: Sequence[int], valid: Sequence[int], features: torch.Tensor | None) -> None:
         assert features is not None
