@@ -1,5 +1,9 @@
 """The package's layers (docs/architecture.md): no module imports a higher layer than its own,
-at module level or inside a function. Entry points (`__main__` modules) sit above everything."""
+at module level or inside a function. Entry points (`__main__` modules) sit above everything.
+And no import circle: no module reaches itself again through module-level imports (those
+under `if TYPE_CHECKING:` aside; importing `a.b.c` runs the packages `a` and `a.b` first, so
+a package `__init__` that imports its own submodules closes a circle with any of them that
+imports a sibling: packages re-export lazily, `specbench.lazy`)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "specbench"
 # low to high; a module's layer is that of its first name below `specbench.`
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("base", frozenset({"config", "types", "errors", "arrivals", "formatting", "acceptance", "atomic",
-                        "interrupts", "memory", "progress", "limits", ""})),
+                        "interrupts", "memory", "progress", "limits", "lazy", ""})),
     ("engine", frozenset({"engine"})),
     ("models, workload", frozenset({"models", "workload"})),
     ("backends", frozenset({"backends"})),
@@ -59,6 +63,86 @@ def modules() -> dict[str, Path]:
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
+
+
+def module_level_imports(module: str, source: str, known: set[str]) -> set[str]:
+    """The modules of `known` that importing `module` runs at once: its module-level imports
+    (inside `if`/`try` too, except `if TYPE_CHECKING:`), each with the packages above it."""
+    is_pkg = module not in known or any(k.startswith(module + ".") for k in known)
+    found: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            continue
+        for n in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+            names: list[str] = []
+            if isinstance(n, ast.ImportFrom):
+                base = n.module or ""
+                if n.level:
+                    parts = module.split(".") if is_pkg else module.split(".")[:-1]
+                    base = ".".join(parts[: len(parts) - n.level + 1] + ([n.module] if n.module else []))
+                names = [base] + [f"{base}.{a.name}" for a in n.names]
+            elif isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            for name in names:
+                parts = name.split(".")
+                found |= {q for i in range(2, len(parts) + 1) if (q := ".".join(parts[:i])) in known}
+    return found - {module}
+
+
+def circles(sources: dict[str, str]) -> list[list[str]]:
+    """The import circles among `sources` (module -> source): strongly connected components
+    of the module-level import graph with more than one module."""
+    known = set(sources)
+    graph = {m: module_level_imports(m, src, known) for m, src in sources.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles():
+    found = circles({m: p.read_text() for m, p in modules().items()})
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+@pytest.mark.parametrize("sources, expected", [
+    # a package that imports its own submodule, which imports a sibling: a circle through __init__
+    ({"specbench.p": "from specbench.p.a import f\n", "specbench.p.a": "from specbench.p.b import g\n",
+      "specbench.p.b": "X = 1\n"}, [["specbench.p", "specbench.p.a"]]),
+    # two modules importing each other at module level
+    ({"specbench.a": "import specbench.b\n", "specbench.b": "from specbench.a import x\n"},
+     [["specbench.a", "specbench.b"]]),
+    # the same, one side inside a function or under TYPE_CHECKING: no circle
+    ({"specbench.a": "import specbench.b\n", "specbench.b": "def f():\n    from specbench.a import x\n"}, []),
+    ({"specbench.a": "import specbench.b\n",
+      "specbench.b": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from specbench.a import x\n"}, []),
+])
+def test_the_check_finds_a_circle(sources, expected):
+    assert circles(sources) == expected
 
 
 def test_every_module_has_a_layer():

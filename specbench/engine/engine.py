@@ -36,7 +36,8 @@ from typing import Any
 import torch
 
 from specbench.config import SamplingParams, SpeculativeConfig
-from specbench.engine.drafters import Drafter, Proposal, make_drafter
+from specbench.engine.drafters.base import Drafter, Proposal
+from specbench.engine.drafters.factory import make_drafter
 from specbench.engine.fused import can_fuse, fuse_layers
 from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner, can_pack, pack_linears

@@ -27,7 +27,7 @@ from specbench.arrivals import poisson_arrivals
 from specbench.config import SamplingParams, SpeculativeConfig
 
 if TYPE_CHECKING:
-    from specbench.engine.drafters import Drafter
+    from specbench.engine.drafters.base import Drafter
     from specbench.engine.engine import BatchStats, Engine, Generation
 
 

@@ -16,9 +16,23 @@ Boundary: reads records (`specbench.records`) and summaries (`specbench.analysis
 imports torch, a model or the engine, so a report can be built on any machine.
 """
 
-from specbench.report import study as _study  # noqa: F401  (registers the study loader)
-from specbench.report.html import build_report, default_out, write_report
-from specbench.report.inputs import ReportInputs, RunInput, StudyInput, load_inputs
+from typing import TYPE_CHECKING
+
+from specbench.lazy import exports
+
+if TYPE_CHECKING:  # the names below, for readers and type checkers; each loads on first use
+    from specbench.report.html import build_report, default_out, write_report
+    from specbench.report.inputs import ReportInputs, RunInput, StudyInput, load_inputs
+
+__getattr__, __dir__ = exports(__name__, {
+    "build_report": "specbench.report.html",
+    "default_out": "specbench.report.html",
+    "write_report": "specbench.report.html",
+    "ReportInputs": "specbench.report.inputs",
+    "RunInput": "specbench.report.inputs",
+    "StudyInput": "specbench.report.inputs",
+    "load_inputs": "specbench.report.inputs",
+})
 
 __all__ = ["ReportInputs", "RunInput", "StudyInput", "build_report", "default_out",
            "load_inputs", "write_report"]

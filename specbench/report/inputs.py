@@ -16,10 +16,10 @@ frame, with every speculative configuration paired with the baseline it is measu
   baseline of the only other run that has one. With `--baseline RUN`, RUN's baseline is the
   reference for everything and other runs' baseline rows are left out.
 
-Studies: `LOADERS` is the list of functions tried in order on each path, each called as
+Studies: `loaders()` are the functions tried in order on each path, each called as
 `loader(path, options)` and returning a `RunInput`, a `StudyInput` or None ("not mine"). The
 run loader is last and raises the records error for a path nobody claims; the study loader
-(`specbench.report.study`: a study directory, an Optuna SQLite file) adds itself in front and
+(`specbench.report.study`: a study directory, an Optuna SQLite file) comes first and
 returns a `StudyInput` whose `runs` are its trials' runs: those join the frame like any run,
 each trial's speculative run paired with the same study's baseline run at its concurrency
 (the runs of one study share a `group`), and the study itself reaches the study section.
@@ -104,11 +104,17 @@ def load_run(path: Path, options: LoadOptions | None = None) -> RunInput:
     return RunInput(Path(path), df, meta)
 
 
-LOADERS: list[Loader] = [load_run]
+def loaders() -> list[Loader]:
+    """Tried in order on each path: the study loader, then the run loader (last: it raises
+    the records error for a path nobody claims). Imported here, not at module level:
+    `specbench.report.study` builds on this module's types."""
+    from specbench.report.study import load_study
+
+    return [load_study, load_run]
 
 
 def load_path(path: Path, options: LoadOptions | None = None) -> RunInput | StudyInput:
-    for loader in LOADERS:
+    for loader in loaders():
         got = loader(Path(path), options or LoadOptions())
         if got is not None:
             return got

@@ -10,8 +10,8 @@ directory (`sweeps/studies/NAME`, with runs/ and profile.yaml), its SQLite file
   failure reason, the trial it reused); runs: every trial run found on this host (a trial
   measured on another host says so in the notes).
 
-Boundary: Optuna and records only; no torch. Registers itself in front of
-`specbench.report.inputs.LOADERS` when imported.
+Boundary: Optuna and records only; no torch. `specbench.report.inputs.load_path` tries
+`load_study` before the run loader.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import pandas as pd
 from specbench.config import RunConfig
 from specbench.errors import ConfigError, RecordsError
 from specbench.records import RUN_FILE, SAMPLES_FILE
-from specbench.report import inputs
 from specbench.report.inputs import LoadOptions, RunInput, StudyInput, load_run
 from specbench.sweep.guided import label
 from specbench.sweep.trials import SKIPPED_ATTR
@@ -214,8 +213,8 @@ def _storage_of_study_dir(study_dir: Path, profile: dict[str, Any] | None) -> tu
 
 
 def load_study(path: Path, options: LoadOptions) -> StudyInput | None:
-    """The loader for `specbench.report.inputs.LOADERS`: a study directory or an Optuna
-    SQLite file; None for anything else."""
+    """A study directory or an Optuna SQLite file (`specbench.report.inputs.load_path` asks
+    first); None for anything else."""
     if _is_study_dir(path):
         url, name = _storage_of_study_dir(path, _read_profile(path))
         opts = LoadOptions(options.study_name or name, options.study_dir)
@@ -242,6 +241,3 @@ def load_study_from_storage(url: str, options: LoadOptions) -> StudyInput:
     return open_study_input(url, LoadOptions(name, options.study_dir), path=path or Path(name),
                             study_dir=study_dir, where=f"--storage {_display(url)}")
 
-
-if load_study not in inputs.LOADERS:
-    inputs.LOADERS.insert(0, load_study)

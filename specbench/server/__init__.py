@@ -22,9 +22,25 @@ and runs it. `python -m specbench.server` is `specbench serve` (`__main__.py`, t
 point in this package, like `specbench/__main__.py`).
 """
 
-from specbench.server.api import LISTEN_BACKLOG, ROUTES, SpecbenchServer, is_loopback
-from specbench.server.connection import MAX_BODY_BYTES, READ_TIMEOUT_S
-from specbench.server.worker import EngineWorker, Job
+from typing import TYPE_CHECKING
+
+from specbench.lazy import exports
+
+if TYPE_CHECKING:  # the names below, for readers and type checkers; each loads on first use
+    from specbench.server.api import LISTEN_BACKLOG, ROUTES, SpecbenchServer, is_loopback
+    from specbench.server.connection import MAX_BODY_BYTES, READ_TIMEOUT_S
+    from specbench.server.worker import EngineWorker, Job
+
+__getattr__, __dir__ = exports(__name__, {
+    "LISTEN_BACKLOG": "specbench.server.api",
+    "ROUTES": "specbench.server.api",
+    "SpecbenchServer": "specbench.server.api",
+    "is_loopback": "specbench.server.api",
+    "MAX_BODY_BYTES": "specbench.server.connection",
+    "READ_TIMEOUT_S": "specbench.server.connection",
+    "EngineWorker": "specbench.server.worker",
+    "Job": "specbench.server.worker",
+})
 
 __all__ = ["EngineWorker", "Job", "LISTEN_BACKLOG", "MAX_BODY_BYTES", "READ_TIMEOUT_S", "ROUTES",
            "SpecbenchServer", "is_loopback"]

@@ -11,14 +11,33 @@ conversion into tokenized `Request`s.
 Boundary: text in, `specbench.types.Request` out. Nothing here loads a model or runs one.
 """
 
-from specbench.workload.prompt import SAMPLING_FIELDS, Prompt, Workload, WorkloadInfo
-from specbench.workload.registry import NAMED, list_workloads, load_workload
-from specbench.workload.requests import (
-    build_requests,
-    render_prompt,
-    request_seed,
-    resolve_sampling,
-)
+from typing import TYPE_CHECKING
+
+from specbench.lazy import exports
+
+if TYPE_CHECKING:  # the names below, for readers and type checkers; each loads on first use
+    from specbench.workload.prompt import SAMPLING_FIELDS, Prompt, Workload, WorkloadInfo
+    from specbench.workload.registry import NAMED, list_workloads, load_workload
+    from specbench.workload.requests import (
+        build_requests,
+        render_prompt,
+        request_seed,
+        resolve_sampling,
+    )
+
+__getattr__, __dir__ = exports(__name__, {
+    "SAMPLING_FIELDS": "specbench.workload.prompt",
+    "Prompt": "specbench.workload.prompt",
+    "Workload": "specbench.workload.prompt",
+    "WorkloadInfo": "specbench.workload.prompt",
+    "NAMED": "specbench.workload.registry",
+    "list_workloads": "specbench.workload.registry",
+    "load_workload": "specbench.workload.registry",
+    "build_requests": "specbench.workload.requests",
+    "render_prompt": "specbench.workload.requests",
+    "request_seed": "specbench.workload.requests",
+    "resolve_sampling": "specbench.workload.requests",
+})
 
 __all__ = [
     "NAMED",

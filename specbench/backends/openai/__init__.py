@@ -47,13 +47,35 @@ Boundary: HTTP in, `Result`s out. No weights are ever loaded; the tokenizer is t
 (`load_tokenizer`, via `specbench.models.tokenizer`).
 """
 
-from specbench.backends.openai.client import ENDPOINTS, PROBE_TIMEOUT_S, OpenAIBackend, load_tokenizer
-from specbench.backends.openai.lag import lag_lines
-from specbench.backends.openai.prometheus import counter_deltas, parse_prometheus, spec_decode_counters
-from specbench.backends.openai.reported import sglang_acceptance, vllm_acceptance
-from specbench.backends.openai.sse import error_message
-from specbench.backends.openai.stats import acceptance_lines, request_acceptance
-from specbench.models.tokenizer import TokenizerOnly
+from typing import TYPE_CHECKING
+
+from specbench.lazy import exports
+
+if TYPE_CHECKING:  # the names below, for readers and type checkers; each loads on first use
+    from specbench.backends.openai.client import ENDPOINTS, PROBE_TIMEOUT_S, OpenAIBackend, load_tokenizer
+    from specbench.backends.openai.lag import lag_lines
+    from specbench.backends.openai.prometheus import counter_deltas, parse_prometheus, spec_decode_counters
+    from specbench.backends.openai.reported import sglang_acceptance, vllm_acceptance
+    from specbench.backends.openai.sse import error_message
+    from specbench.backends.openai.stats import acceptance_lines, request_acceptance
+    from specbench.models.tokenizer import TokenizerOnly
+
+__getattr__, __dir__ = exports(__name__, {
+    "ENDPOINTS": "specbench.backends.openai.client",
+    "PROBE_TIMEOUT_S": "specbench.backends.openai.client",
+    "OpenAIBackend": "specbench.backends.openai.client",
+    "load_tokenizer": "specbench.backends.openai.client",
+    "lag_lines": "specbench.backends.openai.lag",
+    "counter_deltas": "specbench.backends.openai.prometheus",
+    "parse_prometheus": "specbench.backends.openai.prometheus",
+    "spec_decode_counters": "specbench.backends.openai.prometheus",
+    "sglang_acceptance": "specbench.backends.openai.reported",
+    "vllm_acceptance": "specbench.backends.openai.reported",
+    "error_message": "specbench.backends.openai.sse",
+    "acceptance_lines": "specbench.backends.openai.stats",
+    "request_acceptance": "specbench.backends.openai.stats",
+    "TokenizerOnly": "specbench.models.tokenizer",
+})
 
 __all__ = ["ENDPOINTS", "PROBE_TIMEOUT_S", "OpenAIBackend", "TokenizerOnly", "acceptance_lines",
            "counter_deltas", "error_message", "lag_lines", "load_tokenizer", "parse_prometheus", "request_acceptance",

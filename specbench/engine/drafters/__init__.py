@@ -3,43 +3,37 @@
 One file per method: `ngram` (prompt lookup), `draft_model` (a smaller model of the same
 tokenizer), `eagle3` (a one-layer head over the target's own features), `medusa` (K heads
 over the target's last hidden state), `suffix` (suffix trees over the request and, across
-requests, over earlier outputs). `make_drafter` builds the one a `SpeculativeConfig` names.
+requests, over earlier outputs). `make_drafter` (`factory`) builds the one a `SpeculativeConfig` names.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specbench.engine.drafters.base import Drafter, Proposal, StatelessDrafter
-from specbench.engine.drafters.draft_model import DraftModelDrafter
-from specbench.engine.drafters.eagle3 import Eagle3Drafter
-from specbench.engine.drafters.medusa import MedusaDrafter
-from specbench.engine.drafters.ngram import NgramDrafter
-from specbench.engine.drafters.tree_search import TreeShape
-from specbench.engine.drafters.suffix import SuffixDrafter, cache_for
+from specbench.lazy import exports
 
-if TYPE_CHECKING:
-    from specbench.config import SpeculativeConfig
-    from specbench.engine.engine import Engine
+if TYPE_CHECKING:  # the names below, for readers and type checkers; each loads on first use
+    from specbench.engine.drafters.base import Drafter, Proposal, StatelessDrafter
+    from specbench.engine.drafters.draft_model import DraftModelDrafter
+    from specbench.engine.drafters.eagle3 import Eagle3Drafter
+    from specbench.engine.drafters.factory import make_drafter
+    from specbench.engine.drafters.medusa import MedusaDrafter
+    from specbench.engine.drafters.ngram import NgramDrafter
+    from specbench.engine.drafters.suffix import SuffixDrafter
+    from specbench.engine.drafters.tree_search import TreeShape
+
+__getattr__, __dir__ = exports(__name__, {
+    "Drafter": "specbench.engine.drafters.base",
+    "Proposal": "specbench.engine.drafters.base",
+    "StatelessDrafter": "specbench.engine.drafters.base",
+    "DraftModelDrafter": "specbench.engine.drafters.draft_model",
+    "Eagle3Drafter": "specbench.engine.drafters.eagle3",
+    "make_drafter": "specbench.engine.drafters.factory",
+    "MedusaDrafter": "specbench.engine.drafters.medusa",
+    "NgramDrafter": "specbench.engine.drafters.ngram",
+    "SuffixDrafter": "specbench.engine.drafters.suffix",
+    "TreeShape": "specbench.engine.drafters.tree_search",
+})
 
 __all__ = ["Drafter", "Proposal", "StatelessDrafter", "DraftModelDrafter", "Eagle3Drafter", "NgramDrafter",
            "MedusaDrafter", "SuffixDrafter", "TreeShape", "make_drafter"]
-
-
-def make_drafter(spec: "SpeculativeConfig", engine: "Engine") -> Drafter:
-    if spec.method == "ngram":
-        return NgramDrafter(spec.ngram_min, spec.ngram_max)
-    if spec.method == "draft_model":
-        return DraftModelDrafter(engine.draft_runner, spec.draft_confidence_threshold, TreeShape.from_spec(spec))
-    if spec.method == "eagle3":
-        if engine.head is None:
-            raise ValueError("method eagle3 needs an engine built with an EAGLE-3 head (Engine(..., head=))")
-        return Eagle3Drafter(engine.head, TreeShape.from_spec(spec))
-    if spec.method == "medusa":
-        if engine.head is None or not hasattr(engine.head, "num_heads"):
-            raise ValueError("method medusa needs an engine built with Medusa heads (Engine(..., head=))")
-        return MedusaDrafter(engine.head, engine.target_runner, TreeShape.from_spec(spec))
-    if spec.method == "suffix":
-        return SuffixDrafter(cache_for(engine, spec), spec.suffix_decoding_max_spec_factor,
-                             spec.suffix_decoding_min_token_prob)
-    raise ValueError(f"no drafter for method {spec.method!r}")

@@ -35,23 +35,44 @@ Formats (both from a local directory, safetensors or a PyTorch .bin read with
 Boundary: tensors and files; the drafting loop lives in specbench.engine.drafters.eagle3.
 """
 
-from specbench.models.eagle3.formats import (
-    build_head,
-    describe,
-    fit_to_target,
-    load_head,
-    output_rows,
-    parse_config,
-    read_head,
-    read_weights,
-    save_head,
-)
-from specbench.models.eagle3.module import (
-    FORMATS,
-    Eagle3Head,
-    HeadConfig,
-    default_aux_layers,
-)
+from typing import TYPE_CHECKING
+
+from specbench.lazy import exports
+
+if TYPE_CHECKING:  # the names below, for readers and type checkers; each loads on first use
+    from specbench.models.eagle3.formats import (
+        build_head,
+        describe,
+        fit_to_target,
+        load_head,
+        output_rows,
+        parse_config,
+        read_head,
+        read_weights,
+        save_head,
+    )
+    from specbench.models.eagle3.module import (
+        FORMATS,
+        Eagle3Head,
+        HeadConfig,
+        default_aux_layers,
+    )
+
+__getattr__, __dir__ = exports(__name__, {
+    "build_head": "specbench.models.eagle3.formats",
+    "describe": "specbench.models.eagle3.formats",
+    "fit_to_target": "specbench.models.eagle3.formats",
+    "load_head": "specbench.models.eagle3.formats",
+    "output_rows": "specbench.models.eagle3.formats",
+    "parse_config": "specbench.models.eagle3.formats",
+    "read_head": "specbench.models.eagle3.formats",
+    "read_weights": "specbench.models.eagle3.formats",
+    "save_head": "specbench.models.eagle3.formats",
+    "FORMATS": "specbench.models.eagle3.module",
+    "Eagle3Head": "specbench.models.eagle3.module",
+    "HeadConfig": "specbench.models.eagle3.module",
+    "default_aux_layers": "specbench.models.eagle3.module",
+})
 
 __all__ = ["FORMATS", "Eagle3Head", "HeadConfig", "build_head", "default_aux_layers", "describe",
            "fit_to_target", "load_head", "output_rows", "parse_config", "read_head", "read_weights",
