@@ -261,17 +261,13 @@ class Batch:
         # nodes lie at consecutive positions, then move onto the accepted path's)
         self.scratch = max(self.k, spec.draft_nodes if drafter is not None else 0) + 1
         self.rows: list[_Row] = []
-        self.stats = BatchStats(target_weight_bytes=self.target.weight_bytes)
-        draft_lm = getattr(drafter, "lm", None)
-        if draft_lm is not None:
-            self.stats.draft_weight_bytes = draft_lm.weight_bytes
-        elif drafter is not None and hasattr(drafter, "weight_bytes"):
-            self.stats.draft_weight_bytes = drafter.weight_bytes
+        self.stats = BatchStats(target_weight_bytes=self.target.weight_bytes,
+                                draft_weight_bytes=drafter.weight_bytes if drafter is not None else 0)
 
     def reserve(self, rows: int, capacity: int) -> None:
         """Allocate KV slots up front (`run` knows every request) so no step grows them."""
         self.target.reserve(rows, capacity + self.scratch)
-        if self.drafter is not None and hasattr(self.drafter, "reserve"):
+        if self.drafter is not None:
             self.drafter.reserve(rows, capacity + self.scratch)
 
     # ---- admission --------------------------------------------------------------------
@@ -305,6 +301,15 @@ class Batch:
             return self._generation(row)
         self.rows.append(row)
         return None
+
+    def __len__(self) -> int:
+        """Rows running (admitted, not yet finished)."""
+        return len(self.rows)
+
+    @property
+    def tags(self) -> list[Any]:
+        """The `tag` of every running row (what `admit` was given), in row order."""
+        return [r.tag for r in self.rows]
 
     def cancel(self, tag: Any) -> None:
         """The request `tag` ends (finish reason `cancelled`) at the next step."""
@@ -342,16 +347,12 @@ class Batch:
         paths, extra = verify_tree(tree, logits, prop.q, [r.sampling for r in rows], [r.gen for r in rows])
         t2 = e.now()
         accepted = [len(p) for p in paths]
-        # The accepted path's entries move into the slot's next positions (a chain's are there
-        # already); each row keeps its context plus them, the rest of its slot is reused.
-        gather_paths(self.target.cache, start + 1, paths)
-        valid = [c + n for c, n in zip(context, accepted)]
+        valid = self._roll_back_target(start + 1, paths, context)
+        # The drafter rolls back too: it learns which path won and how much of each row survives.
         if self.drafter is not None:
             if feats is not None:  # the target's features along the accepted path, in sequence order
                 feats = path_features(feats, paths)
-            accept_paths = getattr(self.drafter, "accept_paths", None)
-            if accept_paths is not None:
-                accept_paths(paths)
+            self.drafter.accept_paths(paths)
             self.drafter.commit(accepted, valid, feats)
         for b, r in enumerate(rows):
             d, path = prop.tokens[b], paths[b]
@@ -372,6 +373,14 @@ class Batch:
         self._account(B, sum(context) + sum(accepted), t0, t1, t2)
         return finished
 
+    def _roll_back_target(self, first: torch.Tensor, paths: list[list[int]], context: list[int]) -> list[int]:
+        """The target keeps each row's accepted path and nothing else: the path's KV entries
+        move into the slot's next positions from `first` (a chain's are there already), and
+        the row's valid length becomes its context plus the path; the slot past it holds the
+        rejected nodes, overwritten by the next step. Returns the valid lengths."""
+        gather_paths(self.target.cache, first, paths)
+        return [c + len(p) for c, p in zip(context, paths)]
+
     # ---- bookkeeping ----------------------------------------------------------------------
 
     def _account(self, batch_size: int, target_tokens: int, t0: float, t1: float, t2: float) -> None:
@@ -390,10 +399,10 @@ class Batch:
         cache = self.target.cache
         s.target_kv_allocated_bytes = max(s.target_kv_allocated_bytes, cache.allocated_bytes)
         s.target_kv_peak_bytes = max(s.target_kv_peak_bytes, target_tokens * cache.bytes_per_token)
-        lm = getattr(self.drafter, "lm", None)
-        if lm is not None:
-            s.draft_kv_allocated_bytes = max(s.draft_kv_allocated_bytes, lm.cache.allocated_bytes)
-            s.draft_kv_peak_bytes = max(s.draft_kv_peak_bytes, sum(self.drafter.lengths) * lm.cache.bytes_per_token)
+        if self.drafter is not None:
+            allocated, live = self.drafter.kv_bytes()
+            s.draft_kv_allocated_bytes = max(s.draft_kv_allocated_bytes, allocated)
+            s.draft_kv_peak_bytes = max(s.draft_kv_peak_bytes, live)
 
     def _compact(self) -> None:
         """Drop finished rows; survivors from the end fill their slots (one copy per move)."""

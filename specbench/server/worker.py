@@ -97,7 +97,7 @@ class EngineWorker:
         waiting: deque[Job] = deque()
         while True:
             try:  # block only when there is nothing to decode
-                job = self._queue.get(block=not (self.batch.rows or waiting))
+                job = self._queue.get(block=not (len(self.batch) or waiting))
                 while True:
                     if job is None:
                         return
@@ -105,15 +105,15 @@ class EngineWorker:
                     job = self._queue.get_nowait()
             except queue.Empty:
                 pass
-            for r in self.batch.rows:
-                if r.tag.cancelled.is_set():
-                    self.batch.cancel(r.tag)
-            while waiting and len(self.batch.rows) < self.max_num_seqs:
+            for running in self.batch.tags:  # every row's tag is its Job
+                if running.cancelled.is_set():
+                    self.batch.cancel(running)
+            while waiting and len(self.batch) < self.max_num_seqs:
                 self._admit(waiting.popleft())
-            if self.batch.rows:
+            if len(self.batch):
                 self._step()
             with self._lock:
-                self.running = len(self.batch.rows)
+                self.running = len(self.batch)
 
     def _admit(self, job: Job) -> None:
         if job.cancelled.is_set():  # its client went away while it waited: nothing decoded
@@ -143,13 +143,13 @@ class EngineWorker:
             self._finished(job, g)
 
     def _step(self) -> None:
-        rows = len(self.batch.rows)
+        rows = len(self.batch)
         try:
             finished = self.batch.step()
         except Exception as exc:  # noqa: BLE001 - a failed batched step fails every row in it
             event = _internal_error(exc)
-            for r in self.batch.rows:
-                r.tag.events.put(event)
+            for running in self.batch.tags:
+                running.events.put(event)
                 self._release()
             self.batch = self.engine.batch(self.spec)
             return

@@ -6,17 +6,23 @@ with the engine's batch: row b of the drafter is row b of the engine. The engine
 
 - `add_row(row, prompt_ids, features)` after the target prefilled a new request into row
   `row` (features: the target's captured hidden states over the prompt, or None);
+- `reserve(rows, capacity)` when a run knows every request up front: room for that many rows
+  of that many positions in whatever cache the drafter keeps (a no-op for most);
 - `propose(rows, ks)` once per step: a draft of depth at most ks[b] for row b (0 = none),
   with the distributions q its tokens were drawn from (a `Proposal`);
-- `accept_paths(paths)` (optional: only drafters that must know which branch won define it)
-  right after verification: paths[b] lists the accepted nodes of row b's proposal, root's
-  child first (a chain's accepted prefix is [0, 1, .., n-1]);
+- `accept_paths(paths)` right after verification: paths[b] lists the accepted nodes of row
+  b's proposal, root's child first (a chain's accepted prefix is [0, 1, .., n-1]); a drafter
+  whose state does not depend on which branch won does nothing;
 - `commit(accepted, valid, features)` after verification: row b accepted `accepted[b]`
   drafts (the depth of its accepted path) and only the first `valid[b]` tokens of its
   sequence survive; `features` are the target's captured hidden states of the verify pass at
   [last token, accepted path...] in sequence order ([B, 1 + max accepted, F], or None), i.e.
   what a chain holding exactly the accepted tokens would have given;
 - `retain(keep)` when rows finish: new row i is old row keep[i].
+
+And it reports what it holds, for the run's memory figures: `weight_bytes` (its own weights;
+0 for none) and `kv_bytes()`, the (allocated, in use) bytes of its KV cache ((0, 0) without
+one).
 
 Rows are the engine's row objects; a drafter may read `ids` (prompt + output so far),
 `sampling` and `gen` (the row's own generator) from them, never write them.
@@ -96,9 +102,18 @@ class Drafter(Protocol):
     #: whether `add_row`/`commit` need the target's hidden states (and at which layers)
     capture_layers: Sequence[int]
 
+    @property
+    def weight_bytes(self) -> int: ...
+
+    def kv_bytes(self) -> tuple[int, int]: ...
+
+    def reserve(self, rows: int, capacity: int) -> None: ...
+
     def add_row(self, row: int, prompt_ids: Sequence[int], features: torch.Tensor | None) -> None: ...
 
     def propose(self, rows: Sequence[Any], ks: Sequence[int]) -> Proposal: ...
+
+    def accept_paths(self, paths: Sequence[Sequence[int]]) -> None: ...
 
     def commit(self, accepted: Sequence[int], valid: Sequence[int], features: torch.Tensor | None) -> None: ...
 
@@ -106,11 +121,22 @@ class Drafter(Protocol):
 
 
 class StatelessDrafter:
-    """Base for drafters that keep no per-row state (n-gram lookup, test drafters)."""
+    """Base for drafters that keep no per-row state (n-gram lookup, test drafters): no
+    weights, no cache, nothing to reserve, move or drop."""
 
     capture_layers: Sequence[int] = ()
+    weight_bytes: int = 0
+
+    def kv_bytes(self) -> tuple[int, int]:
+        return 0, 0
+
+    def reserve(self, rows: int, capacity: int) -> None:
+        pass
 
     def add_row(self, row: int, prompt_ids: Sequence[int], features: torch.Tensor | None) -> None:
+        pass
+
+    def accept_paths(self, paths: Sequence[Sequence[int]]) -> None:
         pass
 
     def commit(self, accepted: Sequence[int], valid: Sequence[int], features: torch.Tensor | None) -> None:

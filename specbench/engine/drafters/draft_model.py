@@ -44,6 +44,16 @@ class DraftModelDrafter:
         self.lengths: list[int] = []  # positions of each row's sequence the draft cache holds
         self._scratch: list[list[int]] = []  # per row, where each node of the last proposal was fed
 
+    @property
+    def weight_bytes(self) -> int:
+        return self.lm.weight_bytes
+
+    def kv_bytes(self) -> tuple[int, int]:
+        return self.lm.cache.allocated_bytes, sum(self.lengths) * self.lm.cache.bytes_per_token
+
+    def reserve(self, rows: int, capacity: int) -> None:
+        pass  # the draft's cache grows as rows join (as it always has; the target's is reserved)
+
     def add_row(self, row: int, prompt_ids: Sequence[int], features: torch.Tensor | None) -> None:
         assert row == len(self.lengths), "rows join at the end of the batch"
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long)

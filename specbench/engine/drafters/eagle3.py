@@ -89,15 +89,25 @@ class Eagle3Drafter:
     def __init__(self, head: Any, shape: TreeShape = TreeShape()):
         self.head = head
         self.shape = shape
-        self.lm = HeadRunner(head)  # the engine reads the draft's weight and KV bytes from `lm`
+        self.lm = HeadRunner(head)
         self.capture_layers: tuple[int, ...] = tuple(head.aux_layers)
         self.draft_ids = head.draft_ids.to(self.lm.device)  # draft id -> target id
         self.vocab_size = int(head.config.vocab_size)
         self.lengths: list[int] = []  # per row: head cache positions holding real entries
         self.pending: list[torch.Tensor] = []  # per row: features [m, F] of positions lengths..
 
+    @property
+    def weight_bytes(self) -> int:
+        return self.lm.weight_bytes
+
+    def kv_bytes(self) -> tuple[int, int]:
+        return self.lm.cache.allocated_bytes, sum(self.lengths) * self.lm.cache.bytes_per_token
+
     def reserve(self, rows: int, capacity: int) -> None:
         self.lm.reserve(rows, capacity)
+
+    def accept_paths(self, paths: Sequence[Sequence[int]]) -> None:
+        pass  # commit receives the target's features along the accepted path, in sequence order
 
     def add_row(self, row: int, prompt_ids: Sequence[int], features: torch.Tensor | None) -> None:
         assert row == len(self.lengths), "rows join at the end of the batch"

@@ -52,6 +52,15 @@ class MedusaDrafter:
         packed = sum(m.weight_bytes for m in self.heads.modules() if isinstance(m, PackedLinear))
         return packed + sum(p.numel() * p.element_size() for p in self.heads.parameters())
 
+    def kv_bytes(self) -> tuple[int, int]:
+        return 0, 0  # the heads read one hidden state per row: no cache
+
+    def reserve(self, rows: int, capacity: int) -> None:
+        pass
+
+    def accept_paths(self, paths: Sequence[Sequence[int]]) -> None:
+        pass  # commit receives the state of the accepted path's last token
+
     def add_row(self, row: int, prompt_ids: Sequence[int], features: torch.Tensor | None) -> None:
         assert row == len(self.states), "rows join at the end of the batch"
         assert features is not None, "the target captures its last layer's output"
