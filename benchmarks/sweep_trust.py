@@ -1,0 +1,146 @@
+"""Can a team act on a sweep? Two studies of one spec, back to back, side by side.
+
+    # exhaustive grid against the adaptive sweep, on a quiet machine:
+    python benchmarks/sweep_trust.py --studies grid,model
+    # the same adaptive study twice on a loaded machine (one CPU burner per --burn):
+    python benchmarks/sweep_trust.py --studies model,model --burn 1
+    # a shipped spec twice, as it is written (its sampler and stopping rule):
+    python benchmarks/sweep_trust.py --spec sweeps/quick-cpu.toml --studies spec,spec --burn 1
+
+Each study is `specbench sweep benchmarks/sweep_trust.toml` (or --spec) in its own directory under --out,
+with its own SQLite storage, run one after the other:
+  - `grid`: --sampler grid --no-sequential (every point, every prompt: the exhaustive answer);
+  - `model`: --sampler model --sequential (corners first, points the fitted model rules out
+    skipped, each trial stopped once its paired interval decides).
+Before the first study a one-prompt warm-up run loads the models, so neither study pays for a
+cold page cache. --burn N starts N busy-looping processes for the whole comparison (the load
+the sweep's pairing in time must stand up to).
+
+Printed: each study's wall time, trials measured, points skipped, prompts measured
+(speculative + the baseline samples measured with them), flagged trials (physics checks), and
+per concurrency band the recommendation (profile, method, k), the paired TPOT speedup and its
+interval, then whether the two studies agree band by band, and the wall-time ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import yaml
+
+SPEC = Path(__file__).with_name("sweep_trust.toml")
+MODES = {"grid": ["--sampler", "grid", "--no-sequential"],
+         "model": ["--sampler", "model", "--sequential"],
+         "spec": []}  # as the spec file says
+
+
+def burn() -> None:
+    while True:
+        pass
+
+
+def run_study(spec: Path, mode: str, name: str, out: Path, extra: list[str]) -> float:
+    d = out / name
+    cmd = [sys.executable, "-m", "specbench", "sweep", str(spec), "--study-name", name,
+           "--storage", f"sqlite:///{d}.db", "--out", str(d), *MODES[mode], *extra]
+    print("$", " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    return time.perf_counter() - t0
+
+
+def describe(name: str, out: Path) -> dict:
+    profile = yaml.safe_load((out / name / "profile.yaml").read_text())
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{out / name}.db")
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    prompts = sum((t.user_attrs.get("summary") or {}).get("n", 0)
+                  + (t.user_attrs.get("baseline_summary") or {}).get("n", 0) for t in done)
+    flagged = sum(1 for t in done if t.user_attrs.get("inconsistent"))
+    # the physics bound: paired TPOT speedup / tokens per target pass (mean acceptance length)
+    ratios = [((t.user_attrs.get("paired") or {}).get("point") or 0) / mal
+              for t in done if not t.user_attrs.get("inconsistent")
+              and (mal := (t.user_attrs.get("summary") or {}).get("mean_acceptance_length_tok"))]
+    bands = {}
+    for b in profile["bands"]:
+        bands[b["measured_at_concurrency"]] = {
+            "profile": b["profile"], "pays": b["pays"],
+            "config": (f"{b['method']} k={b['num_speculative_tokens']}" if b["profile"] == "speculative"
+                       else "baseline"),
+            "best": (f"k={b['speculative']['config']['num_speculative_tokens']}"
+                     if b.get("speculative") else "-"),
+            "ci": b.get("tpot_speedup_ci")}
+    return {"trials": len(done), "skipped": len(profile["study"].get("skipped_by_model", {})),
+            "prompts": prompts, "flagged": flagged, "bands": bands,
+            "max_speedup_over_mal": round(max(ratios), 3) if ratios else None,
+            "recommendation": profile["recommendation"],
+            "disable_by_batch_size": profile["disable_by_batch_size"]["value"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--studies", default="grid,model", help="two of grid|model|spec, run in this order")
+    ap.add_argument("--spec", type=Path, default=SPEC, help="the sweep spec both studies run")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/sweep-trust"))
+    ap.add_argument("--burn", type=int, default=0, help="CPU burner processes during both studies")
+    ap.add_argument("--tag", default="", help="suffix of the study names (to run the pair again)")
+    ap.add_argument("extra", nargs="*", help="further `specbench sweep` flags, after --")
+    args = ap.parse_args()
+    modes = args.studies.split(",")
+    assert len(modes) == 2 and all(m in MODES for m in modes), "--studies: two of grid|model|spec"
+    args.out.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "specbench", "run", "--num-prompts", "1", "--max-new-tokens", "4",
+                    "--no-baseline", "--out", str(args.out / "warmup")], check=True,
+                   stdout=subprocess.DEVNULL)
+    burners = [multiprocessing.Process(target=burn, daemon=True) for _ in range(args.burn)]
+    for p in burners:
+        p.start()
+    names = [f"{m}{i}{args.tag}" for i, m in enumerate(modes)]
+    try:
+        walls = [run_study(args.spec, m, n, args.out, args.extra) for m, n in zip(modes, names)]
+    finally:
+        for p in burners:
+            p.terminate()
+    res = [describe(n, args.out) for n in names]
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), "?")
+    print(f"\nCPU: {cpu}, {os.cpu_count()} cores; burners: {args.burn}")
+    print(f"{'':24}" + "".join(f"{n:>36}" for n in names))
+    for label, vals in (("wall time (s)", [f"{w:.0f}" for w in walls]),
+                        ("trials measured", [r["trials"] for r in res]),
+                        ("points skipped by model", [r["skipped"] for r in res]),
+                        ("prompts measured", [r["prompts"] for r in res]),
+                        ("trials flagged (physics)", [r["flagged"] for r in res]),
+                        ("max speedup / MAL", [r["max_speedup_over_mal"] for r in res]),
+                        ("recommendation", [r["recommendation"] for r in res]),
+                        ("disable_by_batch_size", [r["disable_by_batch_size"] for r in res])):
+        print(f"{label:24}" + "".join(f"{str(v):>36}" for v in vals))
+    agree = True
+    for c in sorted(set(res[0]["bands"]) | set(res[1]["bands"])):
+        cells = []
+        for r in res:
+            b = r["bands"].get(c)
+            if b is None:
+                cells.append("-")
+                continue
+            ci = b["ci"]
+            shown = b["config"] if b["profile"] == "speculative" else f"baseline ({b['best']})"
+            cells.append(f"{shown} {ci[0]:.2f}x [{ci[1]:.2f},{ci[2]:.2f}]" if ci else shown)
+        same = all(r["bands"].get(c, {}).get("config") == res[0]["bands"].get(c, {}).get("config") for r in res)
+        agree &= same
+        print(f"{f'c={c}':24}" + "".join(f"{x:>36}" for x in cells) + ("" if same else "   <- differ"))
+    print(f"\nsame recommendation in every band: {'yes' if agree else 'NO'}; "
+          f"wall time {names[1]} / {names[0]}: {walls[1] / walls[0]:.2f}")
+    (args.out / f"summary{args.tag}.json").write_text(json.dumps(
+        {"names": names, "walls": walls, "results": res, "burn": args.burn, "cpu": cpu}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
