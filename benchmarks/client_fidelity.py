@@ -1,5 +1,5 @@
 """How much the client adds to what it measures: `specbench run --backend openai` (and, where
-installed, `vllm bench serve`) against the known-timing server
+installed, `vllm bench serve` and AIPerf's `aiperf profile`) against the known-timing server
 (`specbench.backends.openai.known_timing`), whose log holds the true send time of every event
 on the client's clock (CLOCK_MONOTONIC, shared by every process of the host).
 
@@ -158,6 +158,50 @@ def run_vllm(url: str, tok_dir: Path, n: int, c: int, tokens: int, tmp: Path) ->
     r = json.loads((res_dir / "r.json").read_text())
     return {"ttft": list(r["ttfts"]), "itl": [x for xs in r["itls"] for x in xs],
             "tpot": [sum(i) / (o - 1) for i, o in zip(r["itls"], r["output_lens"]) if o > 1]}
+
+
+AIPERF = Path(os.environ.get("SPECBENCH_AIPERF", str(Path.home() / ".cache/specbench-ci/aiperf/bin/aiperf")))
+
+
+def run_aiperf(url: str, tok_dir: Path, n: int, c: int, tokens: int, tmp: Path) -> dict | None:
+    """AIPerf's `aiperf profile` at the same settings (synthetic 16-token prompts, exactly
+    `tokens` out, ignore_eos, closed loop), from its per-request export: TTFT, the gaps between
+    chunks, and its own per-request inter-token latency ((E2E - TTFT) / (tokens - 1), our TPOT).
+    None when AIPerf is not installed (SPECBENCH_AIPERF: its `aiperf` command)."""
+    if not AIPERF.exists():
+        return None
+    out = tmp / f"aiperf-c{c}"
+    cmd = [str(AIPERF), "profile", "--model", "known-timing", "--url", url, "--endpoint-type", "completions",
+           "--streaming", "--tokenizer", str(tok_dir), "--concurrency", str(c), "--request-count", str(n),
+           "--synthetic-input-tokens-mean", "16", "--synthetic-input-tokens-stddev", "0",
+           "--output-tokens-mean", str(tokens), "--output-tokens-stddev", "0",
+           "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{tokens}",
+           "--warmup-request-count", "1", "--artifact-dir", str(out), "--ui-type", "none"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    records = sorted(out.rglob("profile_export.jsonl"))
+    if p.returncode != 0 or not records:
+        print(f"aiperf failed ({p.returncode}): {(p.stderr or p.stdout)[-800:]}", file=sys.stderr)
+        return None
+    ttft, itl, tpot = [], [], []
+    for line in records[0].read_text().splitlines():
+        m = json.loads(line).get("metrics") or {}
+
+        def value(name):  # in seconds, whatever unit the export names
+            v = m.get(name)
+            if not isinstance(v, dict) or v.get("value") is None:
+                return None
+            scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[v.get("unit", "ms")]
+            x = v["value"]
+            return [float(y) * scale for y in x] if isinstance(x, list) else float(x) * scale
+
+        if value("time_to_first_token") is not None:
+            ttft.append(value("time_to_first_token"))
+        gaps = value("inter_chunk_latency")
+        if isinstance(gaps, list):
+            itl.extend(gaps)
+        if value("inter_token_latency") is not None:
+            tpot.append(value("inter_token_latency"))
+    return {"ttft": ttft, "itl": itl, "tpot": tpot}
 
 
 # ---- raw HTTP clients (to choose one) ---------------------------------------------------------
@@ -333,6 +377,10 @@ def main() -> None:
                         vm = run_vllm(srv.url, tok_dir, n, c, args.tokens, tmp)
                         if vm is not None:
                             runs.append(("vllm bench serve", vm, true_figures(srv.call("/_log"), args.tokens)))
+                        srv.call("/_reset", "POST")
+                        am = run_aiperf(srv.url, tok_dir, n, c, args.tokens, tmp)
+                        if am is not None:
+                            runs.append(("aiperf", am, true_figures(srv.call("/_log"), args.tokens)))
                     for name, meas, true in runs:
                         print(row(name, c, meas, true))
                     for name, _, true in runs:
