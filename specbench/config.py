@@ -224,7 +224,7 @@ class SpeculativeConfig:
                               f"speculative_token_tree need a tree drafter ({', '.join(TREE_METHODS)})")
         k = self.num_speculative_tokens
         if n is not None and k > 0:
-            pool = self.topk + (k - 1) * self.topk * self.topk  # the candidates a search of depth k reaches
+            pool = tree_pool(k, self.topk)
             if n - 1 > pool:
                 raise ConfigError(f"--num-draft-tokens {n} exceeds what a tree of depth {k} and topk "
                                   f"{self.topk} can hold ({pool} nodes + the root = {pool + 1})")
@@ -239,9 +239,7 @@ class SpeculativeConfig:
         """The most draft nodes a row verifies per step."""
         if self.token_tree is not None:
             return len(self.token_tree)
-        if self.num_draft_tokens is not None:
-            return min(self.num_draft_tokens - 1, self.topk + max(self.num_speculative_tokens - 1, 0) * self.topk ** 2)
-        return self.num_speculative_tokens * self.topk
+        return tree_nodes(self.num_speculative_tokens, self.topk, self.num_draft_tokens)
 
     @property
     def verify_width(self) -> int:
@@ -280,6 +278,19 @@ class SpeculativeConfig:
         if self.disable_by_batch_size is not None:
             label += f"-off{self.disable_by_batch_size}"
         return label
+
+
+def tree_pool(k: int, topk: int) -> int:
+    """The candidates a tree search of depth `k` reaches: `topk` children of the root, then
+    `topk` children of each of the `topk` best frontier nodes per depth (EAGLE-2)."""
+    return topk + max(k - 1, 0) * topk * topk
+
+
+def tree_nodes(k: int, topk: int, num_draft_tokens: int | None) -> int:
+    """Draft nodes per step of a tree of depth `k` and `topk` children per node under a budget
+    of `num_draft_tokens` (the root included; None: k * topk), capped by what the search
+    reaches. A chain (topk 1, no budget): k."""
+    return min(num_draft_tokens - 1, tree_pool(k, topk)) if num_draft_tokens is not None else k * topk
 
 
 def _is_int(v: Any) -> bool:

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specbench.config import tree_nodes
 from specbench.formatting import plain
 from specbench.report import fmt
 from specbench.report.inputs import ReportInputs, StudyInput
-from specbench.sweep.space import tree_width
 
 
 def run_anchor(run_id: str) -> str:
@@ -53,7 +53,7 @@ def describe_trial(t: Any) -> str:
     tree = ""
     if topk is not None and int(topk) > 1:  # a draft tree: its width in tokens per target pass
         k, n = int(param(t, "num_speculative_tokens")), param(t, "num_draft_tokens")
-        tree = f" topk={int(topk)} n={tree_width(k, int(topk), int(n) if n is not None else None)}"
+        tree = f" topk={int(topk)} n={1 + tree_nodes(k, int(topk), int(n) if n is not None else None)}"
     return f"{method}{d} k={int(param(t, 'num_speculative_tokens'))}{tree} c={c}"
 
 

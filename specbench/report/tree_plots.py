@@ -18,7 +18,6 @@ from specbench.report.inputs import ReportInputs
 from specbench.report.plots import NO_SPEC, Plot, series_colors, spec_ok, style
 
 
-
 def _topk(frame: pd.DataFrame) -> pd.Series:
     """topk per row; runs recorded before trees (no column, or nulls) drafted chains."""
     if "topk" not in frame:

@@ -10,15 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specbench.config import TREE_METHODS, SpeculativeConfig
-
-
-def tree_width(k: int, topk: int, num_draft_tokens: int | None) -> int:
-    """Tokens one target pass verifies (the root included) for a draft tree of depth `k`,
-    `topk` children per node and at most `num_draft_tokens` tokens (None: 1 + k * topk), the
-    way `SpeculativeConfig.verify_width` counts them: capped by what the tree can hold."""
-    pool = topk + max(k - 1, 0) * topk * topk
-    return 1 + (min(num_draft_tokens - 1, pool) if num_draft_tokens is not None else k * topk)
+from specbench.config import TREE_METHODS, SpeculativeConfig, tree_nodes
 
 
 @dataclass(frozen=True)
@@ -62,8 +54,8 @@ class Point:
         """Tokens one target pass verifies: k + 1 for a chain (0 for the baseline)."""
         if self.is_baseline:
             return 0
-        return tree_width(self.num_speculative_tokens, self.topk, self.num_draft_tokens) if self.is_tree \
-            else self.num_speculative_tokens + 1
+        n = self.num_draft_tokens if self.is_tree else None  # a chain has no node budget
+        return 1 + tree_nodes(self.num_speculative_tokens, self.topk, n)
 
     def with_draft(self, draft: str | None) -> "Point":
         return replace(self, draft=draft)

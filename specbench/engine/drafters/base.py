@@ -120,12 +120,10 @@ class Drafter(Protocol):
     def retain(self, keep: Sequence[int]) -> None: ...
 
 
-class StatelessDrafter:
-    """Base for drafters that keep no per-row state (n-gram lookup, test drafters): no
-    weights, no cache, nothing to reserve, move or drop."""
-
-    capture_layers: Sequence[int] = ()
-    weight_bytes: int = 0
+class Cacheless:
+    """Base for drafters without a KV cache (Medusa's heads, suffix trees, n-gram lookup):
+    nothing to reserve, nothing to report, and a state that does not depend on which branch
+    of a tree won (commit says how much survived)."""
 
     def kv_bytes(self) -> tuple[int, int]:
         return 0, 0
@@ -133,10 +131,33 @@ class StatelessDrafter:
     def reserve(self, rows: int, capacity: int) -> None:
         pass
 
-    def add_row(self, row: int, prompt_ids: Sequence[int], features: torch.Tensor | None) -> None:
+    def accept_paths(self, paths: Sequence[Sequence[int]]) -> None:
         pass
 
-    def accept_paths(self, paths: Sequence[Sequence[int]]) -> None:
+
+class OwnCache:
+    """Base for drafters that keep their own KV cache: a runner `lm` (with `weight_bytes` and
+    a slot `cache`) holding `lengths[b]` positions of row b (the draft model, EAGLE-3)."""
+
+    lm: Any
+    lengths: list[int]
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.lm.weight_bytes
+
+    def kv_bytes(self) -> tuple[int, int]:
+        return self.lm.cache.allocated_bytes, sum(self.lengths) * self.lm.cache.bytes_per_token
+
+
+class StatelessDrafter(Cacheless):
+    """Base for drafters that keep no per-row state (n-gram lookup, test drafters): no
+    weights either, and nothing to add, move or drop."""
+
+    capture_layers: Sequence[int] = ()
+    weight_bytes: int = 0
+
+    def add_row(self, row: int, prompt_ids: Sequence[int], features: torch.Tensor | None) -> None:
         pass
 
     def commit(self, accepted: Sequence[int], valid: Sequence[int], features: torch.Tensor | None) -> None:

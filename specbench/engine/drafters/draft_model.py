@@ -28,13 +28,13 @@ from typing import Any
 
 import torch
 
-from specbench.engine.drafters.base import Proposal
+from specbench.engine.drafters.base import OwnCache, Proposal
 from specbench.engine.drafters.tree_search import TreeShape, gather_moves, grow
 from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(OwnCache):
     capture_layers: Sequence[int] = ()
 
     def __init__(self, runner: ModelRunner, confidence_threshold: float = 0.0, shape: TreeShape = TreeShape()):
@@ -43,13 +43,6 @@ class DraftModelDrafter:
         self.shape = shape
         self.lengths: list[int] = []  # positions of each row's sequence the draft cache holds
         self._scratch: list[list[int]] = []  # per row, where each node of the last proposal was fed
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.lm.weight_bytes
-
-    def kv_bytes(self) -> tuple[int, int]:
-        return self.lm.cache.allocated_bytes, sum(self.lengths) * self.lm.cache.bytes_per_token
 
     def reserve(self, rows: int, capacity: int) -> None:
         pass  # the draft's cache grows as rows join (as it always has; the target's is reserved)

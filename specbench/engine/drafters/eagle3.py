@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from specbench.engine.drafters.base import Proposal
+from specbench.engine.drafters.base import OwnCache, Proposal
 from specbench.engine.drafters.tree_search import TreeShape, grow
 from specbench.engine.kv import SlotKV, TreeAttention, causal_mask, slot_attention
 from specbench.engine.model import PackedLinear
@@ -85,7 +85,7 @@ class HeadRunner:
         return self.head.decode(tokens.to(self.device), hidden, pos, attend)
 
 
-class Eagle3Drafter:
+class Eagle3Drafter(OwnCache):
     def __init__(self, head: Any, shape: TreeShape = TreeShape()):
         self.head = head
         self.shape = shape
@@ -95,13 +95,6 @@ class Eagle3Drafter:
         self.vocab_size = int(head.config.vocab_size)
         self.lengths: list[int] = []  # per row: head cache positions holding real entries
         self.pending: list[torch.Tensor] = []  # per row: features [m, F] of positions lengths..
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.lm.weight_bytes
-
-    def kv_bytes(self) -> tuple[int, int]:
-        return self.lm.cache.allocated_bytes, sum(self.lengths) * self.lm.cache.bytes_per_token
 
     def reserve(self, rows: int, capacity: int) -> None:
         self.lm.reserve(rows, capacity)

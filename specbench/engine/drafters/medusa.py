@@ -34,12 +34,12 @@ from typing import Any
 
 import torch
 
-from specbench.engine.drafters.base import Proposal
+from specbench.engine.drafters.base import Cacheless, Proposal
 from specbench.engine.drafters.tree_search import TreeShape, grow
 from specbench.engine.model import PackedLinear
 
 
-class MedusaDrafter:
+class MedusaDrafter(Cacheless):  # commit receives the state of the accepted path's last token
     def __init__(self, heads: Any, target_runner: Any, shape: TreeShape = TreeShape()):
         self.heads = heads
         self.shape = shape
@@ -51,15 +51,6 @@ class MedusaDrafter:
     def weight_bytes(self) -> int:
         packed = sum(m.weight_bytes for m in self.heads.modules() if isinstance(m, PackedLinear))
         return packed + sum(p.numel() * p.element_size() for p in self.heads.parameters())
-
-    def kv_bytes(self) -> tuple[int, int]:
-        return 0, 0  # the heads read one hidden state per row: no cache
-
-    def reserve(self, rows: int, capacity: int) -> None:
-        pass
-
-    def accept_paths(self, paths: Sequence[Sequence[int]]) -> None:
-        pass  # commit receives the state of the accepted path's last token
 
     def add_row(self, row: int, prompt_ids: Sequence[int], features: torch.Tensor | None) -> None:
         assert row == len(self.states), "rows join at the end of the batch"

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from specbench.engine.drafters.base import Proposal
+from specbench.engine.drafters.base import Cacheless, Proposal
 from specbench.engine.drafters.suffix_tree import Candidate, SuffixTree
 
 
@@ -81,18 +81,9 @@ def cache_for(engine: Any, spec: Any) -> SuffixCache:
     return per_engine[spec]
 
 
-class SuffixDrafter:
+class SuffixDrafter(Cacheless):  # the trees learn from the tokens emitted, not from the branch
     capture_layers: Sequence[int] = ()
     weight_bytes: int = 0  # suffix trees, no weights (their memory is the cache's, outside the batch)
-
-    def kv_bytes(self) -> tuple[int, int]:
-        return 0, 0
-
-    def reserve(self, rows: int, capacity: int) -> None:
-        pass
-
-    def accept_paths(self, paths: Sequence[Sequence[int]]) -> None:
-        pass  # the trees learn from the tokens emitted (the rows' ids), not from the branch
 
     def __init__(self, cache: SuffixCache, max_spec_factor: float = 1.0, min_token_prob: float = 0.1):
         self.cache = cache
