@@ -257,3 +257,16 @@ def test_an_empty_out_on_the_command_line_is_refused_not_the_current_directory(t
                                 "--storage", f"sqlite:///{tmp_path / 's.db'}")
     assert res.code != 0 and "study.out (--out) is empty" in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--topk", "0"], "space.topk (--topk) values must be >= 1, got 0"),
+    (["--topk", "two"], "space.topk (--topk)"),
+    (["--topk", "2", "--num-draft-tokens", "1"], "space.num_draft_tokens (--num-draft-tokens) values must be >= 2"),
+    (["--num-draft-tokens", "8"], "add a topk above 1"),
+    (["--topk", "2", "--method", "ngram"], "only draft_model, eagle3, medusa build"),
+])
+def test_tree_flags_refuse_bad_values(flags, needle, storage, tmp_path):
+    """One line, exit 2 (`refused`), and no study written: nothing was measured or stored."""
+    assert needle in refused(*NO_MODEL, "--storage", storage, *flags)
+    assert not list(tmp_path.glob("*.db"))
