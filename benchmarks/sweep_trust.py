@@ -6,6 +6,8 @@
     python benchmarks/sweep_trust.py --studies model,model --burn 1
     # a shipped spec twice, as it is written (its sampler and stopping rule):
     python benchmarks/sweep_trust.py --spec sweeps/quick-cpu.toml --studies spec,spec --burn 1
+    # the same spec twice beside a bursty neighbour (busy ~20 s, idle ~20 s, at random):
+    python benchmarks/sweep_trust.py --studies spec,spec --burn 1 --burst 20,20 -- -k 2,4 --concurrency 1,8
 
 Each study is `specbench sweep benchmarks/sweep_trust.toml` (or --spec) in its own directory under --out,
 with its own SQLite storage, run one after the other:
@@ -14,7 +16,10 @@ with its own SQLite storage, run one after the other:
     skipped, each trial stopped once its paired interval decides).
 Before the first study a one-prompt warm-up run loads the models, so neither study pays for a
 cold page cache. --burn N starts N busy-looping processes for the whole comparison (the load
-the sweep's pairing in time must stand up to).
+the sweep's pairing in time must stand up to); with --burst ON,OFF each burner alternates busy
+and idle spells of random length (exponential, means ON and OFF seconds, seeded): the bursty
+neighbour that moves one configuration's block and not the other's, which ABBA order alone
+does not cancel.
 
 Printed: each study's wall time, trials measured, points skipped, prompts measured
 (speculative + the baseline samples measured with them), flagged trials (physics checks), and
@@ -42,9 +47,16 @@ MODES = {"grid": ["--sampler", "grid", "--no-sequential"],
          "spec": []}  # as the spec file says
 
 
-def burn() -> None:
+def burn(burst: tuple[float, float] | None = None, seed: int = 0) -> None:
+    import random
+
+    rng = random.Random(seed)
     while True:
-        pass
+        until = time.monotonic() + (rng.expovariate(1 / burst[0]) if burst else 3600.0)
+        while time.monotonic() < until:
+            pass
+        if burst:
+            time.sleep(rng.expovariate(1 / burst[1]))
 
 
 def run_study(spec: Path, mode: str, name: str, out: Path, extra: list[str]) -> float:
@@ -90,6 +102,8 @@ def main() -> None:
     ap.add_argument("--spec", type=Path, default=SPEC, help="the sweep spec both studies run")
     ap.add_argument("--out", type=Path, default=Path("/tmp/sweep-trust"))
     ap.add_argument("--burn", type=int, default=0, help="CPU burner processes during both studies")
+    ap.add_argument("--burst", default=None,
+                    help="ON,OFF: mean busy and idle seconds of each burner (default: always busy)")
     ap.add_argument("--tag", default="", help="suffix of the study names (to run the pair again)")
     ap.add_argument("extra", nargs="*", help="further `specbench sweep` flags, after --")
     args = ap.parse_args()
@@ -99,7 +113,8 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "specbench", "run", "--num-prompts", "1", "--max-new-tokens", "4",
                     "--no-baseline", "--out", str(args.out / "warmup")], check=True,
                    stdout=subprocess.DEVNULL)
-    burners = [multiprocessing.Process(target=burn, daemon=True) for _ in range(args.burn)]
+    burst = tuple(float(x) for x in args.burst.split(",")) if args.burst else None
+    burners = [multiprocessing.Process(target=burn, args=(burst, i), daemon=True) for i in range(args.burn)]
     for p in burners:
         p.start()
     names = [f"{m}{i}{args.tag}" for i, m in enumerate(modes)]
@@ -111,7 +126,8 @@ def main() -> None:
     res = [describe(n, args.out) for n in names]
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), "?")
-    print(f"\nCPU: {cpu}, {os.cpu_count()} cores; burners: {args.burn}")
+    print(f"\nCPU: {cpu}, {os.cpu_count()} cores; burners: {args.burn}"
+          + (f", bursts of ~{burst[0]:g} s busy / ~{burst[1]:g} s idle" if burst else ""))
     print(f"{'':24}" + "".join(f"{n:>36}" for n in names))
     for label, vals in (("wall time (s)", [f"{w:.0f}" for w in walls]),
                         ("trials measured", [r["trials"] for r in res]),
@@ -139,7 +155,7 @@ def main() -> None:
     print(f"\nsame recommendation in every band: {'yes' if agree else 'NO'}; "
           f"wall time {names[1]} / {names[0]}: {walls[1] / walls[0]:.2f}")
     (args.out / f"summary{args.tag}.json").write_text(json.dumps(
-        {"names": names, "walls": walls, "results": res, "burn": args.burn, "cpu": cpu}, indent=1, default=str))
+        {"names": names, "walls": walls, "results": res, "burn": args.burn, "burst": burst, "cpu": cpu}, indent=1, default=str))
 
 
 if __name__ == "__main__":

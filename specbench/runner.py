@@ -128,12 +128,12 @@ class Recorder:
         self.slos_ms: dict[str, float] | None = None  # --goodput: every row's meets_slo
 
     def record_many(self, config: "Configuration", pairs: list[tuple[Request, Result]], *,
-                    config_start: float, repeat: int) -> list[dict]:
+                    config_start: float, repeat: int, block: int | None = None) -> list[dict]:
         """The rows of requests that finished together, journaled in one write per run of rows
         alike in being paired (one Arrow conversion for a wave, not one per row: a row alone
         costs about 1 ms of the CPU the client's event loop needs)."""
         with self._lock:
-            rows = [self._row(config, request, result, config_start=config_start, repeat=repeat)
+            rows = [self._row(config, request, result, config_start=config_start, repeat=repeat, block=block)
                     for request, result in pairs]
             if self.writer is not None:  # durable now, paired or not
                 for wait, run in itertools.groupby(rows, key=lambda r: r[1]):
@@ -150,7 +150,7 @@ class Recorder:
         return [row for row, _ in rows]
 
     def _row(self, config: "Configuration", request: Request, result: Result, *, config_start: float,
-             repeat: int) -> tuple[dict, bool]:
+             repeat: int, block: int | None = None) -> tuple[dict, bool]:
         """One request's row and whether it waits for its baseline (under the lock)."""
         key = (request.id, repeat)
         reference = None
@@ -162,7 +162,7 @@ class Recorder:
         row = make_row(run_id=self.run_id, config_id=config.config_id, backend=self.backend_name,
                        spec=config.spec, concurrency=config.concurrency,
                        request_rate=config.request_rate, request=request, metrics=metrics,
-                       is_baseline=config.is_baseline, repeat=repeat)
+                       is_baseline=config.is_baseline, repeat=repeat, block=block)
         row["meets_slo"] = meets_slo(row, self.slos_ms)
         if self.keep_rows:
             self.rows.append(row)
@@ -219,7 +219,8 @@ def run_configuration(
         recorder.expect_baseline.add(0)
     if warmup:
         _warm(backend, requests, config, warmup)
-    info = _run_block(backend, list(requests), config, recorder, repeat=0, offset=0.0, rate_seed=rate_seed)
+    info = _run_block(backend, list(requests), config, recorder, repeat=0, block=0, offset=0.0,
+                      rate_seed=rate_seed)
     recorder.finish()
     if baseline_outputs is not None:
         baseline_outputs.update({pid: out for (pid, rep), out in recorder.baseline_outputs.items() if rep == 0})
@@ -241,7 +242,7 @@ def _warm(backend: Backend, requests: Sequence[Request], config: Configuration, 
 
 
 def _run_block(backend: Backend, requests: list[Request], config: Configuration, recorder: Recorder, *,
-               repeat: int, offset: float, rate_seed: int) -> dict:
+               repeat: int, block: int, offset: float, rate_seed: int) -> dict:
     """One block of requests under one configuration. Arrival and finish times are recorded
     relative to the configuration's own clock: its earlier blocks' busy time (`offset`) plus
     the time since this block started, so a configuration interleaved with others reads as
@@ -256,7 +257,7 @@ def _run_block(backend: Backend, requests: list[Request], config: Configuration,
     anchor = start - offset
 
     def record(pairs: list[tuple[Request, Result]]) -> None:
-        recorder.record_many(config, pairs, config_start=anchor, repeat=repeat)
+        recorder.record_many(config, pairs, config_start=anchor, repeat=repeat, block=block)
 
     if together:
         burst = {"burstiness": config.burstiness} if config.request_rate and config.burstiness != 1.0 else {}
@@ -271,9 +272,12 @@ def _run_block(backend: Backend, requests: list[Request], config: Configuration,
 
 
 def block_size(concurrency: int) -> int:
-    """Requests per block when configurations alternate: one at concurrency 1 (request by
-    request), two full waves above it."""
-    return 1 if concurrency == 1 else 2 * concurrency
+    """Requests per block when configurations alternate: one wave, `concurrency` requests
+    (one at concurrency 1: request by request). Above concurrency 1 a block is the unit a
+    paired interval counts as independent (a burst of load shifts a whole block), so blocks
+    are kept short: 24 prompts at concurrency 8 are three blocks, where two-wave blocks made
+    them two, too few to tell a burst from an effect."""
+    return max(1, concurrency)
 
 
 def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], configs: Sequence[Configuration], *,
@@ -366,19 +370,19 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
             done = 0
             reason = None
             for repeat in range(repeats):
-                for b, block in enumerate(cut):
+                for b, chunk in enumerate(cut):
                     if share is not None and turn and time.monotonic() + block_s > share:
                         break
                     t_block = time.monotonic()
                     for cfg in (order if turn % 2 == 0 else order[::-1]):
                         progress.block(cfg, "run")
-                        info = _run_block(backend_of(cfg), block, cfg, recorder, repeat=repeat,
+                        info = _run_block(backend_of(cfg), chunk, cfg, recorder, repeat=repeat, block=turn,
                                           offset=busy.get(cfg.config_id, 0.0),
                                           rate_seed=seed + 1000 * repeat + b)
                         busy[cfg.config_id] = busy.get(cfg.config_id, 0.0) + info["wall_s"]
                         stats[cfg.config_id] = merge_stats(stats.get(cfg.config_id), info)
                     turn += 1
-                    done += len(block)
+                    done += len(chunk)
                     block_s = max(block_s, time.monotonic() - t_block)
                     reason = stop(recorder.rows, done) if stop is not None else None
                     if reason:

@@ -144,6 +144,29 @@ def test_paired_bootstrap_contains_true_ratio():
     assert paired_bootstrap_speedup(base, spec, n_boot=1000, seed=0) == (point, lo, hi)
 
 
+def test_paired_bootstrap_resamples_blocks_where_a_burst_moved_a_whole_block():
+    # concurrency 8: three blocks of 8 prompts; each block's ratios agree closely, but the
+    # blocks disagree (a burst of load in one configuration's half of a block moves all 8)
+    rng = np.random.default_rng(3)
+    shift = np.repeat([0.8, 1.0, 0.9], 8)
+    base_tpot = rng.uniform(0.02, 0.03, 24)
+    spec_tpot = base_tpot * shift * rng.lognormal(0, 0.01, 24)
+
+    def frames(blocks):
+        base = pd.DataFrame([_row(f"p{i}", tpot=t, concurrency=8) for i, t in enumerate(base_tpot)])
+        spec = pd.DataFrame([_row(f"p{i}", K2, tpot=t, concurrency=8) for i, t in enumerate(spec_tpot)])
+        base["block"], spec["block"] = blocks, blocks
+        return base, spec
+
+    _, p_lo, p_hi = paired_bootstrap_speedup(*frames(np.arange(24)), n_boot=2000)  # a block per prompt
+    _, b_lo, b_hi = paired_bootstrap_speedup(*frames(np.arange(24) // 8), n_boot=2000)
+    # prompts as the unit: "pays" from one block's burst; blocks as the unit: undecided
+    assert p_lo > 1.0 and b_lo < 1.0 and b_hi - b_lo > 1.3 * (p_hi - p_lo)
+    # records without blocks (before schema 6), and --repeats, keep the prompt as the unit
+    base, spec = frames(None)
+    assert paired_bootstrap_speedup(base, spec, n_boot=2000)[1:] == pytest.approx((p_lo, p_hi))
+
+
 def test_paired_bootstrap_identical_data_is_one_and_narrow():
     rng = np.random.default_rng(2)
     df = pd.DataFrame([_row(f"p{i}", tpot=t) for i, t in enumerate(rng.uniform(0.01, 0.03, 50))])

@@ -84,11 +84,11 @@ def test_configurations_alternate_request_by_request_in_abba_order():
     assert order == [first, second, second, first, first, second, second, first]
 
 
-def test_above_concurrency_1_blocks_hold_two_waves_and_no_interleave_runs_each_whole():
+def test_above_concurrency_1_blocks_hold_one_wave_and_no_interleave_runs_each_whole():
     be = FakeBackend()
     run_plan(be, requests(16), plan([SPEC], [4]), run_id="r")
-    assert [len(ids) for _, ids in be.blocks] == [8, 8, 8, 8]
-    assert block_size(4) == 8 and block_size(1) == 1
+    assert [len(ids) for _, ids in be.blocks] == [4] * 8
+    assert block_size(4) == 4 and block_size(1) == 1
     be = FakeBackend()
     run_plan(be, requests(16), plan([SPEC], [4]), run_id="r", interleave=False, repeats=2)
     assert [len(ids) for _, ids in be.blocks] == [16, 16, 16, 16]

@@ -89,3 +89,55 @@ def test_bad_rule_settings_are_refused():
         SequentialRule(planned=4, spending="bonferroni")
     with pytest.raises(ValueError, match="alpha"):
         SequentialRule(planned=4, alpha=1.5)
+
+
+def simulate_bursts(clustered: bool, true_speedup: float, block: int, sigma: float, tau: float, seed: int,
+                    n_sim: int = N_SIM) -> tuple[float, float]:
+    """Paired trials above concurrency 1: prompts run in blocks of `block`, and a burst of load
+    during one configuration's half of a block shifts every ratio of that block alike (a
+    shared N(0, tau) term per block). Returns (share declared 'win', mean blocks measured).
+    `clustered=False` is the broken variant: prompts taken as independent."""
+    rng = np.random.default_rng(seed)
+    points = look_points(N_PROMPTS, block)
+    groups = np.arange(N_PROMPTS) // block
+    wins = 0
+    measured = 0
+    for _ in range(n_sim):
+        shock = tau * rng.standard_normal(groups.max() + 1)[groups]
+        d = math.log(true_speedup) + shock + sigma * rng.standard_normal(N_PROMPTS)
+        monitor = Monitor(SequentialRule(planned=N_PROMPTS, min_speedup=THRESHOLD))
+        for n in points:
+            look = monitor.update(d[:n], clusters=groups[:n] if clustered else None)
+            if look.stopped:
+                break
+        wins += look.outcome == "win"
+        measured += len(np.unique(groups[:look.n]))
+    return wins / n_sim, measured / n_sim
+
+
+@pytest.mark.parametrize("block", [4, 8])
+def test_bursts_that_hit_whole_blocks_do_not_make_pays_wrong_when_blocks_are_the_unit(block):
+    # concurrency 4 (six one-wave blocks of 24 prompts) and 8 (three): the unit is the block
+    wins, _ = simulate_bursts(True, THRESHOLD, block, sigma=0.10, tau=0.10, seed=4)
+    naive, _ = simulate_bursts(False, THRESHOLD, block, sigma=0.10, tau=0.10, seed=4)
+    assert wins <= 0.05, f"cluster-robust rule declared 'pays' wrongly in {wins:.1%}"
+    assert naive > 0.10, f"the prompt-level rule stayed at {naive:.1%}: the simulation cannot tell them apart"
+
+
+def test_blocks_as_the_unit_still_decide_a_clear_effect_and_match_prompts_at_one_prompt_per_block():
+    wins, _ = simulate_bursts(True, 1.6, 4, sigma=0.10, tau=0.05, seed=5, n_sim=300)
+    assert wins > 0.9
+    d = np.random.default_rng(6).standard_normal(24) * 0.1 + 0.2
+    rule = SequentialRule(planned=24)
+    alone, clustered = rule.look(d), rule.look(d, clusters=np.arange(24))
+    assert (alone.lo, alone.hi) == pytest.approx((clustered.lo, clustered.hi))
+
+
+def test_too_few_blocks_come_out_even_not_decided():
+    # two blocks whose ratios agree closely within each: a prompt-level interval would decide
+    d = np.r_[np.full(8, 0.5), np.full(8, 0.52)] + np.random.default_rng(7).standard_normal(16) * 0.01
+    rule = SequentialRule(planned=16)
+    assert rule.look(d).outcome == "win"
+    interim = rule.look(d, final=False, clusters=np.repeat([0, 1], 8))
+    assert interim.outcome == "continue" and interim.level == 0.0
+    assert rule.look(d[:8], final=True, clusters=np.zeros(8)).outcome == "even"

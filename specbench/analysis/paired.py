@@ -9,6 +9,11 @@ speculation pays.
   configuration alike is cancelled by interleaving them (specbench.runner.run_plan), not
   covered by the interval; a drift that hits one configuration only is what `--repeats`
   with interleaving turns into noise the interval sees.
+- Above concurrency 1 the prompts of one block run together, under one configuration and then
+  the other, so a burst of load during one of them moves the whole block's ratios at once:
+  the bootstrap then resamples whole blocks (the records' `block`, `summary.prompt_blocks`),
+  and an interval from a handful of blocks is as wide as they disagree. With `--repeats` a
+  prompt's repeats lie in different blocks and the prompt stays the unit.
 - Whether speculation pays has one definition everywhere (`outcome`): it pays ("win") when
   the whole interval lies above the minimum speedup (1 unless stated), loses when it lies
   below 1, and is "even" otherwise ("unclear" without an interval).
@@ -24,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specbench.analysis.summary import GROUP_KEYS, per_prompt, ratio, speedups, summarize
+from specbench.analysis.summary import GROUP_KEYS, per_prompt, prompt_blocks, ratio, speedups, summarize
 from specbench.errors import RecordsError
 
 
@@ -44,8 +49,9 @@ def paired_bootstrap_speedup(
     the speculative run is faster), with a percentile bootstrap confidence interval.
 
     Samples are paired by prompt_id: only prompts with a successful value in both frames are
-    used, and each bootstrap replicate resamples whole pairs, so prompt difficulty cancels.
-    Returns (point, lo, hi).
+    used, and each bootstrap replicate resamples whole pairs, so prompt difficulty cancels;
+    where the speculative frame's prompts ran in blocks of several (`prompt_blocks`), whole
+    blocks are resampled instead. Returns (point, lo, hi).
     """
     if stat not in _STATS:
         raise ValueError(f"stat must be one of {', '.join(_STATS)}, got {stat!r}")
@@ -62,7 +68,20 @@ def paired_bootstrap_speedup(
     s = spec.loc[shared].to_numpy(dtype=float)
     point = ratio(f(b), f(s))
     rng = np.random.default_rng(seed)
-    n = len(shared)
+    blocks = prompt_blocks(df_spec)
+    groups = None if blocks is None else blocks.reindex(shared)
+    if groups is not None and not groups.isna().any() and groups.nunique() < len(shared):
+        ratios = _block_bootstrap(b, s, groups.to_numpy(), f, n_boot, rng)
+    else:
+        ratios = _prompt_bootstrap(b, s, f, n_boot, rng)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.nanquantile(ratios, [alpha, 1.0 - alpha])
+    return point, float(lo), float(hi)
+
+
+def _prompt_bootstrap(b: np.ndarray, s: np.ndarray, f: Callable[..., Any], n_boot: int,
+                      rng: np.random.Generator) -> np.ndarray:
+    n = len(b)
     ratios = np.empty(n_boot)
     chunk = max(1, 2_000_000 // n)  # bounded memory for large prompt sets
     for start in range(0, n_boot, chunk):
@@ -70,9 +89,19 @@ def paired_bootstrap_speedup(
         idx = rng.integers(0, n, size=(stop - start, n))
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios[start:stop] = f(b[idx], axis=1) / f(s[idx], axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.nanquantile(ratios, [alpha, 1.0 - alpha])
-    return point, float(lo), float(hi)
+    return ratios
+
+
+def _block_bootstrap(b: np.ndarray, s: np.ndarray, groups: np.ndarray, f: Callable[..., Any], n_boot: int,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Replicates that draw G whole blocks with replacement (G: the blocks measured)."""
+    members = [np.flatnonzero(groups == g) for g in np.unique(groups)]
+    ratios = np.empty(n_boot)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i, draw in enumerate(rng.integers(0, len(members), size=(n_boot, len(members)))):
+            idx = np.concatenate([members[j] for j in draw])
+            ratios[i] = f(b[idx]) / f(s[idx])
+    return ratios
 
 
 def outcome(point: float, lo: float, hi: float, min_speedup: float = 1.0) -> str:

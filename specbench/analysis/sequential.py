@@ -22,6 +22,18 @@ does not have that property (tests/test_sequential.py shows both by simulation).
 The interval assumes the log ratios are roughly normal at each look (a t-interval); a look
 needs `min_prompts` pairs.
 
+Blocks, not prompts, are the independent unit above concurrency 1. The prompts of one block
+run together under one configuration, then together under the other: a burst of load during
+one of the two shifts every ratio of that block the same way, which a prompt-level interval
+takes for agreement (it stays narrow around a wrong value). Given each prompt's block
+(`clusters`), the standard error is the cluster-robust (CR1) one over blocks,
+
+    se^2 = G / (G - 1) * sum_b (S_b - n_b * mean(d))^2 / n^2     (S_b: block b's sum of d)
+
+with G - 1 degrees of freedom: exactly sd / sqrt(n) when every block is one prompt, and as
+wide as the blocks disagree otherwise. A configuration measured in too few blocks (an
+interim look needs `min_blocks`, the last two) comes out even, not confidently wrong.
+
 Boundary: numbers in, numbers out (numpy, scipy); knows nothing of runs or trials.
 """
 
@@ -68,6 +80,7 @@ class SequentialRule:
     alpha: float = 0.05
     spending: str = "pocock"
     min_prompts: int = 4
+    min_blocks: int = 3  # an interim look's blocks (2 degrees of freedom) when blocks are clusters
 
     def __post_init__(self) -> None:
         if self.spending not in SPENDING:
@@ -91,20 +104,26 @@ class SequentialRule:
         """The error this look spends: at `n` prompts, the last look having been at `previous`."""
         return self.spent(n) - self.spent(previous)
 
-    def look(self, d: np.ndarray, previous: int = 0, final: bool | None = None) -> Look:
+    def look(self, d: np.ndarray, previous: int = 0, final: bool | None = None,
+             clusters: np.ndarray | None = None) -> Look:
         """Decide on the log ratios `d` measured so far; `previous` is the prompt count at the
         last look (0 for the first). The last look (`final`; by default once the planned
         prompts are in) spends what is left of the budget. An interim look before
-        `min_prompts` pairs spends nothing; the last needs two."""
+        `min_prompts` pairs (and, with `clusters`, the block of each ratio, before
+        `min_blocks` blocks) spends nothing; the last needs two of each."""
         d = np.asarray(d, dtype=float)
-        d = d[np.isfinite(d)]
+        keep = np.isfinite(d)
+        d = d[keep]
+        g = None if clusters is None else np.asarray(clusters)[keep]
         n = len(d)
+        blocks = n if g is None else len(np.unique(g))
         final = n >= self.planned if final is None else final
-        if n < 2 or (not final and n < self.min_prompts):
+        if n < 2 or blocks < 2 or (not final and (n < self.min_prompts
+                                                  or (g is not None and blocks < self.min_blocks))):
             point = math.exp(float(d.mean())) if n else float("nan")
             return Look(n, point, float("nan"), float("nan"), 0.0, "even" if final else "continue")
         level = self.level(n, previous) if not final else self.alpha - self.spent(previous)
-        return _interval(d, level, self.min_speedup, final)
+        return _interval(d, level, self.min_speedup, final, g)
 
 
 class Monitor:
@@ -114,8 +133,8 @@ class Monitor:
     def __init__(self, rule: SequentialRule):
         self.rule, self.previous, self.looks = rule, 0, []
 
-    def update(self, d: np.ndarray, final: bool | None = None) -> Look:
-        look = self.rule.look(d, self.previous, final)
+    def update(self, d: np.ndarray, final: bool | None = None, clusters: np.ndarray | None = None) -> Look:
+        look = self.rule.look(d, self.previous, final, clusters)
         if look.level > 0:
             self.previous = look.n
         self.looks.append(look)
@@ -127,11 +146,24 @@ def _t_quantile(q: float, dof: int) -> float:
     return float(stats.t.ppf(q, dof))
 
 
-def _interval(d: np.ndarray, level: float, min_speedup: float, final: bool) -> Look:
+def cluster_se(d: np.ndarray, clusters: np.ndarray | None) -> tuple[float, int]:
+    """(standard error of mean(d), degrees of freedom): sd / sqrt(n) with n - 1 without
+    clusters, else the CR1 cluster-robust error over the G clusters with G - 1."""
+    n = len(d)
+    if clusters is None:
+        return float(d.std(ddof=1)) / math.sqrt(n), n - 1
+    labels, index = np.unique(clusters, return_inverse=True)
+    g = len(labels)
+    resid = np.bincount(index, weights=d - d.mean(), minlength=g)  # S_b - n_b * mean
+    return math.sqrt(g / (g - 1) * float(np.sum(resid ** 2))) / n, g - 1
+
+
+def _interval(d: np.ndarray, level: float, min_speedup: float, final: bool,
+              clusters: np.ndarray | None = None) -> Look:
     n = len(d)
     mean = float(d.mean())
-    se = float(d.std(ddof=1)) / math.sqrt(n)
-    half = _t_quantile(1.0 - level / 2.0, n - 1) * se if level > 0 else math.inf
+    se, dof = cluster_se(d, clusters)
+    half = _t_quantile(1.0 - level / 2.0, dof) * se if level > 0 else math.inf
     lo, hi = math.exp(mean - half), math.exp(mean + half)
     if lo > min_speedup:
         outcome = "win"
@@ -165,3 +197,12 @@ def log_ratios(base: "object", spec: "object") -> np.ndarray:
     s = spec.loc[shared].to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(b / s)
+
+
+def ratio_blocks(base: "object", spec: "object", blocks: "object | None") -> np.ndarray | None:
+    """The block of each of `log_ratios(base, spec)`, from `blocks` (prompt id -> block,
+    `analysis.summary.prompt_blocks`), or None where prompts are the unit."""
+    if blocks is None:
+        return None
+    g = blocks.reindex(base.index.intersection(spec.index))
+    return None if g.isna().any() else g.to_numpy()

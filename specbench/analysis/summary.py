@@ -178,6 +178,24 @@ def per_prompt(df: pd.DataFrame, metric: str) -> pd.Series:
     return ok.groupby("prompt_id")[metric].mean().dropna()
 
 
+def prompt_blocks(df: pd.DataFrame) -> pd.Series | None:
+    """The interleaved block (records' `block`) each prompt of one configuration was measured
+    in, by prompt id, where every prompt was measured in exactly one block and some block
+    holds more than one prompt: the unit a paired interval must treat as independent
+    (`analysis.sequential`). None otherwise: at concurrency 1 (a block per prompt), with
+    --repeats (a prompt's repeats lie in different blocks, and the prompt stays the unit), or
+    for records written before blocks were recorded."""
+    if "block" not in df.columns:
+        return None
+    ok = df[ok_mask(df)]
+    if not len(ok) or ok["block"].isna().any():
+        return None
+    blocks = ok.groupby("prompt_id")["block"].agg(["nunique", "first"])
+    if (blocks["nunique"] != 1).any() or blocks["first"].nunique() == len(blocks):
+        return None
+    return blocks["first"].astype(int)
+
+
 def per_position_acceptance(df: pd.DataFrame, k: int | None = None) -> np.ndarray:
     """acceptance[i] = verification steps whose i-th draft token was accepted / steps,
     pooled over all rows of `df` (pass one configuration). Length `k`, by default the largest

@@ -23,7 +23,7 @@ SAMPLES_FILE = "samples.parquet"
 RUN_FILE = "run.json"
 JOURNAL_FILE = ".samples.journal.arrows"  # every sample as it completes; gone once the run closes
 METADATA_KEY = b"specbench"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DEFAULT_RUNS_DIR = Path("runs")
 
 
@@ -69,6 +69,11 @@ SCHEMA = pa.schema(
         _f("prompt_id", _STR,
            "Prompt identifier, stable across runs (pairs baseline and speculative samples)."),
         _f("repeat", _I32, "Which repeat of the prompt this sample is (0-based; --repeats), paired across configurations."),
+        _f("block", _I32,
+           "Which interleaved block of its concurrency level the sample was measured in (0-based, "
+           "counted on over repeats). A block's prompts ran together under each configuration in "
+           "turn, so above concurrency 1 the block, not the prompt, is the unit a paired interval "
+           "treats as independent. Null in runs written before schema 6.", True),
         _f("seed", _I64, "Per-request sampling seed (null = derived from the prompt id).", True),
         _f("temperature", _F64, "Sampling temperature (0 = greedy)."),
         _f("top_p", _F64, "Nucleus sampling mass (1 = off)."),
@@ -175,6 +180,7 @@ ADDED_IN: dict[int, frozenset[str]] = {
     4: frozenset({"token_count_delta", "client_loop_lag_s", "meets_slo", "topk", "num_draft_tokens",
                   "step_draft_depth", "step_accepted_ranks"}),
     5: frozenset({"attempts"}),
+    6: frozenset({"block"}),
 }
 
 
@@ -216,6 +222,7 @@ def make_row(
     metrics: dict[str, Any],
     is_baseline: bool | None = None,
     repeat: int = 0,
+    block: int | None = None,
     meets_slo: bool | None = None,
 ) -> dict[str, Any]:
     """One records row: the configuration and request columns plus `metrics`
@@ -239,6 +246,7 @@ def make_row(
         "category": request.category,
         "prompt_id": request.id,
         "repeat": repeat,
+        "block": block,
         "seed": s.seed,
         "temperature": float(s.temperature),
         "top_p": float(s.top_p),

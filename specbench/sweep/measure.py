@@ -231,22 +231,26 @@ class PairedWatch:
         self.block = block_size(config.concurrency)
         self.stopped: str | None = None
 
-    def ratios(self, frame: Any) -> Any:
+    def ratios(self, frame: Any) -> tuple[Any, Any]:
+        """(per-prompt log TPOT ratios, the block of each or None): the prompts both
+        configurations have measured, clustered by block above concurrency 1."""
         from specbench.analysis import per_prompt
-        from specbench.analysis.sequential import log_ratios
+        from specbench.analysis.sequential import log_ratios, ratio_blocks
+        from specbench.analysis.summary import prompt_blocks
 
         by = {cid: g for cid, g in frame.groupby("config_id", sort=False)}
         if self.base_id not in by or self.config.config_id not in by:
-            return []
-        return log_ratios(per_prompt(by[self.base_id], "tpot_s"),
-                          per_prompt(by[self.config.config_id], "tpot_s"))
+            return [], None
+        base, spec = per_prompt(by[self.base_id], "tpot_s"), per_prompt(by[self.config.config_id], "tpot_s")
+        return log_ratios(base, spec), ratio_blocks(base, spec, prompt_blocks(by[self.config.config_id]))
 
     def __call__(self, rows: list[dict], done: int) -> str | None:
         import pandas as pd
 
         if not self.sequential or done not in self.points or done >= self.rule.planned:
             return None
-        look = self.monitor.update(self.ratios(pd.DataFrame(rows)))
+        d, blocks = self.ratios(pd.DataFrame(rows))
+        look = self.monitor.update(d, clusters=blocks)
         if look.stopped:
             self.stopped = (f"{'pays' if look.outcome == 'win' else 'loses'}: paired TPOT speedup "
                             f"{look.point:.3f}x [{look.lo:.3f}, {look.hi:.3f}] after {look.n} of "
@@ -259,9 +263,11 @@ class PairedWatch:
         trial's own Parquet."""
         from specbench.analysis import physics
 
+        d, blocks = self.ratios(df)
         final = self.monitor.looks[-1] if self.stopped else None
         if final is None:  # measured to the end: the last look spends what is left
-            final = self.monitor.update(self.ratios(df), final=True)
+            final = self.monitor.update(d, final=True, clusters=blocks)
+        unit = ", blocks as the unit (cluster-robust)" if blocks is not None else ""
         flags = physics.speedup_bound(final.point, mal)
         steps = physics.step_ratio(df[df["config_id"] == self.base_id],
                                    df[df["config_id"] == self.config.config_id])
@@ -269,9 +275,11 @@ class PairedWatch:
                   "planned": self.rule.planned, "looks": len(self.monitor.looks),
                   "stopped": self.stopped, "sequential": self.sequential,
                   "verify_step_over_decode_step": jsonable(steps),
+                  "blocks": len(set(blocks.tolist())) if blocks is not None else None,  # None: prompts
                   "rule": (f"group-sequential {1 - self.rule.alpha:.0%} t-interval of the per-prompt log "
-                           f"TPOT ratio, {self.rule.spending} error spending over {self.rule.planned} "
-                           f"prompts, looks after every AB BA pair of {self.block}-prompt blocks")}
+                           f"TPOT ratio{unit}, {self.rule.spending} error spending over "
+                           f"{self.rule.planned} prompts, looks after every AB BA pair of "
+                           f"{self.block}-prompt blocks")}
         out: dict[str, Any] = {"paired": paired, "paired_speedup_x": round(final.point, 4)
                                if final.point == final.point else None}
         if flags:

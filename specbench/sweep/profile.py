@@ -289,8 +289,8 @@ def evidence(t: FrozenTrial, baseline: FrozenTrial | None = None,
     if t.user_attrs.get("paired"):
         pr = t.user_attrs["paired"]
         out["paired"] = {"speedup_tpot": _r(pr.get("point")), "ci": [_r(pr.get("lo")), _r(pr.get("hi"))],
-                         "prompts": pr.get("n"), "planned": pr.get("planned"), "stopped": pr.get("stopped"),
-                         "rule": pr.get("rule")}
+                         "prompts": pr.get("n"), "planned": pr.get("planned"), "blocks": pr.get("blocks"),
+                         "stopped": pr.get("stopped"), "rule": pr.get("rule")}
     if flagged(t):
         out["inconsistent"] = flagged(t)
     for k in _EVIDENCE:
