@@ -68,7 +68,7 @@ def run(
     warmup: Annotated[int, typer.Option(help="Warm-up waves per configuration (each: --concurrency short requests at that concurrency), excluded from records.")] = 1,
     time_budget: Annotated[Optional[float], typer.Option(help="Stop starting new prompts after this many seconds of measuring; every configuration keeps the same prompts (default: 240 for the built-in default run, none otherwise; 0 = none).")] = None,
     repeats: Annotated[int, typer.Option(help="Measure every prompt this many times per configuration; the speedup CI then covers run-to-run noise too.")] = 1,
-    interleave: Annotated[bool, typer.Option("--interleave/--no-interleave", help="Alternate configurations request by request (blocks of 2 waves above concurrency 1) in ABBA order, so a drifting machine hits all alike.")] = True,
+    interleave: Annotated[bool, typer.Option("--interleave/--no-interleave", help="Alternate configurations request by request (blocks of one wave above concurrency 1) in ABBA order, so a drifting machine hits all alike.")] = True,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32 (auto = bf16 on CUDA and on CPUs with avx512_bf16).")] = "auto",
     compile: Annotated[str, typer.Option("--compile", help="The engine's fast forward path: off (transformers' forward as loaded) | auto (where it applies: CPU linears prepacked for oneDNN) | on (or an error saying why not).")] = "auto",

@@ -160,13 +160,11 @@ def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path,
     writer = RunWriter(run_dir, metadata)
     outputs: dict[str, list[int]] | None = {} if config.is_baseline else baseline_outputs
     events.trial_started(number, config.config_id, len(session.requests) * len(configs))
-    watch = PairedWatch(spec, config, len(session.requests)) if paired else None
+    # alternate server launches: `[server] blocks` blocks, each switch a launch
+    blocks = spec.server.blocks if paired and switch is not None and not switch.together else None
+    watch = PairedWatch(spec, config, len(session.requests), blocks) if paired else None
     try:
         if paired:
-            if switch is not None and not switch.together:
-                from specbench.sweep.server import ALTERNATE_BLOCKS as blocks
-            else:
-                blocks = None
             try:
                 run_plan(backend, session.requests, configs, run_id=run_id, writer=writer,
                          warmup=spec.workload.warmup, seed=spec.sampling.seed + number, blocks=blocks,
@@ -218,7 +216,9 @@ class PairedWatch:
     prompts both configurations have measured, under `SequentialRule`; a decided look stops
     the trial when `[budget] sequential` is on. `verdict` is what the trial stores."""
 
-    def __init__(self, spec: SweepSpec, config: Any, n_prompts: int):
+    def __init__(self, spec: SweepSpec, config: Any, n_prompts: int, blocks: int | None = None):
+        """`blocks`: the plan's block count where it sets one (`runner.run_plan`'s `blocks`),
+        else blocks are `runner.block_size` long."""
         from specbench.analysis.sequential import Monitor, SequentialRule, look_points
         from specbench.config import BASELINE
         from specbench.runner import Configuration, block_size
@@ -227,8 +227,8 @@ class PairedWatch:
         self.base_id = Configuration(BASELINE, config.concurrency).config_id
         self.rule = SequentialRule(planned=n_prompts, min_speedup=spec.profile.min_speedup)
         self.monitor = Monitor(self.rule)
-        self.points = set(look_points(n_prompts, block_size(config.concurrency), self.rule.min_prompts))
-        self.block = block_size(config.concurrency)
+        self.block = max(1, -(-n_prompts // blocks)) if blocks else block_size(config.concurrency)
+        self.points = set(look_points(n_prompts, self.block, self.rule.min_prompts))
         self.stopped: str | None = None
 
     def ratios(self, frame: Any) -> tuple[Any, Any]:

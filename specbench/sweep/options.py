@@ -49,7 +49,7 @@ DEFAULT_SERVER_BASE_URL = "http://127.0.0.1:{port}"
 DEFAULT_READY_TIMEOUT_S = 600.0
 ENDPOINTS = ("completions", "chat")
 # How a server sweep pairs a speculative trial with the baseline (see specbench.sweep.server):
-# alternate launches of the two servers over halves of the prompts, both servers up at once
+# alternate launches of the two servers block by block ([server] blocks), both servers up at once
 # with ABBA blocks between them, or (none) a baseline trial measured at another time.
 SERVER_PAIRINGS = ("alternate", "together", "none")
 
@@ -305,9 +305,16 @@ class ServerOptions:
     pairing: str = option(
         "--server-pairing", STRING,
         "How a speculative trial is paired in time with the baseline: alternate (its server and a baseline "
-        "server launched in turn, A | B B | A over halves of the prompts) | together (both servers up at "
+        "server launched in turn block by block, A | B B | A A | B B | A for --server-blocks 4) | together (both servers up at "
         "once, ABBA blocks between them: only where both fit, e.g. GPU memory) | none (compared with the "
         f"baseline trial, measured at another time) (default: {SERVER_PAIRINGS[0]}).", SERVER_PAIRINGS[0])
+    blocks: int = option(
+        "--server-blocks", INTEGER,
+        "With --server-pairing alternate: blocks of prompts per trial, the servers launched in turn block by "
+        "block (4: A | B B | A A | B B | A, five launches). The paired interval counts blocks, not prompts, "
+        "as independent (a burst of load or a slow launch moves a whole block), so 2 blocks leave it one "
+        "degree of freedom and it seldom decides; each block beyond costs a launch (default: 4).", 4,
+        bound=(">=", 2))
 
     def template(self, baseline: bool) -> str:
         return (self.baseline_command or self.command) if baseline else self.command

@@ -21,8 +21,9 @@ hold the weights. Placeholders of the template (see `options.SERVER_PLACEHOLDERS
 
 A speculative trial is paired in time with a baseline server (`[server] pairing`,
 `ServerSwitch`): `alternate` (the default) launches the trial's server and a baseline server
-in turn over two halves of the prompts, A | B B | A, so each is measured before and after the
-other (three launches, each warmed up); `together` starts both at once on two ports and
+in turn block by block (`[server] blocks`, 4 by default: A | B B | A A | B B | A, five
+launches, each warmed up), so each is measured before and after the other and the paired
+interval, whose unit is the block, has blocks to count; `together` starts both at once on two ports and
 alternates ABBA blocks between them; `none` measures the configuration alone, compared later
 with the baseline trial.
 
@@ -163,10 +164,6 @@ def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path
         launcher.stop()
         raise TrialFailed(f"server failed: {first_line(exc)}") from None
     return launcher, WatchedBackend(backend, launcher)
-
-
-# Blocks of prompts per level with alternate launches: A | B B | A, three launches a trial.
-ALTERNATE_BLOCKS = 2
 
 
 class ServerSwitch(BackendSwitch):

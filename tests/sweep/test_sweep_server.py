@@ -24,6 +24,8 @@ from specbench.sweep.spec import build_spec
 PROMPTS = [
     {"id": "greet", "prompt": "Say hello to the team."},
     {"id": "repeat", "prompt": "abc abc abc abc abc abc abc"},
+    {"id": "count", "prompt": "1 2 3 4 5 6 7"},
+    {"id": "ask", "prompt": "What is a team?"},
 ]
 COMMAND = ("{python} -m specbench.server --target {target} --dtype float32 --device cpu "
            "--port {port} --speculative-config '{speculative_config_json}'")
@@ -53,6 +55,7 @@ warmup = 0
 
 [sampling]
 max_new_tokens = 8
+ignore_eos = true
 
 [space]
 method = "draft_model"
@@ -127,21 +130,23 @@ def test_sweep_launches_servers_per_trial_paired_as_asked_and_stops_them(tiny_pa
         assert df.groupby("config_id")["prompt_id"].apply(sorted).tolist() == [sorted(p["id"] for p in PROMPTS)] * 2
         launched = meta["config"]["server"]["launches"]
         order = [x["config_id"] for x in launched]
-        if pairing == "alternate":  # A | B B | A: three launches, each a switch
-            assert len(order) == 3 and order[0] == order[2] != order[1], order
+        if pairing == "alternate":  # 4 blocks (the default): A | B B | A A | B B | A, five launches
+            assert len(order) == 5 and len(set(order[0::2])) == 1 and set(order[1::2]) == set(order) - {order[0]}, order
             assert "in turn" in meta["config"]["sweep"]["pairing"]
         else:
             assert sorted(order) == sorted([spec_id, base_id]) and "at once" in meta["config"]["sweep"]["pairing"]
         assert all(Path(x["log"]).is_file() and "--port" in x["command"] for x in launched)
         # its recorded speedup comes from its own Parquet
         trial = next(t for t in optuna_trials(tmp_path) if t.user_attrs.get("config_id") == spec_id)
-        assert trial.user_attrs["paired"]["n"] == len(PROMPTS)
+        # every prompt with a TPOT under both (a tiny pair can stream a whole answer in one chunk: TPOT 0)
+        timed = df[df["tpot_s"] > 0].groupby("prompt_id")["config_id"].nunique()
+        assert trial.user_attrs["paired"]["n"] == int((timed == 2).sum()) >= 2
     spec_rows = df[df["config_id"] == spec_id]
     assert len(spec_rows) == len(PROMPTS) and (spec_rows["drafted_tokens"] > 0).all()  # it really speculated
 
     # alternate and none: one server at a time; together: the trial's two at once
     assert max(overlap) == (1 if pairing == "together" else 0), overlap
-    assert len(started) == {"none": 2, "alternate": 4, "together": 3}[pairing]
+    assert len(started) == {"none": 2, "alternate": 6, "together": 3}[pairing]
     assert len({lau.params["port"] for lau, _ in started}) == len(started)
     # each gone afterwards: process ended, port no longer listening
     for launcher, proc in started:
@@ -161,6 +166,20 @@ def test_server_pairing_is_checked_before_anything_starts():
         build_spec({"server.command": "x --port {port}", "server.pairing": "abba"})
     with pytest.raises(ConfigError, match=r"together.*two ports.*\{port\}"):
         build_spec({"server.command": "x", "server.base_url": "http://127.0.0.1:8000", "server.pairing": "together"})
+    with pytest.raises(ConfigError, match=r"blocks \(--server-blocks\) must be >= 2, got 1"):
+        build_spec({"server.command": "x --port {port}", "server.blocks": 1})
+    assert build_spec({"server.command": "x --port {port}"}).server.blocks == 4
+
+
+def test_a_trial_looks_after_every_pair_of_its_own_blocks():
+    from specbench.config import SpeculativeConfig
+    from specbench.runner import Configuration
+    from specbench.sweep.measure import PairedWatch
+
+    spec = build_spec({"server.command": "x --port {port}"})
+    config = Configuration(SpeculativeConfig(method="ngram", num_speculative_tokens=2), 2)
+    assert PairedWatch(spec, config, 24, blocks=4).points == {12, 24}  # 6-prompt blocks: AB BA, AB BA
+    assert PairedWatch(spec, config, 24).points == {4, 8, 12, 16, 20, 24}  # one wave (2) a block
 
 
 def test_unknown_placeholder_is_refused_before_anything_starts(tiny_pair, tmp_path):
