@@ -240,6 +240,8 @@ def _print_results(spec: Any, prof: dict, written: bool, why: str, serving: dict
             best += f" topk={cfg['topk']} n={cfg['num_draft_tokens']}"
         paired = s.get("paired") or {}
         prompts = f"{paired['prompts']}/{paired['planned']}" if paired.get("prompts") else "–"
+        if paired.get("blocks"):  # above concurrency 1 the interval's unit
+            prompts += f"\n{paired['blocks']} blocks"
         base = s.get("paired_baseline") or b
         table.add_row(str(band["measured_at_concurrency"]), band["profile"], best, _num(band["gain"], ".3f"),
                       _ci(band), prompts,

@@ -344,6 +344,11 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
                        else "against the baseline trial, measured at another time")
                 rule = (f"paired TPOT speedup {point:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] ({how}), "
                         f"{'wholly above' if x.pays else 'not wholly above'} {spec.profile.min_speedup:g}x")
+                blocks = (x.best.user_attrs.get("paired") or {}).get("blocks") if x.paired else None
+                if blocks:  # above concurrency 1 the interval counts blocks, not prompts
+                    rule += f", from {blocks} blocks"
+                    if not x.pays and not hi < 1.0:
+                        rule += " (undecided: more prompts, --num-prompts, buy more blocks)"
                 band["tpot_speedup_ci"] = [_r(point), _r(lo), _r(hi)]
             else:
                 rule = f"no run files here for an interval: point gain vs threshold {spec.profile.min_speedup:g}x"

@@ -19,7 +19,8 @@ import yaml
 from optuna.trial import TrialState
 
 from specbench import analysis
-from specbench.analysis.sequential import SequentialRule, log_ratios
+from specbench.analysis.sequential import SequentialRule, log_ratios, ratio_blocks
+from specbench.analysis.summary import prompt_blocks
 from specbench.records import RUN_FILE, read_run
 from specbench.sweep.space import Point
 
@@ -155,8 +156,12 @@ def test_profile_is_yaml_whose_numbers_match_the_trials_parquet(grid_sweep):
     for band in prof["bands"]:
         df = read_run(study_dir / band["speculative"]["run_dir"])[0]
         base, spec = df[df["method"] == "none"], df[df["method"] != "none"]
-        d = log_ratios(analysis.per_prompt(base, "tpot_s"), analysis.per_prompt(spec, "tpot_s"))
-        look = SequentialRule(planned=len(PROMPTS)).look(d, final=True)
+        b, s = analysis.per_prompt(base, "tpot_s"), analysis.per_prompt(spec, "tpot_s")
+        d = log_ratios(b, s)
+        # above concurrency 1 the blocks are the unit (one wave of 2 here: 2 blocks of 3 prompts)
+        blocks = ratio_blocks(b, s, prompt_blocks(spec))
+        assert (blocks is None) == (band["measured_at_concurrency"] == 1)
+        look = SequentialRule(planned=len(PROMPTS)).look(d, final=True, clusters=blocks)
         interval = (look.point, look.lo, look.hi)
         assert all(np.isfinite(interval))
         assert band["tpot_speedup_ci"] == pytest.approx(list(interval), rel=1e-5)
