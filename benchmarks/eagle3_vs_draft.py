@@ -1,6 +1,6 @@
-"""An EAGLE-3 head against a draft model, side by side in one run: the baseline, draft_model-kK
-and eagle3-kK on the same prompts, one process, one backend holding the target, the draft
-model and the head, one run directory (the records `specbench run` writes, so `specbench
+"""An EAGLE-3 head (or Medusa heads) against a draft model, side by side in one run: the
+baseline, draft_model-kK and eagle3-kK (medusa-kK with --medusa) on the same prompts, one
+process, one backend holding the target, the draft model and the head, one run directory (the records `specbench run` writes, so `specbench
 report` and `specbench compare` read it as any run).
 
 Prints the run's summary table (acceptance, TPOT, speedups vs the paired baseline) and what
@@ -9,6 +9,7 @@ drafting costs per step for each method. The configurations run interleaved (ABB
 
     python benchmarks/eagle3_vs_draft.py --head /work/heads/qwen2.5-coder-1.5b-eagle3
     python benchmarks/eagle3_vs_draft.py --head DIR -k 3 --num-prompts 6 --max-new-tokens 64 --out runs/e3-vs-dm
+    python benchmarks/eagle3_vs_draft.py --medusa /work/heads/qwen2.5-coder-1.5b-medusa -k 3
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     ap.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--head", required=True, help="EAGLE-3 head directory")
+    heads = ap.add_mutually_exclusive_group(required=True)
+    heads.add_argument("--head", help="EAGLE-3 head directory")
+    heads.add_argument("--medusa", help="Medusa heads directory (vLLM or FasterDecoding layout)")
     ap.add_argument("-k", "--num-speculative-tokens", type=int, default=3)
     ap.add_argument("--workload", default="real")
     ap.add_argument("--num-prompts", type=int, default=6)
@@ -53,13 +56,14 @@ def main() -> None:
     cfg = EngineConfig(device=args.device, dtype=args.dtype)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     k = args.num_speculative_tokens
+    method, head_dir = ("medusa", args.medusa) if args.medusa else ("eagle3", args.head)
     specs = [SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft=args.draft),
-             SpeculativeConfig(method="eagle3", num_speculative_tokens=k, draft=args.head)]
+             SpeculativeConfig(method=method, num_speculative_tokens=k, draft=head_dir)]
     configs = plan(specs, concurrencies)
     wl = load_workload(args.workload, num_prompts=args.num_prompts, seed=args.seed)
-    run_id = make_run_id(f"eagle3-vs-draft_model-k{k}")
+    run_id = make_run_id(f"{method}-vs-draft_model-k{k}")
     run_dir = args.out or default_run_dir(run_id)
-    run_cfg = {"target": args.target, "draft": args.draft, "head": args.head, "method": "draft_model,eagle3",
+    run_cfg = {"target": args.target, "draft": args.draft, "head": head_dir, "method": f"draft_model,{method}",
                "num_speculative_tokens": [k], "workload": wl.name, "workload_kind": wl.kind,
                "num_prompts": len(wl.prompts), "sampling": {"max_new_tokens": args.max_new_tokens},
                "seed": args.seed, "concurrency": concurrencies, "warmup": args.warmup, "device": args.device,
@@ -72,13 +76,20 @@ def main() -> None:
     tgt = load_model(args.target, cfg)
     drf = load_model(args.draft, cfg)
     check_same_tokenizer(tgt, drf)
-    head = load_head(args.head, tgt.model, target_name=tgt.name)
-    metadata.config["eagle3_head"] = describe(head)  # before the engine packs its linears
+    if method == "medusa":
+        from specbench.models.medusa import describe as describe_medusa, load_heads
+
+        head = load_heads(head_dir, tgt.model, target_name=tgt.name)
+        metadata.config["medusa_heads"] = describe_medusa(head)
+    else:
+        head = load_head(head_dir, tgt.model, target_name=tgt.name)
+        metadata.config["eagle3_head"] = describe(head)  # before the engine packs its linears
     be = EmbeddedBackend(tgt, drf, head=head)
     metadata.device = be.device_name
     metadata.config["dtype_resolved"] = str(tgt.dtype).replace("torch.", "")
     console.print(f"models ready in {time.perf_counter() - t0:.1f} s on {be.device_name} "
-                  f"({metadata.config['dtype_resolved']}); head {metadata.config['eagle3_head']}")
+                  f"({metadata.config['dtype_resolved']}); head "
+                  f"{metadata.config.get('eagle3_head') or metadata.config.get('medusa_heads')}")
     base = SamplingParams(seed=args.seed, max_new_tokens=args.max_new_tokens)
     requests, _ = build_requests(wl, tgt.tokenizer, base, max_context=tgt.max_context,
                                  overrides={"max_new_tokens": args.max_new_tokens})

@@ -1,8 +1,9 @@
 """Tokens per target pass of draft trees against the best chain at the same verify width.
 
 For each (topk, num_draft_tokens) tree and each chain k (verify width k + 1), the engine
-decodes the same greedy requests (ignore EOS, fixed length) at concurrency 1 and 4; the
-configurations are interleaved in ABBA order, each measured twice. Printed per concurrency:
+decodes the same greedy requests (ignore EOS, fixed length) at concurrency 1 and 4, once
+each: every figure printed is a count, not a time, so no order of the configurations can
+favour one of them. Printed per concurrency:
 tokens per target pass (output tokens / target passes, prefill included, as the records'
 `tokens_per_target_pass`), mean acceptance length (1 + accepted / drafting steps) and the
 tree's gain over the best chain whose verify width is at most the tree's. A pass's
@@ -88,13 +89,12 @@ def main() -> None:
         topk, n = map(int, t.split(":"))
         specs.append(SpeculativeConfig(method="draft_model", draft="d", num_speculative_tokens=args.depth,
                                        topk=topk, num_draft_tokens=n))
-    console = Console()
+    console = Console(width=120)
     console.print(f"[bold]{label}[/]; {len(prompts)} prompts x {args.max_new_tokens} tokens, greedy; "
                   f"CPU threads {torch.get_num_threads()}")
     for c in map(int, args.concurrency.split(",")):
         totals = {s.short: [0, 0, 0, 0] for s in specs}  # output tokens, passes, accepted, drafting steps
-        order = specs + specs[::-1]  # ABBA
-        for spec in order:
+        for spec in specs:
             results, _ = engine.run([(p, sp) for p in prompts], spec, concurrency=c)
             acc = totals[spec.short]
             for g in results:

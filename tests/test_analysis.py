@@ -374,3 +374,17 @@ def test_table_shows_acceptance_with_its_scope_never_a_baseline_looking_one():
     rows_ = table(None)  # no server figures either: says so
     assert "none" in rows_["ngram-k3-c1"] and "1.00 /" not in rows_["ngram-k3-c1"]
     assert "1.00 /" not in rows_["baseline-c1"]
+
+
+def test_above_concurrency_1_the_verdict_counts_blocks_and_says_so_when_they_are_too_few():
+    from specbench.analysis import speedup_verdicts, where_speculation_pays
+
+    df = _verdict_run({4: 1.02}, n=8, noise=0.2)
+    df["block"] = [int(p[1:]) // 4 for p in df["prompt_id"]]  # one wave of 4 a block: 2 blocks
+    v = speedup_verdicts(df)
+    assert v["paired_blocks"].iloc[0] == 2 and v["outcome"].iloc[0] == "even"
+    assert "c4 " in where_speculation_pays(v)[0] and "even (2 blocks of 4: --num-prompts buys more)" in \
+        where_speculation_pays(v)[0]
+    df["block"] = None  # records before blocks: prompts are the unit, nothing said
+    v = speedup_verdicts(df)
+    assert pd.isna(v["paired_blocks"].iloc[0]) and "blocks" not in where_speculation_pays(v)[0]

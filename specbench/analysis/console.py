@@ -123,8 +123,10 @@ def where_speculation_pays(verdicts: pd.DataFrame) -> list[str]:
     lines = []
     for (method, k), grp in verdicts.groupby(["method", "num_speculative_tokens"], sort=True):
         grp = grp.sort_values("concurrency")
-        levels = [(int(c), o, p, lo, hi) for c, o, p, lo, hi in zip(
-            grp["concurrency"], grp["outcome"], grp["tpot_speedup"], grp["tpot_speedup_lo"], grp["tpot_speedup_hi"])]
+        blocks = grp["paired_blocks"] if "paired_blocks" in grp else [None] * len(grp)
+        levels = [(int(c), o, p, lo, hi, n) for c, o, p, lo, hi, n in zip(
+            grp["concurrency"], grp["outcome"], grp["tpot_speedup"], grp["tpot_speedup_lo"], grp["tpot_speedup_hi"],
+            blocks)]
         pays = [c for c, o, *_ in levels if o == "win"]
         after = [c for c, o, *_ in levels if o != "win" and pays and c > max(pays)]
         if levels and len(pays) == len(levels):
@@ -136,8 +138,10 @@ def where_speculation_pays(verdicts: pd.DataFrame) -> list[str]:
         else:
             verdict = f"pays at concurrency {', '.join(map(str, pays))} only"
 
-        def level(c, o, p, lo, hi):
+        def level(c, o, p, lo, hi, n):
             word = {"win": "pays", "loss": "loses", "even": "even", "unclear": "unclear"}[o]
+            if o == "even" and n is not None and not pd.isna(n):  # blocks are the unit: say how few
+                word += f" ({int(n)} blocks of {c}: --num-prompts buys more)"
             ci = f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) and np.isfinite(hi) else ""
             return f"c{c} {p:.2f}x{ci} {word}" if np.isfinite(p) else f"c{c} no baseline"
 

@@ -68,15 +68,25 @@ def paired_bootstrap_speedup(
     s = spec.loc[shared].to_numpy(dtype=float)
     point = ratio(f(b), f(s))
     rng = np.random.default_rng(seed)
-    blocks = prompt_blocks(df_spec)
-    groups = None if blocks is None else blocks.reindex(shared)
-    if groups is not None and not groups.isna().any() and groups.nunique() < len(shared):
-        ratios = _block_bootstrap(b, s, groups.to_numpy(), f, n_boot, rng)
+    groups = block_groups(df_spec, shared)
+    if groups is not None:
+        ratios = _block_bootstrap(b, s, groups, f, n_boot, rng)
     else:
         ratios = _prompt_bootstrap(b, s, f, n_boot, rng)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.nanquantile(ratios, [alpha, 1.0 - alpha])
     return point, float(lo), float(hi)
+
+
+def block_groups(df_spec: pd.DataFrame, shared: pd.Index) -> np.ndarray | None:
+    """The block of each of the `shared` prompts where blocks, not prompts, are the unit of
+    the paired interval (`summary.prompt_blocks`, some block holding several of them); None
+    where prompts are."""
+    blocks = prompt_blocks(df_spec)
+    groups = None if blocks is None else blocks.reindex(shared)
+    if groups is None or groups.isna().any() or groups.nunique() == len(shared):
+        return None
+    return groups.to_numpy()
 
 
 def _prompt_bootstrap(b: np.ndarray, s: np.ndarray, f: Callable[..., Any], n_boot: int,
@@ -118,7 +128,7 @@ def outcome(point: float, lo: float, hi: float, min_speedup: float = 1.0) -> str
 
 
 VERDICT_KEYS = GROUP_KEYS + ["baseline_config_id", "tpot_speedup", "tpot_speedup_lo", "tpot_speedup_hi",
-                             "paired_prompts", "outcome"]
+                             "paired_prompts", "paired_blocks", "outcome"]
 
 
 def speedup_verdicts(df: pd.DataFrame, *, min_speedup: float = 1.0, n_boot: int = 2000, seed: int = 0,
@@ -132,15 +142,18 @@ def speedup_verdicts(df: pd.DataFrame, *, min_speedup: float = 1.0, n_boot: int 
     for _, r in sp.iterrows():
         out = {k: r[k] for k in GROUP_KEYS + ["baseline_config_id"]}
         point = lo = hi = float("nan")
-        pairs = 0
+        pairs, blocks = 0, None
         if r["baseline_config_id"] is not None and not pd.isna(r["baseline_config_id"]):
             base, spec = by_config[r["baseline_config_id"]], by_config[r["config_id"]]
-            pairs = len(per_prompt(base, "tpot_s").index.intersection(per_prompt(spec, "tpot_s").index))
+            shared = per_prompt(base, "tpot_s").index.intersection(per_prompt(spec, "tpot_s").index)
+            pairs = len(shared)
+            groups = block_groups(spec, shared)
+            blocks = None if groups is None else len(np.unique(groups))  # the interval's unit
             try:
                 point, lo, hi = paired_bootstrap_speedup(base, spec, "tpot_s", "median", n_boot, seed, confidence)
             except RecordsError:
                 point = r["tpot_p50_speedup"]
         out.update(tpot_speedup=point, tpot_speedup_lo=lo, tpot_speedup_hi=hi, paired_prompts=pairs,
-                   outcome=outcome(point, lo, hi, min_speedup))
+                   paired_blocks=blocks, outcome=outcome(point, lo, hi, min_speedup))
         rows.append(out)
     return pd.DataFrame(rows, columns=VERDICT_KEYS)

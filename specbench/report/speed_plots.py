@@ -61,8 +61,9 @@ def speedup_heatmap(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
     plot = Plot("speedup-heatmap", "Speedup heatmap: k × concurrency",
                 "TPOT speedup over the baseline at the same concurrency (baseline / speculative "
                 f"median TPOT, prompts paired), its {int(CONFIDENCE * 100)}% bootstrap "
-                "confidence interval and n, the number of prompts paired. Blue is faster than "
-                "the baseline, red slower.")
+                "confidence interval and n, the number of prompts paired (above concurrency 1 in "
+                "that many blocks, the interval's unit: a block's prompts ran together, so a burst "
+                "of load moves them alike). Blue is faster than the baseline, red slower.")
     spec = verdict[~verdict["is_baseline"] & verdict["tpot_speedup"].notna()]
     if spec.empty:
         plot.note = NO_SPEC if (~verdict["is_baseline"]).sum() == 0 else \
@@ -89,11 +90,12 @@ def speedup_heatmap(inputs: ReportInputs, verdict: pd.DataFrame) -> Plot:
             z[a][b] = float(np.log(r.tpot_speedup))
             ci = ("" if fmt.missing(r.tpot_speedup_lo)
                   else f"<br>[{fmt.ci(r.tpot_speedup_lo, r.tpot_speedup_hi)}]")
-            text[a][b] = f"{fmt.times(r.tpot_speedup)}{ci}<br>n={r.paired_prompts}"
+            blocks = "" if fmt.missing(r.paired_blocks) else f" in {int(r.paired_blocks)} blocks"
+            text[a][b] = f"{fmt.times(r.tpot_speedup)}{ci}<br>n={r.paired_prompts}{blocks}"
             hover[a][b] = (f"{r.label}<br>speedup {fmt.times(r.tpot_speedup)}"
                            f"<br>{int(CONFIDENCE * 100)}% CI "
                            f"{fmt.ci(r.tpot_speedup_lo, r.tpot_speedup_hi)}"
-                           f"<br>{r.paired_prompts} prompts paired with the baseline")
+                           f"<br>{r.paired_prompts} prompts paired with the baseline{blocks}")
         fig.add_trace(go.Heatmap(
             x=[f"k={k}" for k in ks], y=[f"c={c}" for c in concs], z=z, text=text,
             texttemplate="%{text}", customdata=hover, hovertemplate="%{customdata}<extra></extra>",

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from specbench import analysis
+from specbench.analysis.paired import block_groups
 from specbench.errors import RecordsError
 from specbench.report import fmt
 from specbench.report.inputs import ReportInputs
@@ -33,7 +34,7 @@ VERDICT_COLUMNS = [
     "label", "series", "source", "method", "num_speculative_tokens", "concurrency",
     "request_rate", "is_baseline", "baseline_label", "n", "errors",
     *(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in analysis.PERCENTILES),
-    "tpot_speedup", "tpot_speedup_lo", "tpot_speedup_hi", "paired_prompts",
+    "tpot_speedup", "tpot_speedup_lo", "tpot_speedup_hi", "paired_prompts", "paired_blocks",
     "e2e_p50_speedup", "output_tps", "output_tps_speedup",
     "acceptance_rate_tok", "mean_acceptance_length_tok", "token_match_rate_mean",
     "peak_memory_bytes", "memory_delta_bytes", "memory_delta_frac", "outcome",
@@ -79,7 +80,7 @@ def verdict_table(inputs: ReportInputs, *, n_boot: int = N_BOOT, seed: int = 0,
                 row[f"{m}_p{q}_s"] = s[f"{m}_p{q}_s"]
         nan = float("nan")
         row.update(tpot_speedup=nan, tpot_speedup_lo=nan, tpot_speedup_hi=nan, paired_prompts=0,
-                   e2e_p50_speedup=nan, output_tps_speedup=nan, memory_delta_bytes=nan,
+                   paired_blocks=None, e2e_p50_speedup=nan, output_tps_speedup=nan, memory_delta_bytes=nan,
                    memory_delta_frac=nan)
         if s["is_baseline"]:
             row["outcome"] = "baseline"
@@ -88,7 +89,10 @@ def verdict_table(inputs: ReportInputs, *, n_boot: int = N_BOOT, seed: int = 0,
         else:
             b = summary.loc[base_label]
             base_df, spec_df = by_label[base_label], by_label[label]
-            row["paired_prompts"] = len(_tpot_prompts(base_df) & _tpot_prompts(spec_df))
+            shared = _tpot_prompts(base_df) & _tpot_prompts(spec_df)
+            row["paired_prompts"] = len(shared)
+            groups = block_groups(spec_df, pd.Index(sorted(shared)))
+            row["paired_blocks"] = None if groups is None else len(set(groups.tolist()))  # the interval's unit
             try:
                 point, lo, hi = analysis.paired_bootstrap_speedup(
                     base_df, spec_df, metric="tpot_s", stat="median", n_boot=n_boot, seed=seed,
