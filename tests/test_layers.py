@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "specbench"
 
 # low to high; a module's layer is that of its first name below `specbench.`
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("base", frozenset({"config", "types", "errors", "arrivals", "formatting", "acceptance", "atomic",
+    ("base", frozenset({"config", "flags", "types", "errors", "arrivals", "formatting", "acceptance", "atomic",
                         "interrupts", "memory", "progress", "limits", "lazy", ""})),
     ("engine", frozenset({"engine"})),
     ("models, workload", frozenset({"models", "workload"})),

@@ -28,6 +28,7 @@ from specbench.config import (
     parse_speculative_config,
 )
 from specbench.errors import ConfigError
+from specbench.flags import HELP
 from specbench.progress import PlanProgress
 
 # Measuring time of the built-in default run (`specbench run`, no workload/size flags): with
@@ -42,11 +43,11 @@ console = Console(stderr=True)
 
 def run(
     ctx: typer.Context,
-    target: Annotated[str, typer.Option(help="Target model: catalog name, HF model directory or .gguf file.")] = DEFAULT_TARGET,
+    target: Annotated[str, typer.Option(help=HELP["target"])] = DEFAULT_TARGET,
     draft: Annotated[Optional[str], typer.Option(help="Draft model for method draft_model (default: the catalog's 0.5B when the target is the default); for method eagle3, the EAGLE-3 head's directory (speculators or original EAGLE-3 format); for method medusa, the Medusa heads' directory (vLLM or FasterDecoding layout).")] = None,
     method: Annotated[str, typer.Option(help="Speculative method: none | draft_model | ngram | eagle3 | medusa | suffix (suffix decoding's knobs: --speculative-config).")] = "draft_model",
     num_speculative_tokens: Annotated[Optional[list[str]], typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step; a list (1,2,4) runs one configuration each.")] = None,
-    speculative_config: Annotated[Optional[str], typer.Option(help="vLLM-style JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'. Overrides --method/-k/--draft.")] = None,
+    speculative_config: Annotated[Optional[str], typer.Option(help=HELP["speculative_config"])] = None,
     workload: Annotated[str, typer.Option(help="Named prompt set (see `specbench workloads list`), a .jsonl/.json/.parquet/.csv file, or hf:NAME[:split].")] = "real",
     prompt_field: Annotated[Optional[str], typer.Option(help="Field holding the prompt in a user file.")] = None,
     num_prompts: Annotated[Optional[int], typer.Option(help="Seeded sample of this many prompts (default: 6 for named sets, all for files).")] = None,
@@ -69,9 +70,9 @@ def run(
     time_budget: Annotated[Optional[float], typer.Option(help="Stop starting new prompts after this many seconds of measuring; every configuration keeps the same prompts (default: 240 for the built-in default run, none otherwise; 0 = none).")] = None,
     repeats: Annotated[int, typer.Option(help="Measure every prompt this many times per configuration; the speedup CI then covers run-to-run noise too.")] = 1,
     interleave: Annotated[bool, typer.Option("--interleave/--no-interleave", help="Alternate configurations request by request (blocks of one wave above concurrency 1) in ABBA order, so a drifting machine hits all alike.")] = True,
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32 (auto = bf16 on CUDA and on CPUs with avx512_bf16).")] = "auto",
-    compile: Annotated[str, typer.Option("--compile", help="The engine's fast forward path: off (transformers' forward as loaded) | auto (where it applies: CPU linears prepacked for oneDNN) | on (or an error saying why not).")] = "auto",
+    device: Annotated[str, typer.Option(help=HELP["device"])] = "auto",
+    dtype: Annotated[str, typer.Option(help=HELP["dtype"])] = "auto",
+    compile: Annotated[str, typer.Option("--compile", help=HELP["compile"])] = "auto",
     backend: Annotated[str, typer.Option(help="embedded (specbench's engine) | hf (transformers generate(), the reference) | openai (an OpenAI-compatible server: vLLM, SGLang, specbench serve).")] = "embedded",
     base_url: Annotated[Optional[str], typer.Option(help="openai: server URL, e.g. http://127.0.0.1:8000 (with or without /v1).")] = None,
     model: Annotated[Optional[str], typer.Option(help="openai: served model name (default: the server's only model).")] = None,
@@ -85,7 +86,7 @@ def run(
     baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Pair each configuration with the non-speculative baseline.")] = True,
     chat_template: Annotated[bool, typer.Option("--chat-template/--no-chat-template", help="Apply the target tokenizer's chat template.")] = True,
     truncate: Annotated[bool, typer.Option(help="Left-truncate prompts longer than the context instead of skipping them.")] = False,
-    trust_remote_code: Annotated[bool, typer.Option(help="Allow model repositories to run their own code.")] = False,
+    trust_remote_code: Annotated[bool, typer.Option(help=HELP["trust_remote_code"])] = False,
 ) -> None:
     """Run a prompt set through the engine, paired with the baseline; write per-sample Parquet."""
     flags = {k: v for k, v in locals().items() if k != "ctx"}  # every option, by parameter name

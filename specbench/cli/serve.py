@@ -24,6 +24,7 @@ from specbench.config import (
     parse_speculative_config,
 )
 from specbench.errors import ConfigError
+from specbench.flags import HELP
 
 console = Console(stderr=True)
 
@@ -49,15 +50,15 @@ def _check_can_listen(host: str, port: int) -> None:
 
 
 def serve(
-    target: Annotated[str, typer.Option(help="Target model: catalog name, HF model directory or .gguf file.")] = DEFAULT_TARGET,
+    target: Annotated[str, typer.Option(help=HELP["target"])] = DEFAULT_TARGET,
     draft: Annotated[Optional[str], typer.Option(help="Draft model (implies --method draft_model), or with --method eagle3 the EAGLE-3 head's directory, with --method medusa the Medusa heads' directory.")] = None,
     method: Annotated[Optional[str], typer.Option(help="none | draft_model | ngram | eagle3 | medusa | suffix (default: none, or draft_model with --draft; suffix decoding's knobs: --speculative-config).")] = None,
     num_speculative_tokens: Annotated[int, typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step.")] = DEFAULT_NUM_SPECULATIVE_TOKENS,
-    speculative_config: Annotated[Optional[str], typer.Option(help="vLLM-style JSON; overrides --method/-k/--draft.")] = None,
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto | bfloat16 | float16 | float32.")] = "auto",
-    compile: Annotated[str, typer.Option("--compile", help="The engine's fast forward path: off | auto | on (see specbench run --help).")] = "auto",
-    trust_remote_code: Annotated[bool, typer.Option(help="Allow model repositories to run their own code.")] = False,
+    speculative_config: Annotated[Optional[str], typer.Option(help=HELP["speculative_config"])] = None,
+    device: Annotated[str, typer.Option(help=HELP["device"])] = "auto",
+    dtype: Annotated[str, typer.Option(help=HELP["dtype"])] = "auto",
+    compile: Annotated[str, typer.Option("--compile", help=HELP["compile"])] = "auto",
+    trust_remote_code: Annotated[bool, typer.Option(help=HELP["trust_remote_code"])] = False,
     host: Annotated[str, typer.Option(help="Address to listen on; loopback by default (the API has no authentication).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0 = any free port; the chosen one is printed).")] = 8000,
     max_concurrency: Annotated[int, typer.Option(help="Requests admitted at once (decoding + waiting); more get HTTP 429.")] = 64,

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from specbench import limits
-from specbench.config import DEVICES, DTYPES, METHODS
+from specbench.config import METHODS
 from specbench.errors import ConfigError
+from specbench.flags import HELP
 from specbench.session import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, sampling_base
 
 SPECULATIVE_METHODS = tuple(m for m in METHODS if m != "none")
@@ -165,16 +166,15 @@ class StudyOptions:
 
 @dataclass(frozen=True)
 class ModelsOptions:
-    target: str = option("--target", STRING, "Target model: catalog name, HF model directory or .gguf file.",
-                         DEFAULT_TARGET)
+    target: str = option("--target", STRING, HELP["target"], DEFAULT_TARGET)
     draft: Any = option(
         "--draft", NAMES,
         "Draft model(s) for method draft_model; several (a,b) make the draft a search dimension.")
     head: str | None = option("--head", PATH_AS_GIVEN, "EAGLE-3 head directory for method eagle3.")
-    device: str = option("--device", STRING, f"{' | '.join(DEVICES)} | cuda:N.", "auto")
-    dtype: str = option("--dtype", STRING, f"{' | '.join(DTYPES)}.", "auto")
-    trust_remote_code: bool = option("--trust-remote-code", SWITCH,
-                                     "Allow model repositories to run their own code.", False)
+    device: str = option("--device", STRING, HELP["device"], "auto")
+    dtype: str = option("--dtype", STRING, HELP["dtype"], "auto")
+    compile: str = option("--compile", STRING, HELP["compile"], "auto")
+    trust_remote_code: bool = option("--trust-remote-code", SWITCH, HELP["trust_remote_code"], False)
 
 
 @dataclass(frozen=True)

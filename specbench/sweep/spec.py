@@ -272,12 +272,13 @@ def _space(opts: SpaceOptions, models: ModelsOptions, where: str) -> Space:
 
 
 def _engine(models: ModelsOptions, where: str) -> EngineConfig:
-    """EngineConfig validates device and dtype; its message names the spec key as well."""
+    """EngineConfig validates device, dtype and the fast path; its message names the spec key as well."""
     try:
-        return EngineConfig(device=models.device, dtype=models.dtype, trust_remote_code=models.trust_remote_code)
+        return EngineConfig(device=models.device, dtype=models.dtype, trust_remote_code=models.trust_remote_code,
+                            compile=models.compile)
     except ConfigError as exc:
         message = str(exc)
-        for key in ("models.device", "models.dtype"):
+        for key in ("models.device", "models.dtype", "models.compile"):
             flag = OPTIONS[key].flag
             if message.startswith(flag + " "):
                 message = label(key) + message[len(flag):]
