@@ -9,7 +9,9 @@ own: a sweep's servers), `run_configuration()` one (an unpaired sweep trial).
 The runner knows backends (requests in, results out, see `specbench.backends.base`) and the
 records schema; it never touches models or text, and draws nothing (it reports to a
 `specbench.progress.PlanProgress`). Rows are handed to a `RunWriter` as they complete, so an
-interrupted run keeps every finished sample.
+interrupted run keeps every finished sample. Longer than 400 lines because the interleaving,
+the recorder that pairs rows with their baseline and the statistics per configuration share
+the state of one measuring loop (`run_plan`).
 """
 
 from __future__ import annotations

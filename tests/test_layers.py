@@ -8,6 +8,7 @@ imports a sibling: packages re-export lazily, `specbench.lazy`)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,25 @@ def test_no_module_imports_a_higher_layer():
 ])
 def test_the_check_finds_an_upward_import(module, source, bad):
     assert bool(upward(module, source)) is bad
+
+
+MAX_LINES = 400
+LONG_REASON = re.compile(r"longer than 400 lines because|lines (in one module )?on purpose", re.IGNORECASE)
+
+
+def long_without_reason(sources: dict[str, str]) -> list[str]:
+    """Modules over MAX_LINES lines whose docstring does not say why they are one module."""
+    out = []
+    for name, text in sources.items():
+        if text.count("\n") > MAX_LINES and not LONG_REASON.search(ast.get_docstring(ast.parse(text)) or ""):
+            out.append(name)
+    return out
+
+
+def test_a_module_over_400_lines_says_why_in_its_docstring():
+    sources = {str(p.relative_to(PACKAGE.parent)): p.read_text() for p in sorted(PACKAGE.rglob("*.py"))}
+    assert long_without_reason(sources) == []
+    # the check can fail: a long module with a docstring that gives no reason
+    long = '"""A module."""\n' + "x = 1\n" * (MAX_LINES + 1)
+    assert long_without_reason({"m.py": long}) == ["m.py"]
+    assert long_without_reason({"m.py": long.replace("A module.", "Longer than 400 lines because x.")}) == []

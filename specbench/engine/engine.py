@@ -23,6 +23,8 @@ Every row has its own seeded generator, so a request's samples depend on its see
 its batch mates (unless `disable_by_batch_size` or `dynamic_k` make its k depend on them).
 
 Boundary: token ids in, token ids and timestamps out; nothing here knows text or records.
+Longer than 400 lines because `Batch.step` is the one decode path, read top to bottom (draft,
+verify, accept, roll back, emit), with the per-row bookkeeping it updates beside it.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 rewritten atomically on flush) and `read_run`, which also recovers a run from its journal.
 
 Boundary: bytes on disk for the schema (`records.schema`) and metadata (`records.metadata`).
+Longer than 400 lines because the journal, the spill files and the atomic rewrite are one
+durability mechanism: `read_run` recovers exactly what `RunWriter` leaves behind.
 """
 
 from __future__ import annotations

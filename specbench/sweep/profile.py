@@ -24,6 +24,8 @@ measured.
 (`specbench.sweep.serving`).
 
 Boundary: reads a study's trials and their run files; measures nothing, prints nothing.
+Longer than 400 lines because the decision per band and the evidence behind it are one object
+that profile.yaml and every serving file are written from (one verdict everywhere).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ Each option is declared once, in `specbench.sweep.options`; here are the rules t
 options: the search space (`specbench.sweep.space`), the objectives, the models and the
 engine settings (validated by `EngineConfig`), sampling (validated by `SamplingParams`), the
 budget's and the paths' defaults, the server templates. Nothing here imports Optuna or torch.
+Longer than 400 lines because every rule that joins two options or more lives here, each with
+its own one-line error naming the key and the flag.
 """
 
 from __future__ import annotations

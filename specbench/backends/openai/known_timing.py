@@ -24,7 +24,9 @@ character). `Schedule.for_request` (a hook) picks the schedule per request (inde
 Implementation: one asyncio `Protocol` per connection, HTTP/1.1 keep-alive with chunked
 responses, sends as `loop.call_at` timers writing each event (built when due, from a template) straight
 to the transport (no coroutine per event, no per-event work when the request arrives), so one process sustains hundreds of streams.
-Binds 127.0.0.1. Boundary: stdlib only; no specbench imports.
+Binds 127.0.0.1. Boundary: stdlib only; no specbench imports. Longer than 400 lines because
+the schedule, its faults and the protocol that sends them on time are one self-contained file
+that tests and benchmarks start as a script.
 """
 
 from __future__ import annotations
