@@ -13,6 +13,11 @@ nearly free (memory-bound), at higher batch they cost compute (docs/engine.md).
     python benchmarks/tree_grid.py                          # the default pair, HumanEval prompts
     python benchmarks/tree_grid.py --tiny                   # random tiny pair (no download)
     python benchmarks/tree_grid.py --target T --draft D --max-new-tokens 32 --prompts 8
+    python benchmarks/tree_grid.py --workload real --depth 15 --trees 2:8,4:8,4:16 --chains 3,7,15
+
+--depth is every tree's depth (num_steps): with it at the deepest chain's k, a tree of n nodes
+may grow as deep as the chain of the same width, so the two compare at equal reach; with a
+smaller depth a confident drafter's chain outreaches the tree.
 
 `--tiny` builds a random 4-layer Qwen2 target and a draft that is the target with noise
 added to its weights (acceptance then measures how often the top choices of two nearby
@@ -50,14 +55,14 @@ def tiny_pair(noise: float, seed: int = 0):
     return target, draft, prompts
 
 
-def real_pair(target: str, draft: str, n: int):
+def real_pair(target: str, draft: str, n: int, workload: str = "humaneval"):
     from specbench.models.loading import check_same_tokenizer, load_model
     from specbench.workload import build_requests, load_workload
 
     cfg = EngineConfig(device="cpu", dtype="auto")
     t, d = load_model(target, cfg), load_model(draft, cfg)
     check_same_tokenizer(t, d)
-    reqs, _ = build_requests(load_workload("humaneval", num_prompts=n), t.tokenizer, SamplingParams())
+    reqs, _ = build_requests(load_workload(workload, num_prompts=n), t.tokenizer, SamplingParams())
     return t.model, d.model, [list(r.prompt_ids) for r in reqs]
 
 
@@ -68,6 +73,7 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="random tiny pair instead of --target/--draft")
     ap.add_argument("--noise", type=float, default=0.6, help="--tiny: the draft's weight noise")
     ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--workload", default="humaneval", help="prompt set of the real pair (a seeded sample)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--concurrency", default="1,4")
     ap.add_argument("--depth", type=int, default=5, help="tree depth (num_steps)")
@@ -79,8 +85,8 @@ def main() -> None:
         prompts = prompts[: args.prompts]
         label = f"tiny random Qwen2 pair (draft noise {args.noise}), float32"
     else:
-        target, draft, prompts = real_pair(args.target, args.draft, args.prompts)
-        label = f"{args.target} + {args.draft}, {next(target.parameters()).dtype}"
+        target, draft, prompts = real_pair(args.target, args.draft, args.prompts, args.workload)
+        label = f"{args.target} + {args.draft}, {next(target.parameters()).dtype}, {args.workload!r} prompts"
     engine = Engine(target, draft)
     sp = SamplingParams(max_new_tokens=args.max_new_tokens, ignore_eos=True)
     specs = [SpeculativeConfig(method="draft_model", draft="d", num_speculative_tokens=k)

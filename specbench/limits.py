@@ -140,6 +140,8 @@ LIMITS: dict[str, Limit] = {
     "--timeout": _f(0, MAX_SECONDS, low_open=True),
     "--min-speedup": _f(0, 1000, low_open=True),
     "--server-ready-timeout": _f(0, MAX_SECONDS, low_open=True),
+    # alternate server pairing: each block beyond two costs a server launch
+    "--server-blocks": _i(2, 1000),
     # ---- --speculative-config keys (vLLM's names) ---------------------------------------
     "num_speculative_tokens": _K,
     "prompt_lookup_min": _i(1, MAX_NGRAM),
