@@ -182,10 +182,10 @@ def train(args, heads, examples, work: Path) -> dict:
             state["step"] += 1
             state["train_s"] += time.perf_counter() - t
             if state["step"] % 10 == 0:
-                state["history"].append({"step": state["step"], "loss": round(float(loss), 4),
+                state["history"].append({"step": state["step"], "loss": round(loss.item(), 4),
                                          "acc": [round(a, 3) for a in accs]})
             bar.update(task, completed=int(state["train_s"]),
-                       info=f"step {state['step']} loss {float(loss):.3f} acc {' '.join(f'{a:.2f}' for a in accs)}")
+                       info=f"step {state['step']} loss {loss.item():.3f} acc {' '.join(f'{a:.2f}' for a in accs)}")
             if state["step"] % args.save_every == 0:
                 checkpoint()
     checkpoint()
