@@ -11,9 +11,12 @@ speculation pays.
   with interleaving turns into noise the interval sees.
 - Above concurrency 1 the prompts of one block run together, under one configuration and then
   the other, so a burst of load during one of them moves the whole block's ratios at once:
-  the bootstrap then resamples whole blocks (the records' `block`, `summary.prompt_blocks`),
-  and an interval from a handful of blocks is as wide as they disagree. With `--repeats` a
-  prompt's repeats lie in different blocks and the prompt stays the unit.
+  the interval then counts blocks (the records' `block`, `summary.prompt_blocks`): the
+  cluster-robust (CR1) t-interval of the per-prompt log ratios over blocks, G - 1 degrees of
+  freedom, around the point, as the sweep's (`analysis.sequential`). A bootstrap of a handful
+  of blocks would understate it: with 2 blocks it can only mix the two, and called a run
+  "pays" whenever both leaned the same way. With `--repeats` a prompt's repeats lie in
+  different blocks and the prompt stays the unit.
 - Whether speculation pays has one definition everywhere (`outcome`): it pays ("win") when
   the whole interval lies above the minimum speedup (1 unless stated), loses when it lies
   below 1, and is "even" otherwise ("unclear" without an interval).
@@ -50,8 +53,9 @@ def paired_bootstrap_speedup(
 
     Samples are paired by prompt_id: only prompts with a successful value in both frames are
     used, and each bootstrap replicate resamples whole pairs, so prompt difficulty cancels;
-    where the speculative frame's prompts ran in blocks of several (`prompt_blocks`), whole
-    blocks are resampled instead. Returns (point, lo, hi).
+    where the speculative frame's prompts ran in blocks of several (`prompt_blocks`), the
+    interval is the cluster-robust t-interval over blocks instead (module docstring).
+    Returns (point, lo, hi).
     """
     if stat not in _STATS:
         raise ValueError(f"stat must be one of {', '.join(_STATS)}, got {stat!r}")
@@ -70,9 +74,8 @@ def paired_bootstrap_speedup(
     rng = np.random.default_rng(seed)
     groups = block_groups(df_spec, shared)
     if groups is not None:
-        ratios = _block_bootstrap(b, s, groups, f, n_boot, rng)
-    else:
-        ratios = _prompt_bootstrap(b, s, f, n_boot, rng)
+        return (point, *_block_interval(b, s, groups, point, confidence))
+    ratios = _prompt_bootstrap(b, s, f, n_boot, rng)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.nanquantile(ratios, [alpha, 1.0 - alpha])
     return point, float(lo), float(hi)
@@ -102,16 +105,20 @@ def _prompt_bootstrap(b: np.ndarray, s: np.ndarray, f: Callable[..., Any], n_boo
     return ratios
 
 
-def _block_bootstrap(b: np.ndarray, s: np.ndarray, groups: np.ndarray, f: Callable[..., Any], n_boot: int,
-                     rng: np.random.Generator) -> np.ndarray:
-    """Replicates that draw G whole blocks with replacement (G: the blocks measured)."""
-    members = [np.flatnonzero(groups == g) for g in np.unique(groups)]
-    ratios = np.empty(n_boot)
+def _block_interval(b: np.ndarray, s: np.ndarray, groups: np.ndarray, point: float,
+                    confidence: float) -> tuple[float, float]:
+    """The CR1 t-interval over blocks of the per-prompt log ratios, around `point`."""
+    from specbench.analysis.sequential import _t_quantile, cluster_se
+
     with np.errstate(divide="ignore", invalid="ignore"):
-        for i, draw in enumerate(rng.integers(0, len(members), size=(n_boot, len(members)))):
-            idx = np.concatenate([members[j] for j in draw])
-            ratios[i] = f(b[idx]) / f(s[idx])
-    return ratios
+        d = np.log(b / s)
+    keep = np.isfinite(d)
+    d, groups = d[keep], groups[keep]
+    if len(np.unique(groups)) < 2 or not (np.isfinite(point) and point > 0):
+        return float("nan"), float("nan")
+    se, dof = cluster_se(d, groups)
+    half = _t_quantile(0.5 + confidence / 2.0, dof) * se
+    return point * float(np.exp(-half)), point * float(np.exp(half))
 
 
 def outcome(point: float, lo: float, hi: float, min_speedup: float = 1.0) -> str:

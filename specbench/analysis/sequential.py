@@ -45,7 +45,7 @@ from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
-from scipy import stats
+from scipy.special import stdtrit
 
 SPENDING = ("pocock", "obrien-fleming")
 _NORMAL = NormalDist()
@@ -143,7 +143,7 @@ class Monitor:
 
 @lru_cache(maxsize=4096)
 def _t_quantile(q: float, dof: int) -> float:
-    return float(stats.t.ppf(q, dof))
+    return float(stdtrit(dof, q))  # Student's t quantile (scipy.special: no scipy.stats import)
 
 
 def cluster_se(d: np.ndarray, clusters: np.ndarray | None) -> tuple[float, int]:

@@ -60,8 +60,8 @@ def _timing(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, threshold: float,
     cur_val = float(f(cv.loc[shared])) if n else float("nan")
     out: dict[str, Any] = {"baseline": base_val, "current": cur_val, "n": n}
     try:
-        # paired_bootstrap_speedup(x, y) = stat(x) / stat(y) with pairs resampled by prompt (by the
-        # second run's blocks above concurrency 1):
+        # paired_bootstrap_speedup(x, y) = stat(x) / stat(y) with pairs resampled by prompt (a
+        # t-interval over the second run's blocks above concurrency 1):
         # passing (current, baseline) gives the ratio current / baseline and its interval.
         point, lo, hi = analysis.paired_bootstrap_speedup(
             c, b, metric=col, stat=metric.stat, n_boot=n_boot, seed=seed, confidence=confidence)
@@ -351,7 +351,7 @@ def compare_runs(
     if any(r.kind == "timing" and r.metric != "tpot_speedup" for r in comp.results):
         if interval == "prompts":
             comp.notes.append(CROSS_RUN_NOTE.format(
-                what="resample prompts (whole blocks above concurrency 1) and cover prompt-to-prompt noise only",
+                what="resample prompts (count blocks above concurrency 1) and cover prompt-to-prompt noise only",
                 hint="; across runs, gate -m tpot_speedup (each run's speedup over its own interleaved "
                      "baseline, which such drift does not move), or measure both runs with --repeats N "
                      "(N >= 3) and compare with --interval repeats"))
