@@ -388,3 +388,18 @@ def test_above_concurrency_1_the_verdict_counts_blocks_and_says_so_when_they_are
     df["block"] = None  # records before blocks: prompts are the unit, nothing said
     v = speedup_verdicts(df)
     assert pd.isna(v["paired_blocks"].iloc[0]) and "blocks" not in where_speculation_pays(v)[0]
+
+
+def test_a_configuration_measured_in_one_block_keeps_the_prompt_as_the_unit():
+    # --no-interleave, or an unpaired sweep trial: every prompt in block 0, no second block to
+    # tell a burst from the effect; the interval is the prompt-level one, not undefined
+    rng = np.random.default_rng(3)
+    base_tpot = rng.uniform(0.02, 0.03, 12)
+    spec_tpot = base_tpot / 1.2 * rng.lognormal(0, 0.05, 12)
+    base = pd.DataFrame([_row(f"p{i}", tpot=t, concurrency=4) for i, t in enumerate(base_tpot)])
+    spec = pd.DataFrame([_row(f"p{i}", K2, tpot=t, concurrency=4) for i, t in enumerate(spec_tpot)])
+    base["block"], spec["block"] = None, None
+    without = paired_bootstrap_speedup(base, spec)
+    base["block"], spec["block"] = 0, 0
+    one = paired_bootstrap_speedup(base, spec)
+    assert np.isfinite(one[1]) and one == pytest.approx(without)

@@ -83,11 +83,11 @@ def paired_bootstrap_speedup(
 
 def block_groups(df_spec: pd.DataFrame, shared: pd.Index) -> np.ndarray | None:
     """The block of each of the `shared` prompts where blocks, not prompts, are the unit of
-    the paired interval (`summary.prompt_blocks`, some block holding several of them); None
-    where prompts are."""
+    the paired interval (`summary.prompt_blocks`: two blocks or more, some holding several of
+    them); None where prompts are."""
     blocks = prompt_blocks(df_spec)
     groups = None if blocks is None else blocks.reindex(shared)
-    if groups is None or groups.isna().any() or groups.nunique() == len(shared):
+    if groups is None or groups.isna().any() or groups.nunique() in (1, len(shared)):
         return None
     return groups.to_numpy()
 

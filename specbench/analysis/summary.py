@@ -183,15 +183,17 @@ def prompt_blocks(df: pd.DataFrame) -> pd.Series | None:
     in, by prompt id, where every prompt was measured in exactly one block and some block
     holds more than one prompt: the unit a paired interval must treat as independent
     (`analysis.sequential`). None otherwise: at concurrency 1 (a block per prompt), with
-    --repeats (a prompt's repeats lie in different blocks, and the prompt stays the unit), or
-    for records written before blocks were recorded."""
+    --repeats (a prompt's repeats lie in different blocks, and the prompt stays the unit), for
+    a configuration measured in one block (`--no-interleave`, an unpaired sweep trial: no
+    second block to tell a burst from the effect), or for records written before blocks were
+    recorded."""
     if "block" not in df.columns:
         return None
     ok = df[ok_mask(df)]
     if not len(ok) or ok["block"].isna().any():
         return None
     blocks = ok.groupby("prompt_id")["block"].agg(["nunique", "first"])
-    if (blocks["nunique"] != 1).any() or blocks["first"].nunique() == len(blocks):
+    if (blocks["nunique"] != 1).any() or blocks["first"].nunique() in (1, len(blocks)):
         return None
     return blocks["first"].astype(int)
 
