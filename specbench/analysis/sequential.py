@@ -197,12 +197,3 @@ def log_ratios(base: "object", spec: "object") -> np.ndarray:
     s = spec.loc[shared].to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(b / s)
-
-
-def ratio_blocks(base: "object", spec: "object", blocks: "object | None") -> np.ndarray | None:
-    """The block of each of `log_ratios(base, spec)`, from `blocks` (prompt id -> block,
-    `analysis.summary.prompt_blocks`), or None where prompts are the unit."""
-    if blocks is None:
-        return None
-    g = blocks.reindex(base.index.intersection(spec.index))
-    return None if g.isna().any() else g.to_numpy()

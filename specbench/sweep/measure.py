@@ -235,14 +235,15 @@ class PairedWatch:
         """(per-prompt log TPOT ratios, the block of each or None): the prompts both
         configurations have measured, clustered by block above concurrency 1."""
         from specbench.analysis import per_prompt
-        from specbench.analysis.sequential import log_ratios, ratio_blocks
-        from specbench.analysis.summary import prompt_blocks
+        from specbench.analysis.paired import block_groups
+        from specbench.analysis.sequential import log_ratios
 
         by = {cid: g for cid, g in frame.groupby("config_id", sort=False)}
         if self.base_id not in by or self.config.config_id not in by:
             return [], None
         base, spec = per_prompt(by[self.base_id], "tpot_s"), per_prompt(by[self.config.config_id], "tpot_s")
-        return log_ratios(base, spec), ratio_blocks(base, spec, prompt_blocks(by[self.config.config_id]))
+        shared = base.index.intersection(spec.index)  # log_ratios' order
+        return log_ratios(base, spec), block_groups(by[self.config.config_id], shared)
 
     def __call__(self, rows: list[dict], done: int) -> str | None:
         import pandas as pd

@@ -19,8 +19,8 @@ import yaml
 from optuna.trial import TrialState
 
 from specbench import analysis
-from specbench.analysis.sequential import SequentialRule, log_ratios, ratio_blocks
-from specbench.analysis.summary import prompt_blocks
+from specbench.analysis.paired import block_groups
+from specbench.analysis.sequential import SequentialRule, log_ratios
 from specbench.records import RUN_FILE, read_run
 from specbench.sweep.space import Point
 
@@ -159,7 +159,7 @@ def test_profile_is_yaml_whose_numbers_match_the_trials_parquet(grid_sweep):
         b, s = analysis.per_prompt(base, "tpot_s"), analysis.per_prompt(spec, "tpot_s")
         d = log_ratios(b, s)
         # above concurrency 1 the blocks are the unit (one wave of 2 here: 2 blocks of 3 prompts)
-        blocks = ratio_blocks(b, s, prompt_blocks(spec))
+        blocks = block_groups(spec, b.index.intersection(s.index))
         assert (blocks is None) == (band["measured_at_concurrency"] == 1)
         look = SequentialRule(planned=len(PROMPTS)).look(d, final=True, clusters=blocks)
         interval = (look.point, look.lo, look.hi)
