@@ -270,3 +270,18 @@ def test_tree_flags_refuse_bad_values(flags, needle, storage, tmp_path):
     """One line, exit 2 (`refused`), and no study written: nothing was measured or stored."""
     assert needle in refused(*NO_MODEL, "--storage", storage, *flags)
     assert not list(tmp_path.glob("*.db"))
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--compile", "fast"], "models.compile (--compile) must be one of off, auto, on, got 'fast'"),
+    (["--server-command", "x --port {port}", "--server-blocks", "1"],
+     "server.blocks (--server-blocks) must be >= 2, got 1"),
+])
+def test_compile_and_server_blocks_refuse_bad_values(flags, needle, storage, tmp_path):
+    """One line, exit 2 (`refused`), and no study written."""
+    assert needle in refused(*NO_MODEL, "--storage", storage, *flags)
+    assert not list(tmp_path.glob("*.db"))
+    # not a number at all: Typer's own usage error, as for every integer flag of the sweep
+    code, _, err = specbench("sweep", *NO_MODEL, "--storage", storage, "--server-command", "x --port {port}",
+                             "--server-blocks", "many")
+    assert code == 2 and "Invalid value for '--server-blocks'" in err and not list(tmp_path.glob("*.db"))
