@@ -11,9 +11,13 @@
 
 Each study is `specbench sweep benchmarks/sweep_trust.toml` (or --spec) in its own directory under --out,
 with its own SQLite storage, run one after the other:
-  - `grid`: --sampler grid --no-sequential (every point, every prompt: the exhaustive answer);
-  - `model`: --sampler model --sequential (corners first, points the fitted model rules out
-    skipped, each trial stopped once its paired interval decides).
+  - `grid`: --sampler grid --no-sequential --batch level (every point, every prompt: the
+    exhaustive answer, measured the cheapest way: one run per concurrency level, one baseline
+    for all its configurations);
+  - `grid-trial`: the same with --batch trial (each configuration with its own baseline);
+  - `model`: --sampler model --sequential --batch level (the corner levels first, points the
+    fitted model rules out skipped, each configuration leaving its level's rotation once its
+    paired interval decides).
 Before the first study a one-prompt warm-up run loads the models, so neither study pays for a
 cold page cache. --burn N starts N busy-looping processes for the whole comparison (the load
 the sweep's pairing in time must stand up to); with --burst ON,OFF each burner alternates busy
@@ -42,8 +46,9 @@ import optuna
 import yaml
 
 SPEC = Path(__file__).with_name("sweep_trust.toml")
-MODES = {"grid": ["--sampler", "grid", "--no-sequential"],
-         "model": ["--sampler", "model", "--sequential"],
+MODES = {"grid": ["--sampler", "grid", "--no-sequential", "--batch", "level"],
+         "grid-trial": ["--sampler", "grid", "--no-sequential", "--batch", "trial"],
+         "model": ["--sampler", "model", "--sequential", "--batch", "level"],
          "spec": []}  # as the spec file says
 
 
@@ -73,8 +78,11 @@ def describe(name: str, out: Path) -> dict:
     profile = yaml.safe_load((out / name / "profile.yaml").read_text())
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{out / name}.db")
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    prompts = sum((t.user_attrs.get("summary") or {}).get("n", 0)
-                  + (t.user_attrs.get("baseline_summary") or {}).get("n", 0) for t in done)
+    # prompts measured: the rows of every run the study wrote (a level batch's trials share one)
+    from specbench.records import read_run
+
+    runs = {t.user_attrs["run_dir"] for t in study.trials if t.user_attrs.get("run_dir")}
+    prompts = sum(len(read_run(out / name / r)[0]) for r in runs)
     flagged = sum(1 for t in done if t.user_attrs.get("inconsistent"))
     # the physics bound: paired TPOT speedup / tokens per target pass (mean acceptance length)
     ratios = [((t.user_attrs.get("paired") or {}).get("point") or 0) / mal
@@ -98,7 +106,7 @@ def describe(name: str, out: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--studies", default="grid,model", help="two of grid|model|spec, run in this order")
+    ap.add_argument("--studies", default="grid,model", help="two of grid|grid-trial|model|spec, run in this order")
     ap.add_argument("--spec", type=Path, default=SPEC, help="the sweep spec both studies run")
     ap.add_argument("--out", type=Path, default=Path("/tmp/sweep-trust"))
     ap.add_argument("--burn", type=int, default=0, help="CPU burner processes during both studies")
@@ -108,7 +116,7 @@ def main() -> None:
     ap.add_argument("extra", nargs="*", help="further `specbench sweep` flags, after --")
     args = ap.parse_args()
     modes = args.studies.split(",")
-    assert len(modes) == 2 and all(m in MODES for m in modes), "--studies: two of grid|model|spec"
+    assert len(modes) == 2 and all(m in MODES for m in modes), "--studies: two of grid|grid-trial|model|spec"
     args.out.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "specbench", "run", "--num-prompts", "1", "--max-new-tokens", "4",
                     "--no-baseline", "--out", str(args.out / "warmup")], check=True,
@@ -138,21 +146,26 @@ def main() -> None:
                         ("recommendation", [r["recommendation"] for r in res]),
                         ("disable_by_batch_size", [r["disable_by_batch_size"] for r in res])):
         print(f"{label:24}" + "".join(f"{str(v):>36}" for v in vals))
-    agree = True
+    agree = agree_profile = True
     for c in sorted(set(res[0]["bands"]) | set(res[1]["bands"])):
         cells = []
         for r in res:
             b = r["bands"].get(c)
-            if b is None:
-                cells.append("-")
+            if b is None:  # no band: nothing measured there (ruled out by the model): baseline
+                cells.append("baseline (not measured)")
                 continue
             ci = b["ci"]
             shown = b["config"] if b["profile"] == "speculative" else f"baseline ({b['best']})"
             cells.append(f"{shown} {ci[0]:.2f}x [{ci[1]:.2f},{ci[2]:.2f}]" if ci else shown)
-        same = all(r["bands"].get(c, {}).get("config") == res[0]["bands"].get(c, {}).get("config") for r in res)
+        configs = [r["bands"].get(c, {}).get("config", "baseline") for r in res]
+        profiles = [r["bands"].get(c, {}).get("profile", "baseline") for r in res]
+        same, same_profile = len(set(configs)) == 1, len(set(profiles)) == 1
         agree &= same
-        print(f"{f'c={c}':24}" + "".join(f"{x:>36}" for x in cells) + ("" if same else "   <- differ"))
-    print(f"\nsame recommendation in every band: {'yes' if agree else 'NO'}; "
+        agree_profile &= same_profile
+        print(f"{f'c={c}':24}" + "".join(f"{x:>36}" for x in cells)
+              + ("" if same else "   <- differ" + ("" if same_profile else " (profile)")))
+    print(f"\nsame profile (speculative or baseline) in every band: {'yes' if agree_profile else 'NO'}; "
+          f"same configuration too: {'yes' if agree else 'NO'}; "
           f"wall time {names[1]} / {names[0]}: {walls[1] / walls[0]:.2f}")
     (args.out / f"summary{args.tag}.json").write_text(json.dumps(
         {"names": names, "walls": walls, "results": res, "burn": args.burn, "burst": burst, "cpu": cpu}, indent=1, default=str))

@@ -289,7 +289,7 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
              on_result: Callable[[Request, Result], None] | None = None,
              progress: PlanProgress | None = None,
              slos_ms: dict[str, float] | None = None,
-             stop: Callable[[list[dict], int], str | None] | None = None) -> dict[str, dict]:
+             stop: Callable[[list[dict], int], str | dict[str, str] | None] | None = None) -> dict[str, dict]:
     """Measure every configuration on every request, `repeats` times, so that configurations
     compared with each other see the same machine.
 
@@ -314,7 +314,10 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
 
     `stop(rows, done)` is asked after every block that all configurations of a level have
     run (rows: every row recorded so far; done: requests of the level measured by each):
-    a reason string stops the level there (sequential stopping, `stopped_early`)."""
+    a reason string stops the level there (sequential stopping, `stopped_early`); a dict
+    {config_id: reason} takes those configurations out of the level's rotation, which goes on
+    for the others (each configuration compared with a baseline leaves when its comparison
+    is decided) and stops once no configuration but baselines is left."""
     if repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
     progress = progress or PlanProgress()
@@ -371,12 +374,15 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
             block_s = 0.0
             done = 0
             reason = None
+            left: dict[str, str] = {}  # configurations out of the rotation -> why
             for repeat in range(repeats):
                 for b, chunk in enumerate(cut):
                     if share is not None and turn and time.monotonic() + block_s > share:
                         break
                     t_block = time.monotonic()
                     for cfg in (order if turn % 2 == 0 else order[::-1]):
+                        if cfg.config_id in left:
+                            continue
                         progress.block(cfg, "run")
                         info = _run_block(backend_of(cfg), chunk, cfg, recorder, repeat=repeat, block=turn,
                                           offset=busy.get(cfg.config_id, 0.0),
@@ -387,6 +393,20 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
                     done += len(chunk)
                     block_s = max(block_s, time.monotonic() - t_block)
                     reason = stop(recorder.rows, done) if stop is not None else None
+                    if isinstance(reason, dict):
+                        for cid, why in reason.items():
+                            if cid not in left:
+                                left[cid] = why
+                                stats[cid]["stopped_early"] = {
+                                    "measured": done, "planned": len(requests) * repeats, "why": why}
+                        reason = None
+                        if all(c.is_baseline or c.config_id in left for c in group):
+                            reason = "every configuration compared with the baseline is decided"
+                            for cfg in group:
+                                stats[cfg.config_id].setdefault("stopped_early", {
+                                    "measured": done, "planned": len(requests) * repeats, "why": reason})
+                            break
+                        continue
                     if reason:
                         for cfg in group:
                             stats[cfg.config_id]["stopped_early"] = {
@@ -397,6 +417,8 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
                 break
             if done < len(requests) * repeats and not reason:
                 for cfg in group:
+                    if cfg.config_id in left:
+                        continue
                     stats[cfg.config_id]["stopped_by_budget"] = {
                         "measured": done, "planned": len(requests) * repeats, "time_budget_s": time_budget_s}
             recorder.finish()

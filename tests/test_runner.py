@@ -95,6 +95,37 @@ def test_above_concurrency_1_blocks_hold_one_wave_and_no_interleave_runs_each_wh
     assert [label for label, _ in be.blocks][:2] == [label for label, _ in be.blocks][2:][::-1]
 
 
+def test_a_decided_configuration_leaves_the_rotation_and_the_level_ends_when_none_is_left():
+    # a level batch: the baseline and three configurations in rotation; `stop` takes k2 out
+    # after 2 prompts, k4 after 3, k3 after 4; the baseline runs on while any is left
+    k2, k3, k4 = (SpeculativeConfig(method="ngram", num_speculative_tokens=k) for k in (2, 3, 4))
+    configs = plan([k2, k3, k4], [1])
+    leave = {2: {"ngram-k2-c1": "pays"}, 3: {"ngram-k4-c1": "loses"}, 4: {"ngram-k3-c1": "pays"}}
+    seen = []
+
+    def stop(rows, done):
+        seen.append(done)
+        return leave.get(done)
+
+    be = FakeBackend()
+    stats = run_plan(be, requests(8), configs, run_id="r", stop=stop)
+    ran = {}
+    for label, ids in be.blocks:
+        ran.setdefault(label, []).extend(ids)
+    assert ran["ngram-k2"] == ["p0", "p1"] and ran["ngram-k4"] == ["p0", "p1", "p2"]
+    assert ran["ngram-k3"] == ["p0", "p1", "p2", "p3"]
+    assert ran["baseline"] == ["p0", "p1", "p2", "p3"]  # nothing left to compare after p3: the level ends
+    assert seen == [1, 2, 3, 4]
+    assert stats["ngram-k2-c1"]["stopped_early"] == {"measured": 2, "planned": 8, "why": "pays"}
+    assert stats["ngram-k4-c1"]["stopped_early"]["measured"] == 3
+    assert stats["baseline-c1"]["stopped_early"]["why"] == "every configuration compared with the baseline is decided"
+    # a string still stops the whole level at once
+    be = FakeBackend()
+    run_plan(be, requests(8), configs, run_id="r", stop=lambda rows, done: "stop" if done == 2 else None)
+    assert {label for label, _ in be.blocks} == {"baseline", "ngram-k2", "ngram-k3", "ngram-k4"}
+    assert len(be.blocks) == 8
+
+
 def test_statistics_of_a_configuration_add_up_over_its_blocks_and_repeats():
     stats = run_plan(FakeBackend(), requests(3), plan([SPEC], [1]), run_id="r", repeats=2)
     assert set(stats) == {"baseline-c1", "ngram-k2-c1"}

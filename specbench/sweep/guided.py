@@ -87,14 +87,18 @@ def records(trials: list[FrozenTrial], study_dir: Path) -> tuple[pd.DataFrame, d
 
     frames, base_of_c = [], {}
     pairs: dict[str, str] = {}
+    seen: set[str] = set()  # a level batch's trials share one run: read once
     for t in trials:
         if t.state != TrialState.COMPLETE or not is_measured(t) or "run_dir" not in t.user_attrs:
             continue
+        if t.user_attrs["run_dir"] in seen:
+            continue
+        seen.add(t.user_attrs["run_dir"])
         try:
             df, _ = read_run(study_dir / t.user_attrs["run_dir"])
         except (RecordsError, OSError):
             continue
-        df = df.assign(label=f"t{t.number}:" + df["config_id"].astype(str))
+        df = df.assign(label=f"t{t.user_attrs.get('batch_of', t.number)}:" + df["config_id"].astype(str))
         frames.append(df)
         bases = df.loc[df["is_baseline"], "label"].unique()
         specs = df.loc[~df["is_baseline"], "label"].unique()
@@ -144,7 +148,15 @@ def choose(spec: SweepSpec, trials: list[FrozenTrial], study_dir: Path, retry_be
             c = Point.from_params(t.params).concurrency if t.params else None
             if s is not None and c in bar and not t.user_attrs.get("inconsistent"):
                 bar[c] = max(bar[c], s)
-    return rank(todo, ev.model, u, bar)
+    choice = rank(todo, ev.model, u, bar)
+    if spec.level_batch:  # a level's run carries its baseline: with nothing left to run, none is needed
+        for c in spec.space.concurrency:
+            base = Point.of("none", concurrency=c)
+            rest = [p for p in spec.space.points() if p.concurrency == c and not p.is_baseline]
+            if base.key not in done and all(p.key in done or p.key in choice.skipped for p in rest):
+                choice.skipped[base.key] = (f"every configuration at concurrency {c} is ruled out by the "
+                                            "model: no baseline to measure them against")
+    return choice
 
 
 def rank(todo: list[Point], model: Any, u: float, bar: dict[int, float]) -> Choice:

@@ -1,4 +1,6 @@
-"""One trial's measurement: one configuration run into its own run directory.
+"""One trial's measurement: one configuration run into its own run directory (`measure`), or
+a level batch's configurations, every one still to measure at one concurrency, run with one
+baseline into one run directory they share (`measure_level`).
 
 The run directory (`<study dir>/runs/<run_id>/`) is an ordinary specbench run written with
 `RunWriter` (samples.parquet + run.json, whose config names the study and the trial), so
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.config import RunConfig
+from specbench.runner import BackendSwitch
 from specbench.sweep.space import Point
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.summary import headline, jsonable, stored_summary
@@ -195,6 +198,97 @@ def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path,
     return Measurement(attrs, outputs if config.is_baseline and outputs else {})
 
 
+class _SessionSwitch(BackendSwitch):
+    """The embedded backend of each configuration of a level (`measure_level`): one per
+    drafter, from the session; each configuration is fresh (warmed up) on its first block."""
+
+    name = "embedded"
+
+    def __init__(self, session: Any, points: dict[str, Point]):
+        self.session, self.points, self.seen = session, points, set()
+
+    def get(self, config: Any) -> tuple[Any, bool]:
+        p = self.points[config.config_id]
+        fresh = config.config_id not in self.seen
+        self.seen.add(config.config_id)
+        return self.session.backend_for(p.draft, p.method), fresh
+
+
+def measure_level(session: Any, spec: SweepSpec, points: list[Point], number: int, study_dir: Path,
+                  events: Any, worker: str | None = None) -> dict[str, Measurement]:
+    """Measure every configuration of `points` (one concurrency level, embedded) in one run
+    with one baseline: the baseline and the configurations in rotation over blocks of one
+    wave (A B C, C B A, ...), each configuration leaving the rotation once its paired interval
+    decides (`[budget] sequential`), the level ending when none is left. Returns each point's
+    trial attrs by point key (the baseline's too, whether or not it is among `points`): every
+    trial's speedup comes from the one Parquet they share, against the baseline samples
+    measured in the same blocks. Where one baseline serves N configurations a level costs
+    (N + 1) x prompts instead of 2 x N x prompts, before any configuration stops early."""
+    from specbench.config import BASELINE
+    from specbench.records import RunMetadata, RunWriter, make_run_id, read_run
+    from specbench.runner import Configuration, run_plan
+
+    concurrency = points[0].concurrency
+    assert all(p.concurrency == concurrency for p in points), "one concurrency level per batch"
+    base_point = Point.of("none", concurrency=concurrency)
+    specs = [p for p in points if not p.is_baseline]
+    base = Configuration(BASELINE, concurrency)
+    configs = [base] + [Configuration(p.speculative_config(), concurrency) for p in specs]
+    by_id = {c.config_id: p for c, p in zip(configs, [base_point, *specs])}
+    run_id = make_run_id(f"t{number:04d}-level-c{concurrency}")
+    run_dir = study_dir / "runs" / run_id
+    metadata = RunMetadata.collect(run_id, {})
+    metadata.config = run_config(spec, configs[-1], session.workload, number=number, worker=worker,
+                                 host=metadata.hostname, configs=configs, backend="embedded").to_dict()
+    # run.json names every k and the methods of the level (the first in the method field)
+    metadata.config["num_speculative_tokens"] = sorted({p.num_speculative_tokens for p in specs})
+    metadata.config["method"] = "+".join(sorted({p.method for p in specs})) or "none"
+    metadata.config["sweep"]["level_batch"] = {"trial": number, "configurations": list(by_id)}
+    metadata.device = session.backend_for(None).device_name
+    metadata.note(dtype_resolved=session.dtype_name)
+    switch = _SessionSwitch(session, by_id)
+    watches = {c.config_id: PairedWatch(spec, c, len(session.requests)) for c in configs[1:]}
+    writer = RunWriter(run_dir, metadata)
+    events.trial_started(number, f"c{concurrency}: baseline + {len(specs)} configurations",
+                         len(session.requests) * len(configs))
+
+    def stop(rows: list[dict], done: int) -> dict[str, str] | None:
+        import pandas as pd
+
+        frame = None
+        out = {}
+        for cid, watch in watches.items():
+            if watch.stopped is not None or not watch.due(done):
+                continue
+            frame = pd.DataFrame(rows) if frame is None else frame
+            why = watch(frame, done)
+            if why:
+                out[cid] = why
+        return out or None
+
+    try:
+        run_plan(switch, session.requests, configs, run_id=run_id, writer=writer, warmup=spec.workload.warmup,
+                 seed=spec.sampling.seed + number, on_result=lambda req, res: events.request_done(),
+                 stop=stop, slos_ms=spec.goodput_slos_ms)
+    except BaseException:
+        writer.close(complete=False)
+        raise
+    writer.close(complete=True)
+    df, meta = read_run(run_dir)
+    common = {"run_id": run_id, "run_dir": str(run_dir.relative_to(study_dir)), "host": metadata.hostname,
+              "level_batch": {"trial": number, "configurations": len(configs)}}
+    base_summary = _with_goodput(stored_summary(df, base.config_id), df, meta, base.config_id, spec)
+    out = {base_point.key: Measurement({"config_id": base.config_id, **common, "summary": base_summary,
+                                        **headline(base_summary)})}
+    for config, p in zip(configs[1:], specs):
+        summary = _with_goodput(stored_summary(df, config.config_id), df, meta, config.config_id, spec)
+        attrs = {"config_id": config.config_id, **common, "summary": summary, **headline(summary),
+                 "baseline_summary": base_summary}
+        attrs.update(watches[config.config_id].verdict(df, summary.get("mean_acceptance_length_tok")))
+        out[p.key] = Measurement(attrs)
+    return out
+
+
 def _with_goodput(summary: dict[str, Any], df: Any, meta: dict[str, Any], config_id: str,
                   spec: SweepSpec) -> dict[str, Any]:
     """With [objective] goodput: `goodput_rps`, the configuration's requests meeting every SLO
@@ -245,12 +339,18 @@ class PairedWatch:
         shared = base.index.intersection(spec.index)  # log_ratios' order
         return log_ratios(base, spec), block_groups(by[self.config.config_id], shared)
 
-    def __call__(self, rows: list[dict], done: int) -> str | None:
+    def due(self, done: int) -> bool:
+        """A look is taken after `done` prompts (sequential stopping on, a planned look, not
+        the last prompt: the verdict takes that one)."""
+        return self.sequential and done in self.points and done < self.rule.planned
+
+    def __call__(self, rows: Any, done: int) -> str | None:
+        """`rows`: the rows so far (a list of dicts or a frame)."""
         import pandas as pd
 
-        if not self.sequential or done not in self.points or done >= self.rule.planned:
+        if not self.due(done):
             return None
-        d, blocks = self.ratios(pd.DataFrame(rows))
+        d, blocks = self.ratios(rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows))
         look = self.monitor.update(d, clusters=blocks)
         if look.stopped:
             self.stopped = (f"{'pays' if look.outcome == 'win' else 'loses'}: paired TPOT speedup "

@@ -33,12 +33,16 @@ from specbench.sweep.storage import first_line
 from specbench.sweep.summary import SPEEDUP_ATTRS, speedups_vs
 from specbench.sweep.trials import (
     CONSTRAINT,
+    SKIPPED_ATTR,
     RetryLater,
     TrialFailed,
     baseline_of,
     claim,
+    claim_batch,
     complete_baseline,
+    retry_mark,
     reuse,
+    settled_keys,
 )
 from specbench.sweep.workers import Worker
 
@@ -92,18 +96,30 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Event
         original = claim(trial.study, trial, point.key)
         if original is not None:
             return reuse(trial, original)
+        mates = []
+        if spec.level_batch:  # the rest of this level, measured with it, one baseline for all
+            todo = level_mates(trial.study, spec, point)
+            owned = set(claim_batch(trial.study, trial, [p.key for p in todo]))
+            mates = [p for p in todo if p.key in owned]
 
         base_trial = None
+        who = worker.id if worker is not None else None
         try:
-            if not point.is_baseline and not spec.paired:  # unpaired: the baseline trial
-                base_trial = _baseline_trial(trial, spec, concurrency)
-                if base_trial is not None and concurrency not in baseline_outputs:
-                    ref = measuring.baseline_outputs_from(study_dir, base_trial)
-                    if ref:
-                        baseline_outputs[concurrency] = ref
-            result = measuring.measure(session, spec, point, trial.number, study_dir,
-                                       baseline_outputs.get(concurrency), events,
-                                       worker.id if worker is not None else None)
+            if spec.level_batch and (mates or not point.is_baseline):
+                results = measuring.measure_level(session, spec, [point, *mates], trial.number, study_dir,
+                                                  events, who)
+                for p in mates:  # each configuration its own trial, as if measured alone
+                    _add_trial(trial.study, spec, p, results[p.key].attrs, trial.number, who)
+                result = results[point.key]
+            else:
+                if not point.is_baseline and not spec.paired:  # unpaired: the baseline trial
+                    base_trial = _baseline_trial(trial, spec, concurrency)
+                    if base_trial is not None and concurrency not in baseline_outputs:
+                        ref = measuring.baseline_outputs_from(study_dir, base_trial)
+                        if ref:
+                            baseline_outputs[concurrency] = ref
+                result = measuring.measure(session, spec, point, trial.number, study_dir,
+                                           baseline_outputs.get(concurrency), events, who)
         except KeyboardInterrupt:
             trial.set_user_attr("interrupted", True)
             raise
@@ -144,26 +160,28 @@ def _baseline_trial(trial: Trial, spec: SweepSpec, concurrency: int) -> Any:
     return base_trial
 
 
-def _values(trial: Trial, spec: SweepSpec, point: Point, attrs: dict[str, Any], base_trial: Any) -> Any:
-    """Store the speedups and the memory constraint on `trial`; return its objective values.
-    A paired trial's speedups are against the baseline samples measured with it; the
-    `speedup` objective is then its paired speedup (`analysis.sequential`)."""
+def outcome(spec: SweepSpec, point: Point, attrs: dict[str, Any],
+            base_trial: Any = None) -> tuple[dict[str, Any], float | None, list[float] | str]:
+    """What a measured trial stores besides `attrs` (its speedups, the memory constraint),
+    its constraint value (None: unconstrained) and its objective values, or why they are
+    undefined. A paired trial's speedups are against the baseline samples measured with it;
+    the `speedup` objective is then its paired speedup (`analysis.sequential`)."""
     summary = attrs["summary"]
     base_summary = attrs.get("baseline_summary") or (base_trial.user_attrs["summary"] if base_trial else None)
     speedups = speedups_vs(base_summary, summary) if base_summary else {}
     if attrs.get("paired") is not None:
         speedups["paired_tpot_speedup"] = attrs["paired"].get("point")
+    out: dict[str, Any] = {}
     if speedups:
-        trial.set_user_attr("speedups", speedups)
+        out["speedups"] = speedups
         for name, column in SPEEDUP_ATTRS.items():  # flat numbers: dashboard columns
             if speedups.get(column) is not None:
-                trial.set_user_attr(name, round(speedups[column], 4))
+                out[name] = round(speedups[column], 4)
+    over = None
     if spec.max_peak_memory_bytes is not None:
         peak = summary.get("peak_memory_bytes")
         over = (peak - spec.max_peak_memory_bytes) / 2**30 if peak is not None else 0.0
-        trial.set_user_attr("constraint", over)
-        trial.set_user_attr("feasible", over <= 0)
-        trial.set_constraint(CONSTRAINT, over)  # samplers and best_trials honour it
+        out["constraint"], out["feasible"] = over, over <= 0
     values = []
     for name in spec.objectives:
         column = OBJECTIVES[name].column
@@ -172,12 +190,76 @@ def _values(trial: Trial, spec: SweepSpec, point: Point, attrs: dict[str, Any], 
         else:
             v = summary.get(column)
         if v is None or not math.isfinite(v):
-            reason = (f"objective {name} is undefined for this run ({summary.get('errors')} of "
-                      f"{summary.get('n')} requests failed)")
-            trial.set_user_attr("fail_reason", reason)
-            raise TrialFailed(reason)
+            return out, over, (f"objective {name} is undefined for this run ({summary.get('errors')} of "
+                               f"{summary.get('n')} requests failed)")
         values.append(float(v))
+    return out, over, values
+
+
+def _values(trial: Trial, spec: SweepSpec, point: Point, attrs: dict[str, Any], base_trial: Any) -> Any:
+    """Store `outcome` on `trial`; return its objective values."""
+    extra, over, values = outcome(spec, point, attrs, base_trial)
+    for k, v in extra.items():
+        trial.set_user_attr(k, v)
+    if over is not None:
+        trial.set_constraint(CONSTRAINT, over)  # samplers and best_trials honour it
+    if isinstance(values, str):
+        trial.set_user_attr("fail_reason", values)
+        raise TrialFailed(values)
     return values[0] if len(values) == 1 else values
+
+
+def distributions(space: Space, point: Point) -> dict[str, Any]:
+    """The Optuna distributions of `point`'s params, as `suggest` draws them (a trial added
+    for a level batch's configuration must be one `suggest` could have made)."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    out: dict[str, Any] = {"method": CategoricalDistribution(("none", *space.method)),
+                           "concurrency": CategoricalDistribution(space.concurrency)}
+    if point.is_baseline:
+        return out
+    if space.k_range:
+        low, high, step = space.k_range
+        out["num_speculative_tokens"] = IntDistribution(low, high, step=step)
+    else:
+        out["num_speculative_tokens"] = CategoricalDistribution(space.num_speculative_tokens)
+    if point.method == "draft_model":
+        out["draft"] = CategoricalDistribution(space.draft)
+    if point.method in TREE_METHODS and space.searches_trees:
+        out["topk"] = CategoricalDistribution(space.topk)
+        if point.topk > 1 and space.num_draft_tokens:
+            out["num_draft_tokens"] = CategoricalDistribution(space.num_draft_tokens)
+    return out
+
+
+def level_mates(study: optuna.Study, spec: SweepSpec, point: Point) -> list[Point]:
+    """The configurations of `point`'s concurrency level still to measure, the baseline
+    among them: not settled, and (model-guided sampler) not ruled out by the model."""
+    trials = study.get_trials(deepcopy=False)
+    done = settled_keys(trials, retry_mark(study))
+    if spec.study.sampler == "model":
+        done |= set(study.user_attrs.get(SKIPPED_ATTR) or {})
+    return [p for p in spec.space.points()
+            if p.concurrency == point.concurrency and p.key != point.key and p.key not in done]
+
+
+def _add_trial(study: optuna.Study, spec: SweepSpec, point: Point, attrs: dict[str, Any], batch_of: int,
+               worker: str | None) -> None:
+    """Record a level batch's configuration as its own finished trial (`batch_of`: the trial
+    that measured it), so every trial of a study is one configuration."""
+    from optuna.trial import TrialState, create_trial
+
+    extra, over, values = outcome(spec, point, attrs)
+    user = {**attrs, **extra, "config_key": point.key, "batch_of": batch_of,
+            **({"worker": worker} if worker else {})}
+    system = {f"constraints:{CONSTRAINT}": over} if over is not None else {}
+    failed = isinstance(values, str)
+    if failed:
+        user["fail_reason"] = values
+    study.add_trial(create_trial(
+        state=TrialState.FAIL if failed else TrialState.COMPLETE, params=spec.space.params(point),
+        distributions=distributions(spec.space, point), values=None if failed else values,
+        user_attrs=user, system_attrs=system))
 
 
 def _release_memory() -> None:

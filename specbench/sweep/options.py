@@ -264,6 +264,12 @@ class BudgetOptions:
         "Stop measuring a configuration as soon as its paired speedup interval (group-sequential, "
         "error spent over the planned prompts) lies wholly above --min-speedup or below 1; "
         "--no-sequential measures every prompt.", True)
+    batch: str | None = option(
+        "--batch", STRING,
+        "level: measure every configuration of a concurrency level still to measure in one run, in "
+        "rotation with ONE baseline (each leaves the rotation once its interval decides) | trial: each "
+        "speculative trial measures its own baseline (ABBA) (default: level for embedded sweeps with the "
+        "model sampler, else trial; server sweeps: trial only).")
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,11 @@ class SweepSpec:
         return self.server is None or self.server.pairing != "none"
 
     @property
+    def level_batch(self) -> bool:
+        """A trial measures its whole concurrency level with one baseline (`[budget] batch`)."""
+        return self.budget.batch == "level"
+
+    @property
     def pairing(self) -> str:
         return PAIRING if self.server is None else SERVER_PAIRINGS_SAID[self.server.pairing]
 
@@ -159,6 +164,7 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
     mem = objective.max_peak_memory_gb
     slos = _goodput(objective, objectives, where)
     server = _server(values, where)
+    budget = replace(budget, batch=_batch(budget.batch, study, server is not None, where))
     if server is not None and space.searches_trees:
         # a server started without the tree flags serves a chain: its records would be labelled a tree
         key = "server.command"
@@ -173,6 +179,22 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
         max_peak_memory_bytes=int(mem * 2**30) if mem is not None else None, budget=budget,
         profile=replace(profile, out=Path(profile.out or study.out / "profile.yaml")),
         server=server, source=source, goodput_slos_ms=slos)
+
+
+BATCHES = ("level", "trial")
+
+
+def _batch(batch: str | None, study: StudyOptions, server: bool, where: str) -> str:
+    """How trials are measured: `level` (one run per concurrency level, one baseline for all
+    its configurations) or `trial` (each speculative trial with its own baseline)."""
+    if batch is None:
+        return "level" if not server and study.sampler == "model" else "trial"
+    if batch not in BATCHES:
+        raise ConfigError(f"{where}{label('budget.batch')} must be one of {', '.join(BATCHES)}, got {batch!r}")
+    if batch == "level" and server:
+        raise ConfigError(f"{where}{label('budget.batch')} level measures a level's configurations in one "
+                          "run on one engine; a server sweep launches a server per configuration: use trial")
+    return batch
 
 
 def _goodput(objective: ObjectiveOptions, objectives: tuple[str, ...], where: str) -> dict[str, float] | None:

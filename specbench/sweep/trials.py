@@ -15,7 +15,10 @@ defers to any running trial with that key whose (ticket, number) is smaller, or 
 still choosing its ticket: Lamport's bakery algorithm over the storage, which needs only
 reads and writes, no locks, so it works on every storage (RDB or journal file). A deferring
 trial waits for the winner and returns its stored value (`duplicate_of`); a trial with a key
-already measured returns the stored value at once.
+already measured returns the stored value at once. A trial that measures its whole level
+(`[budget] batch = "level"`) then claims the level's other keys the same way, a ticket each
+(`batch_tickets`, doorway `batch_choosing`), without ever waiting for one: a key another trial
+holds is left to it, so two workers split a level and no trial holding keys waits on another.
 
 Boundary: reads and writes trial attrs through Optuna; measures nothing.
 """
@@ -113,7 +116,8 @@ def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Point]:
     taken = {trial_key(t) for t in trials
              if t.state in (TrialState.WAITING, TrialState.RUNNING) or settled(t, mark)}
     by_key = {p.key: p for p in spec.space.points()}
-    pending: list[Point] = [p for p in by_key.values() if p.is_baseline]
+    # measured by level, a level's run carries its baseline: none is queued on its own
+    pending: list[Point] = [] if spec.level_batch else [p for p in by_key.values() if p.is_baseline]
     # config_key is written once every parameter is suggested, so it names the whole point.
     # A trial failed as stale is queued again by Optuna's callback, once, in the worker whose
     # write failed it: never here as well.
@@ -139,32 +143,85 @@ def progress_counts(study: optuna.Study, spec: SweepSpec) -> tuple[int, int]:
 # Dedupe: Lamport's bakery over trial user attrs
 
 
+def covers(t: FrozenTrial, key: str) -> bool:
+    """`t` claims `key`: its own configuration, or one of its level batch's."""
+    return t.user_attrs.get("config_key") == key or key in (t.user_attrs.get("batch_tickets") or {})
+
+
+def ticket_of(t: FrozenTrial, key: str) -> int | None:
+    """`t`'s ticket for `key` (None: still choosing)."""
+    batch = t.user_attrs.get("batch_tickets") or {}
+    if key in batch:
+        return int(batch[key])
+    return int(t.user_attrs["ticket"]) if "ticket" in t.user_attrs else None
+
+
+def _choosing(t: FrozenTrial) -> bool:
+    """In a doorway: its configuration published and its ticket not yet, or its level batch
+    being claimed."""
+    return t.state == TrialState.RUNNING and (
+        ("config_key" in t.user_attrs and "ticket" not in t.user_attrs) or bool(t.user_attrs.get("batch_choosing")))
+
+
 def _peers(study: optuna.Study, me: Trial, key: str) -> list[FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False)
-            if t.number != me.number and t.user_attrs.get("config_key") == key]
+    return [t for t in study.get_trials(deepcopy=False) if t.number != me.number and covers(t, key)]
 
 
 def claim(study: optuna.Study, trial: Trial, key: str) -> FrozenTrial | None:
     """None when this trial is the one to measure `key`; otherwise the settled trial whose
-    outcome it reuses (waiting while another worker measures it)."""
+    outcome it reuses (waiting while another worker measures it, or claims it in a level
+    batch ahead of this trial)."""
     trial.set_user_attr("config_key", key)  # doorway: "choosing" until the ticket is out
     peers = _peers(study, trial, key)
-    ticket = 1 + max((int(t.user_attrs.get("ticket", 0)) for t in peers), default=0)
+    ticket = 1 + max((ticket_of(t, key) or 0 for t in peers), default=0)
     trial.set_user_attr("ticket", ticket)
     mine = (ticket, trial.number)
     mark = retry_mark(study)
     while True:
-        peers = _peers(study, trial, key)
-        done = sorted((t for t in peers if settled(t, mark)),
+        others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+        peers = [t for t in others if covers(t, key)]
+        done = sorted((t for t in peers if t.user_attrs.get("config_key") == key and settled(t, mark)),
                       key=lambda t: (t.state != TrialState.COMPLETE, t.number))
         if done:
             return done[0]
         ahead = [t for t in peers if t.state == TrialState.RUNNING
-                 and ("ticket" not in t.user_attrs or (int(t.user_attrs["ticket"]), t.number) < mine)]
+                 and ((tk := ticket_of(t, key)) is None or (tk, t.number) < mine)]
+        # a trial claiming its level batch may be claiming this key: wait until it has
+        ahead += [t for t in others if t.state == TrialState.RUNNING and t.user_attrs.get("batch_choosing")]
         if not ahead:
             return None
         time.sleep(POLL_S)
         fail_stale(study)
+
+
+def claim_batch(study: optuna.Study, trial: Trial, keys: list[str]) -> list[str]:
+    """The keys of `keys` (the other configurations of this trial's concurrency level) this
+    trial measures with its own, in one run (`[budget] batch = "level"`). Called once the
+    trial owns its own key (`claim`), so a trial holding batch keys never waits for a key:
+    each is claimed with a ticket of its own (the bakery's doorway again, `batch_choosing`)
+    and one another trial has settled, or claims with a smaller (ticket, number), is left to
+    it. The keys given up are released (a trial waiting for one of them stops waiting)."""
+    if not keys:
+        return []
+    trial.set_user_attr("batch_choosing", True)
+    others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+    tickets = {k: 1 + max((ticket_of(t, k) or 0 for t in others if covers(t, k)), default=0) for k in keys}
+    trial.set_user_attr("batch_tickets", tickets)
+    trial.set_user_attr("batch_choosing", False)
+    while any(_choosing(t) for t in study.get_trials(deepcopy=False) if t.number != trial.number):
+        time.sleep(POLL_S)
+        fail_stale(study)
+    mark = retry_mark(study)
+    others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+    owned = []
+    for k in keys:
+        taken = any(t.user_attrs.get("config_key") == k and settled(t, mark) for t in others)
+        ahead = any(t.state == TrialState.RUNNING and covers(t, k)
+                    and (ticket_of(t, k) or 0, t.number) < (tickets[k], trial.number) for t in others)
+        if not (taken or ahead):
+            owned.append(k)
+    trial.set_user_attr("batch_tickets", {k: tickets[k] for k in owned})
+    return owned
 
 
 # what a trial reusing another's outcome copies from it

@@ -35,7 +35,7 @@ def args(target, draft, tmp_path: Path, *extra) -> list:
             "--dtype", "float32", "--device", "cpu", "--warmup", "0", "--max-new-tokens", "12",
             "--storage", f"sqlite:///{tmp_path / 'g.db'}", "--out", tmp_path / "study", "--study-name", "g",
             "--sampler", "model", "--method", "draft_model", "-k", ",".join(map(str, KS)),
-            "--concurrency", ",".join(map(str, CONCS)), "--no-sequential", *extra]
+            "--concurrency", ",".join(map(str, CONCS)), "--no-sequential", "--batch", "trial", *extra]
 
 
 def study_of(tmp_path: Path) -> optuna.Study:
@@ -116,3 +116,29 @@ def test_the_rule_skips_only_what_cannot_reach_the_bar_and_measures_the_closest_
     # nothing left in doubt: the sweep is done
     done = guided.rank([point(3, 2)], Planted(predicted), 0.10, bar)
     assert done.point is None and point(3, 2).key in done.skipped
+
+
+def test_level_batches_measure_the_corner_levels_whole_and_skip_a_level_the_model_rules_out(tiny_pair, tmp_path):
+    # the model sampler's default, [budget] batch = "level": the first corner's trial measures
+    # its whole level with one baseline, so does the other corner's; the middle level, where
+    # the model rules every point out, costs nothing, its baseline included
+    base = [a for a in args(*tiny_pair, tmp_path, "--min-speedup", "10") if a not in ("--batch", "trial")]
+    res = specbench(*base)
+    assert res.code == 0, res.output
+    study = study_of(tmp_path)
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
+    measured = {Point.from_params(t.params).key for t in done}
+    levels = {c: [Point.of("draft_model", k, tiny_pair[1], c).key for k in KS] for c in CONCS}
+    for c in (CONCS[0], CONCS[-1]):
+        assert set(levels[c]) | {Point.of("none", concurrency=c).key} <= measured
+    skipped = study.user_attrs[SKIPPED_ATTR]
+    assert set(skipped) == set(levels[2]) | {Point.of("none", concurrency=2).key}
+    assert "no baseline to measure them against" in skipped[Point.of("none", concurrency=2).key]
+    runs = list((tmp_path / "study" / "runs").iterdir())
+    assert len(runs) == 2  # two levels, one run each
+    profile = yaml.safe_load((tmp_path / "study" / "profile.yaml").read_text())
+    assert profile["recommendation"] == "baseline"
+    n = len(study.trials)
+    again = specbench(*base)
+    assert again.code == 0, again.output
+    assert len(study_of(tmp_path).trials) == n

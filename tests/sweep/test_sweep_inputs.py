@@ -276,6 +276,9 @@ def test_tree_flags_refuse_bad_values(flags, needle, storage, tmp_path):
     (["--compile", "fast"], "models.compile (--compile) must be one of off, auto, on, got 'fast'"),
     (["--server-command", "x --port {port}", "--server-blocks", "1"],
      "server.blocks (--server-blocks) must be >= 2, got 1"),
+    (["--batch", "wave"], "budget.batch (--batch) must be one of level, trial, got 'wave'"),
+    (["--server-command", "x --port {port}", "--batch", "level"],
+     "budget.batch (--batch) level measures a level's configurations in one run on one engine"),
 ])
 def test_compile_and_server_blocks_refuse_bad_values(flags, needle, storage, tmp_path):
     """One line, exit 2 (`refused`), and no study written."""
