@@ -158,7 +158,11 @@ def sglang_args(method: str, draft: str | None, k: int, topk: int = 1,
                 "--speculative-num-steps", str(k), "--speculative-eagle-topk", str(topk),
                 "--speculative-num-draft-tokens", str(num_draft_tokens if topk > 1 and num_draft_tokens else k + 1)]
     if method == "ngram":
-        return ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(k + 1)]
+        # SGLang's NGRAM drafts a BFS tree up to 10 wide by default (its topk becomes the
+        # breadth, its steps num_draft_tokens // breadth): breadth 1 makes it the chain of k
+        # drafts that was measured
+        return ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(k + 1),
+                "--speculative-ngram-min-bfs-breadth", "1", "--speculative-ngram-max-bfs-breadth", "1"]
     return None
 
 
@@ -220,8 +224,9 @@ def serving_profiles(profile: dict[str, Any]) -> dict[str, Any]:
             notes.append(f"model {draft!r} is a specbench catalog name: point vLLM/SGLang at a path "
                          "or Hugging Face id of the same weights")
         if method == "ngram":
-            notes.append("SGLang's NGRAM mapping (k -> --speculative-num-draft-tokens k+1) is not "
-                         "confirmed against an SGLang server")
+            notes.append("SGLang's NGRAM looks n-grams up in a trie of the requests it has served, not "
+                         "only the prompt: its flags (k -> --speculative-num-draft-tokens k+1, BFS breadth "
+                         "1: a chain) match the measured chain's shape, not its drafts")
         # the profile's own bands (a tree counts: SGLang serves trees), not vLLM's K table
         speculating = [_pays(b, 1.0) and _family(_cfg(b.get("speculative"))) == fam for b in bands]
         if sglang is None:
