@@ -207,6 +207,19 @@ class _RichEvents:
         elif trial.state == TrialState.FAIL and "fail_reason" in attrs:
             self.note(f"[yellow]trial {trial.number} ({budget}) {what} failed: "
                       f"{escape(attrs['fail_reason'])}[/]")
+        if "level_batch" in attrs:  # the configurations measured with it, each its own trial
+            for t in study.get_trials(deepcopy=False):
+                if t.user_attrs.get("batch_of") != trial.number:
+                    continue
+                a = t.user_attrs
+                stopped = (a.get("paired") or {}).get("stopped")
+                if t.state == TrialState.COMPLETE:
+                    values = ", ".join(f"{o}={v:.4g}" for o, v in zip(self.spec.objectives, t.values))
+                    self.note(f"trial {t.number} (with trial {trial.number}) {a.get('config_id', '?')}: {values}"
+                              + (f" · {escape(stopped)}" if stopped else ""))
+                else:
+                    self.note(f"[yellow]trial {t.number} (with trial {trial.number}) {a.get('config_id', '?')} "
+                              f"failed: {escape(str(a.get('fail_reason')))}[/]")
 
 
 def _ms(v: Any) -> str:

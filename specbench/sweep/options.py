@@ -269,7 +269,7 @@ class BudgetOptions:
         "level: measure every configuration of a concurrency level still to measure in one run, in "
         "rotation with ONE baseline (each leaves the rotation once its interval decides) | trial: each "
         "speculative trial measures its own baseline (ABBA) (default: level for embedded sweeps with the "
-        "model sampler, else trial; server sweeps: trial only).")
+        "grid or model sampler, else trial; server sweeps: trial only).")
 
 
 @dataclass(frozen=True)

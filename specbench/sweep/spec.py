@@ -188,7 +188,7 @@ def _batch(batch: str | None, study: StudyOptions, server: bool, where: str) -> 
     """How trials are measured: `level` (one run per concurrency level, one baseline for all
     its configurations) or `trial` (each speculative trial with its own baseline)."""
     if batch is None:
-        return "level" if not server and study.sampler == "model" else "trial"
+        return "level" if not server and study.sampler in ("grid", "model") else "trial"
     if batch not in BATCHES:
         raise ConfigError(f"{where}{label('budget.batch')} must be one of {', '.join(BATCHES)}, got {batch!r}")
     if batch == "level" and server:

@@ -48,11 +48,12 @@ def test_the_head_is_part_of_each_eagle3_point_not_of_the_key(tmp_path):
     assert Point.of("eagle3", 3, "/x").draft == "/x" and Point.of("ngram", 3, "/x").draft is None
 
 
-def test_grid_sweep_over_draft_model_and_eagle3(tiny_pair, head_dir, prompts_file, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("batch", ["level", "trial"])
+def test_grid_sweep_over_draft_model_and_eagle3(tiny_pair, head_dir, prompts_file, tmp_path, batch):  # noqa: F811
     where = tmp_path
     res = specbench("sweep", "--target", tiny_pair[0], "--draft", tiny_pair[1], "--head", head_dir,
                     "--workload", prompts_file, *FAST, "--storage", f"sqlite:///{where / 'study.db'}",
-                    "--out", where / "study", "--study-name", "tiny", "--sampler", "grid",
+                    "--out", where / "study", "--study-name", "tiny", "--sampler", "grid", "--batch", batch,
                     "--method", "draft_model,eagle3", "-k", "2", "--concurrency", "1")
     assert res.code == 0, res.output
     trials = measured(load(where))
@@ -60,8 +61,13 @@ def test_grid_sweep_over_draft_model_and_eagle3(tiny_pair, head_dir, prompts_fil
     assert methods == ["draft_model", "eagle3", "none"]
     e = next(t for t in trials if t.params["method"] == "eagle3")
     df, meta = read_run(where / "study" / e.user_attrs["run_dir"])
-    assert set(df["method"]) == {"none", "eagle3"}  # the trial's own baseline, interleaved
+    # its baseline interleaved with it: its own (trial), or the level's, with the draft model too (level)
+    assert set(df["method"]) == ({"none", "eagle3"} if batch == "trial" else {"none", "eagle3", "draft_model"})
+    if batch == "trial":
+        assert meta["config"]["draft"] == str(head_dir)
+    else:  # one run for the level: the draft model and the head each drafted their own rows
+        d = df[df["method"] == "draft_model"]
+        assert set(d["draft_model"]) == {tiny_pair[1]} and (d["token_match_rate"] == 1.0).all()
     df = df[df["method"] == "eagle3"]
     assert set(df["draft_model"]) == {str(head_dir)}
-    assert meta["config"]["draft"] == str(head_dir)
     assert (df["token_match_rate"] == 1.0).all()

@@ -22,7 +22,7 @@ from workerkit import finish, start, sweep_args, write_prompts
 PROMPTS = [{"id": f"p{i}", "prompt": f"Item {i}: abc abc abc abc abc"} for i in range(6)]
 # one configuration besides the baseline; trials long enough (6 x 200 tokens) for a kill inside
 ARGS = ["--max-new-tokens", "200", "--ignore-eos", "--method", "ngram", "-k", "3", "--concurrency", "1",
-        "--sampler", "grid", "--heartbeat-interval", "1", "--grace-period", "3", "--objective", "tpot_p50"]
+        "--sampler", "grid", "--batch", "trial", "--heartbeat-interval", "1", "--grace-period", "3", "--objective", "tpot_p50"]
 
 
 @pytest.mark.fault("sweep worker", "SIGKILL of a worker mid-trial",

@@ -62,6 +62,8 @@ def test_one_run_per_level_one_trial_per_configuration(level_sweep):
     trials = measured(load(where))
     keys = [Point.from_params(t.params).key for t in trials]
     assert len(keys) == len(set(keys)) == len(CONCS) * (len(KS) + 1)  # every configuration once
+    # the console names every configuration measured with the level's trial
+    assert res.output.count("(with trial ") == len(keys) - len(CONCS), res.output
     runs = sorted((where / "study" / "runs").iterdir())
     assert len(runs) == len(CONCS)  # one run per level: the baseline never measured on its own
     for run in runs:
@@ -121,3 +123,40 @@ def test_two_workers_never_measure_a_configuration_twice(tiny_pair, tmp_path):
         for cid in read_run(run)[0].query("method != 'none'")["config_id"].unique():
             counts[cid] = counts.get(cid, 0) + 1
     assert set(counts.values()) == {1}, counts
+
+
+def test_an_interrupted_level_is_measured_again_whole_and_nothing_before_it_twice(tiny_pair, tmp_path, monkeypatch):
+    import specbench.runner as runner
+
+    real = runner.run_plan
+    calls = []
+
+    def interrupt_second_level(backend, requests, configs, **kw):
+        calls.append(configs[0].concurrency)
+        if len(calls) == 2:  # Ctrl-C after the first finished request of the second level
+            on_result = kw["on_result"]
+
+            def ctrl_c(req, res):
+                on_result(req, res)
+                raise KeyboardInterrupt
+
+            kw["on_result"] = ctrl_c
+        return real(backend, requests, configs, **kw)
+
+    monkeypatch.setattr(runner, "run_plan", interrupt_second_level)
+    first = specbench(*sweep_args(tiny_pair, tmp_path))
+    assert first.code == 130, first.output
+    before = {Point.from_params(t.params).key: t.user_attrs["run_id"] for t in measured(load(tmp_path))}
+    assert len(before) == len(KS) + 1  # the first level, whole; nothing of the second
+    (cut,) = [t for t in load(tmp_path) if t.state == TrialState.FAIL]
+    assert cut.user_attrs["interrupted"] is True
+
+    monkeypatch.setattr(runner, "run_plan", real)
+    second = specbench(*sweep_args(tiny_pair, tmp_path))
+    assert second.code == 0, second.output
+    ok = measured(load(tmp_path))
+    keys = [Point.from_params(t.params).key for t in ok]
+    assert len(keys) == len(set(keys)) == len(CONCS) * (len(KS) + 1)
+    for k, run_id in before.items():  # the first level is not measured again
+        assert [t.user_attrs["run_id"] for t in ok if Point.from_params(t.params).key == k] == [run_id]
+    assert all(t.state != TrialState.RUNNING for t in load(tmp_path))

@@ -33,7 +33,7 @@ SPACE = ["--method", "draft_model,ngram", "-k", "2,4", "--concurrency", "1,2"]
 # workers starting a little apart all get to work
 LONG_PROMPTS = [{"id": f"p{i}", "prompt": f"Item {i}: abc abc abc abc abc"} for i in range(8)]
 LONG = ["--max-new-tokens", "120", "--ignore-eos", "--method", "ngram", "-k", "2..6",
-        "--concurrency", "1", "--sampler", "grid"]
+        "--concurrency", "1", "--sampler", "grid", "--batch", "trial"]
 
 
 def _load(url: str, name: str = "shared") -> optuna.Study:

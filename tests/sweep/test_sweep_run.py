@@ -48,7 +48,7 @@ def sweep_args(models, prompts_file, where: Path, *extra) -> list:
             "--study-name", "tiny", *extra]
 
 
-GRID = ["--sampler", "grid", "--method", "draft_model", "-k", "2,4", "--concurrency", "1,2"]
+GRID = ["--sampler", "grid", "--batch", "trial", "--method", "draft_model", "-k", "2,4", "--concurrency", "1,2"]  # level batches: test_sweep_level.py
 
 
 def load(where: Path) -> list[optuna.trial.FrozenTrial]:

@@ -155,7 +155,8 @@ def test_a_tiny_sweep_measures_trees_and_records_them(tiny_pair, tmp_path):
     assert keys == sorted(["none|k0|-|c1", f"draft_model|k2|{d}|c1", f"draft_model|k2|{d}|c1|t2n5"])
     (t,) = [t for t in trials if Point.from_params(t.params).is_tree]
     df, _ = read_run(Path(tmp_path / "study") / t.user_attrs["run_dir"])
-    spec_rows = df[~df["is_baseline"]]
+    spec_rows = df[df["config_id"] == t.user_attrs["config_id"]]  # the level's run holds the chain too
+    assert len(spec_rows) == len(PROMPTS)
     assert (spec_rows["topk"] == 2).all() and (spec_rows["num_draft_tokens"] == 5).all()
     assert spec_rows["step_drafted"].map(lambda s: max(s, default=0)).max() <= 4  # 5 tokens: 4 drafted + root
     base = df[df["is_baseline"]].set_index("prompt_id")["output_token_ids"]
