@@ -28,6 +28,7 @@ from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.models.loading import check_same_tokenizer, load_model
 from specbench.workload import build_requests, load_workload
+from specbench.engine import scheduler
 
 
 def bare_pass(model, rows: int, context: int, width: int, reps: int) -> float:
@@ -58,15 +59,15 @@ def measure_point(engine: Engine, pairs: list, c: int, k: int, reps: int) -> dic
     """Engine step vs bare passes at concurrency c and k (draft model; k = 0: baseline)."""
     spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft="d") if k else SpeculativeConfig()
     reqs = pairs[: 2 * c]
-    engine.run(reqs[:c], spec, concurrency=c)  # warm this point's shapes
-    results, stats = engine.run(reqs, spec, concurrency=c)
+    scheduler.run(engine, reqs[:c], spec, concurrency=c)  # warm this point's shapes
+    results, stats = scheduler.run(engine, reqs, spec, concurrency=c)
     full = stats.by_batch_size.get(c)
     if not full:
         return None
     n, step_s, draft_s, verify_s = full
     t_ctx = int(statistics.mean(s.context_tokens for r in results for s in r.steps if s.batch_size == c))
     before = bare_step(engine.target, engine.draft, c, k, t_ctx, t_ctx, reps)
-    again = engine.run(reqs, spec, concurrency=c)[1].by_batch_size[c]
+    again = scheduler.run(engine, reqs, spec, concurrency=c)[1].by_batch_size[c]
     after = bare_step(engine.target, engine.draft, c, k, t_ctx, t_ctx, reps)
     n, step_s, draft_s, verify_s = n + again[0], step_s + again[1], draft_s + again[2], verify_s + again[3]
     return {"c": c, "k": k, "steps": n, "context": t_ctx, "step_s": step_s / n, "draft_s": draft_s / n,
@@ -120,7 +121,7 @@ def main() -> None:
     pairs = [(list(r.prompt_ids), r.sampling) for r in requests]
 
     table = overhead_table(args.max_new_tokens)
-    engine.run(pairs[:2], SpeculativeConfig(method="draft_model", num_speculative_tokens=max(ks), draft="d"))
+    scheduler.run(engine, pairs[:2], SpeculativeConfig(method="draft_model", num_speculative_tokens=max(ks), draft="d"))
     for c in concurrencies:
         for k in ks:
             point = measure_point(engine, pairs, c, k, args.reps)

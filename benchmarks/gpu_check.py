@@ -32,6 +32,7 @@ from engine_overhead import add_row, measure_point, overhead_table  # noqa: E402
 
 from specbench.config import SamplingParams, SpeculativeConfig  # noqa: E402
 from specbench.engine import Engine  # noqa: E402
+from specbench.engine import scheduler
 
 SHAPES = {  # the default pair's architecture (config.json of the catalog models)
     "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
@@ -71,14 +72,14 @@ def check_lossless(device: str, console: Console) -> bool:
     for spec in (SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d"),
                  SpeculativeConfig(method="ngram", num_speculative_tokens=3)):
         for c in (1, 4, 8):
-            got = [g.output_ids for g in engine.run(reqs, spec, concurrency=c)[0]]
+            got = [g.output_ids for g in scheduler.run(engine, reqs, spec, concurrency=c)[0]]
             same = got == base
             ok &= same
             console.print(f"greedy {spec.short} c={c}: {'equal to the baseline' if same else 'DIFFERS'}")
     sampled = [(p, SamplingParams(max_new_tokens=20, temperature=0.8, top_p=0.9, seed=i)) for i, p in enumerate(prompts)]
     spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=3, draft="d")
-    alone = [engine.run([r], spec)[0][0].output_ids for r in sampled]
-    together = [g.output_ids for g in engine.run(sampled, spec, concurrency=8)[0]]
+    alone = [scheduler.run(engine, [r], spec)[0][0].output_ids for r in sampled]
+    together = [g.output_ids for g in scheduler.run(engine, sampled, spec, concurrency=8)[0]]
     console.print(f"sampled: alone == in a batch of 8: {alone == together}")
     return ok and alone == together
 

@@ -26,6 +26,7 @@ from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.models.loading import load_model
 from specbench.workload import build_requests, load_workload
+from specbench.engine import scheduler
 
 print = functools.partial(print, flush=True)  # noqa: A001 - rows show as they are measured, also into a file
 
@@ -65,7 +66,7 @@ def main() -> None:
     sp = SamplingParams(max_new_tokens=args.max_new_tokens, ignore_eos=True)
     warm = reqs[0].prompt_ids[-16:]
     for name in ("baseline", "ngram"):  # warm shapes (not suffix: its tree would see the warm-up)
-        engine.run([(warm, sp.with_(max_new_tokens=8))], specs[name])
+        scheduler.run(engine, [(warm, sp.with_(max_new_tokens=8))], specs[name])
     sequence = [r for _ in range(args.rounds) for r in reqs]
     rows = []
     print(f"target {tgt.name} ({str(tgt.dtype).replace('torch.', '')}), {torch.get_num_threads()} threads; "
@@ -76,7 +77,7 @@ def main() -> None:
         order = names[i % 3:] + names[: i % 3]
         got = {}
         for name in order:
-            [g], _ = engine.run([(r.prompt_ids, sp)], specs[name])
+            [g], _ = scheduler.run(engine, [(r.prompt_ids, sp)], specs[name])
             got[name] = g
         match = all(got[n].output_ids == got["baseline"].output_ids for n in names)
         row = {"index": i, "round": i // len(reqs), "prompt": r.id, "order": order, "match": match,

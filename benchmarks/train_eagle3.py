@@ -54,6 +54,7 @@ from specbench.models.eagle3_train import head_config_for, init_head, select_voc
 from specbench.models.loading import load_model
 from specbench.atomic import atomic_write
 from specbench.workload import build_requests, load_workload
+from specbench.engine import scheduler
 
 QUIET_POLL_S = 20.0  # how often a paused run looks at the lock again
 console = Console(stderr=True)
@@ -126,7 +127,7 @@ def responses(args, tgt, requests, work: Path, clock: Clock) -> dict[str, list[i
                 tokens += len(g.output_ids)
                 bar.update(task, advance=1, info=f"{tokens / (time.perf_counter() - t0):.1f} tok/s")
 
-            engine.run([(r.prompt_ids, sp) for r in part], SpeculativeConfig(), concurrency=args.concurrency,
+            scheduler.run(engine, [(r.prompt_ids, sp) for r in part], SpeculativeConfig(), concurrency=args.concurrency,
                        on_finish=finished)
     return done
 

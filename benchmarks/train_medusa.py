@@ -44,6 +44,7 @@ from specbench.models.loading import load_model
 from specbench.models.medusa import save_heads
 from specbench.models.medusa_train import init_heads, last_hidden, medusa_loss, top_tokens
 from specbench.workload import build_requests, load_workload
+from specbench.engine import scheduler
 
 console = Console(stderr=True)
 
@@ -84,7 +85,7 @@ def responses(args, tgt, requests, path: Path) -> dict[str, list[int]]:
                 tokens += len(g.output_ids)
                 bar.update(task, advance=1, info=f"{tokens / (time.perf_counter() - t0):.1f} tok/s")
 
-            engine.run([(r.prompt_ids, sp) for r in part], SpeculativeConfig(), concurrency=args.concurrency,
+            scheduler.run(engine, [(r.prompt_ids, sp) for r in part], SpeculativeConfig(), concurrency=args.concurrency,
                        on_finish=finished)
     return done
 

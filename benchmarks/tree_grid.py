@@ -35,6 +35,7 @@ from rich.table import Table
 
 from specbench.config import DEFAULT_DRAFT, DEFAULT_TARGET, EngineConfig, SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
+from specbench.engine import scheduler
 
 
 def tiny_pair(noise: float, seed: int = 0):
@@ -101,7 +102,7 @@ def main() -> None:
     for c in map(int, args.concurrency.split(",")):
         totals = {s.short: [0, 0, 0, 0] for s in specs}  # output tokens, passes, accepted, drafting steps
         for spec in specs:
-            results, _ = engine.run([(p, sp) for p in prompts], spec, concurrency=c)
+            results, _ = scheduler.run(engine, [(p, sp) for p in prompts], spec, concurrency=c)
             acc = totals[spec.short]
             for g in results:
                 acc[0] += len(g.output_ids)

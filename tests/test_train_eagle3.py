@@ -15,6 +15,7 @@ import pytest
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.models.eagle3 import load_head
+from specbench.engine import scheduler
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,8 +62,8 @@ def test_writes_a_head_that_drafts_and_resumes(tiny_pair, prompts, tmp_path, cap
     assert head.config.format == "speculators" and head.aux_layers == (0, 1, 2)
     eng = Engine(target, head=head, pack=False)
     sp = SamplingParams(max_new_tokens=10, ignore_eos=True)
-    spec, _ = eng.run([([5, 6, 7], sp)], SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h"))
-    base, _ = eng.run([([5, 6, 7], sp)], SpeculativeConfig())
+    spec, _ = scheduler.run(eng, [([5, 6, 7], sp)], SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h"))
+    base, _ = scheduler.run(eng, [([5, 6, 7], sp)], SpeculativeConfig())
     assert spec[0].output_ids == base[0].output_ids and sum(s.drafted for s in spec[0].steps) > 0
 
     answers = (out / "work" / "responses.jsonl").read_text()

@@ -10,7 +10,7 @@ import platform
 import torch
 
 from specbench.config import SpeculativeConfig
-from specbench.engine import Engine
+from specbench.engine import Engine, scheduler
 from specbench.errors import ConfigError
 from specbench.memory import peak_bytes, reset_peak
 from specbench.types import Request, Result
@@ -80,7 +80,7 @@ class EmbeddedBackend:
             else:
                 done[i] = res
 
-        _, stats = self.engine.run([(r.prompt_ids, r.sampling) for r in requests], spec,
+        _, stats = scheduler.run(self.engine, [(r.prompt_ids, r.sampling) for r in requests], spec,
                                    concurrency=concurrency, request_rate=request_rate,
                                    rate_seed=rate_seed, on_finish=finished)
         info = {**stats.to_dict(), "peak_memory_bytes": peak_bytes(self.device)}

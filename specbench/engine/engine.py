@@ -14,8 +14,8 @@ into the next row, `step()` runs one speculative step for every row:
               next positions; a chain's are there already, the slot just moves its length)
     emit      tokens are appended up to a stop id or the budget; finished rows leave
 
-A single request is a batch of one (`Engine.generate`); `Engine.run` drives many requests
-closed-loop or open-loop (specbench.engine.scheduler). The baseline (method `none`, or k = 0)
+A single request is a batch of one (`Engine.generate`); `scheduler.run(engine, ...)` drives many requests
+closed-loop or open-loop. The baseline (method `none`, or k = 0)
 is the same step with empty drafts, so both are timed by the same code. Timestamps are taken
 after synchronizing the model's device; the tokens of one step share one timestamp.
 
@@ -40,6 +40,7 @@ import torch
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine.drafters.base import Drafter, Proposal
 from specbench.engine.drafters.factory import make_drafter
+from specbench.engine.drafters.suffix import SuffixCache
 from specbench.engine.fused import can_fuse, fuse_layers
 from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner, can_pack, pack_linears
@@ -184,6 +185,7 @@ class Engine:
         self.setup_s = time.perf_counter() - t  # one-time conversion for the fast path
         self.target_runner = ModelRunner(target)
         self._draft_runner: ModelRunner | None = None
+        self._suffix_caches: dict[SpeculativeConfig, SuffixCache] = {}
 
     @property
     def forward_path(self) -> str:
@@ -199,6 +201,14 @@ class Engine:
         if self._draft_runner is None:
             self._draft_runner = ModelRunner(self.draft)
         return self._draft_runner
+
+    def suffix_cache(self, spec: SpeculativeConfig) -> SuffixCache:
+        """The suffix cache of `spec` (method suffix): one per configuration, alive as long
+        as this engine, so what one run served is there for the next."""
+        if spec not in self._suffix_caches:
+            self._suffix_caches[spec] = SuffixCache(spec.suffix_decoding_max_tree_depth,
+                                                    spec.suffix_decoding_max_cached_requests)
+        return self._suffix_caches[spec]
 
     def now(self) -> float:
         self._sync()
@@ -223,19 +233,9 @@ class Engine:
         """A new, empty continuous batch for `spec` (`drafter` replaces the one `spec.method`
         would build: custom or test drafters)."""
         if drafter is None and spec.speculative:
-            drafter = make_drafter(spec, self)
+            drafter = make_drafter(spec, target_runner=self.target_runner, draft_runner=lambda: self.draft_runner,
+                                   head=self.head, suffix_cache=self.suffix_cache)
         return Batch(self, spec, drafter)
-
-    def run(self, requests: Sequence[tuple[Sequence[int], SamplingParams]], spec: SpeculativeConfig, *,
-            concurrency: int = 1, request_rate: float | None = None, rate_seed: int = 0,
-            on_finish: Callable[[int, Generation], None] | None = None,
-            drafter: Drafter | None = None) -> tuple[list[Generation], BatchStats]:
-        """Decode every (prompt_ids, sampling) pair with continuous batching; results in input
-        order. See specbench.engine.scheduler.run for the arrival processes."""
-        from specbench.engine.scheduler import run
-
-        return run(self, requests, spec, concurrency=concurrency, request_rate=request_rate,
-                   rate_seed=rate_seed, on_finish=on_finish, drafter=drafter)
 
     def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, spec: SpeculativeConfig, *,
                  seed: int | None = None, on_tokens: Callable[[list[int], float], None] | None = None,

@@ -12,6 +12,7 @@ import tiny
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.engine.model import ModelRunner
+from specbench.engine import scheduler
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 1, 2, 3], [7, 7, 7, 7, 8, 9, 10, 7, 7], [11, 30, 42, 5], [3] * 20,
            list(range(40)), [5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1, 9, 8, 7], [20, 21, 22, 23] * 3]
@@ -48,7 +49,7 @@ def test_greedy_outputs_independent_of_concurrency(engine, method):
     reqs = requests()
     baseline = [engine.generate(p, sp, SPECS["none"]).output_ids for p, sp in reqs]
     for c in (1, 2, 4, 8):
-        results, stats = engine.run(reqs, spec, concurrency=c)
+        results, stats = scheduler.run(engine, reqs, spec, concurrency=c)
         assert [r.output_ids for r in results] == baseline, f"concurrency {c}"
         assert max(stats.batch_sizes) == min(c, sum(1 for n in BUDGETS if n > 1))
 
@@ -57,16 +58,16 @@ def test_greedy_outputs_independent_of_concurrency(engine, method):
 def test_sampled_request_depends_on_its_seed_not_its_batch(engine, method):
     spec = SPECS[method]
     reqs = requests(temperature=0.8)
-    alone = [engine.run([r], spec)[0][0].output_ids for r in reqs]
+    alone = [scheduler.run(engine, [r], spec)[0][0].output_ids for r in reqs]
     for c in (2, 4, 8):
-        results = engine.run(reqs, spec, concurrency=c)[0]
+        results = scheduler.run(engine, reqs, spec, concurrency=c)[0]
         together = [r.output_ids for r in results]
         assert together == alone, f"concurrency {c}"
         if method == "dynamic_k":  # the case measures dynamic k: it drafts other lengths than fixed k
-            fixed = engine.run(reqs, replace(spec, dynamic_k=False), concurrency=c)[0]
+            fixed = scheduler.run(engine, reqs, replace(spec, dynamic_k=False), concurrency=c)[0]
             assert [[s.drafted for s in r.steps] for r in results] != [[s.drafted for s in r.steps] for r in fixed]
     # Same seed, different batch mates (reversed order): same tokens.
-    reverse = [r.output_ids for r in engine.run(reqs[::-1], spec, concurrency=4)[0]][::-1]
+    reverse = [r.output_ids for r in scheduler.run(engine, reqs[::-1], spec, concurrency=4)[0]][::-1]
     assert reverse == alone
 
 
@@ -76,7 +77,7 @@ def test_every_request_finishes_exactly_once_with_early_eos(models):
     eos = base[6]  # some rows stop early on it while others run on
     engine = Engine(target, draft, eos_token_ids=[eos])
     finished = []
-    results, _ = engine.run(requests(), SPECS["draft_model"], concurrency=3,
+    results, _ = scheduler.run(engine, requests(), SPECS["draft_model"], concurrency=3,
                             on_finish=lambda i, g: finished.append(i))
     assert sorted(finished) == list(range(len(PROMPTS)))
     assert all(r is not None for r in results)
@@ -88,7 +89,7 @@ def test_every_request_finishes_exactly_once_with_early_eos(models):
 
 def test_disable_by_batch_size_turns_speculation_off_above_the_threshold(engine):
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3, disable_by_batch_size=2)
-    results, stats = engine.run(requests(), spec, concurrency=4)
+    results, stats = scheduler.run(engine, requests(), spec, concurrency=4)
     steps = [s for r in results for s in r.steps]
     assert max(stats.batch_sizes) == 4
     assert all(s.drafted == 0 for s in steps if s.batch_size > 2)
@@ -98,7 +99,7 @@ def test_disable_by_batch_size_turns_speculation_off_above_the_threshold(engine)
 
 
 def test_dynamic_k_stays_within_bounds(engine):
-    results, _ = engine.run(requests(), SPECS["dynamic_k"], concurrency=4)
+    results, _ = scheduler.run(engine, requests(), SPECS["dynamic_k"], concurrency=4)
     drafted = [s.drafted for r in results for s in r.steps]
     assert max(drafted) <= 6 and len(set(drafted)) > 1
     # The single-request path adapts k the same way (one decode path): 6, then it moves.
@@ -107,7 +108,7 @@ def test_dynamic_k_stays_within_bounds(engine):
 
 
 def test_per_step_facts_are_recorded(engine):
-    results, stats = engine.run(requests(), SPECS["draft_model"], concurrency=4)
+    results, stats = scheduler.run(engine, requests(), SPECS["draft_model"], concurrency=4)
     for (p, _), r in zip(requests(), results):
         context = len(p) + 1  # the prefill emitted one token
         for s in r.steps:
@@ -119,9 +120,9 @@ def test_per_step_facts_are_recorded(engine):
 
 def test_open_loop_arrivals_are_seeded_and_queue_time_is_recorded(engine):
     reqs = requests()[:4]
-    a, _ = engine.run(reqs, SPECS["none"], concurrency=4, request_rate=50.0, rate_seed=3)
+    a, _ = scheduler.run(engine, reqs, SPECS["none"], concurrency=4, request_rate=50.0, rate_seed=3)
     gaps_a = [r.arrival_time - a[0].arrival_time for r in a]
-    b, _ = engine.run(reqs, SPECS["none"], concurrency=4, request_rate=50.0, rate_seed=3)
+    b, _ = scheduler.run(engine, reqs, SPECS["none"], concurrency=4, request_rate=50.0, rate_seed=3)
     gaps_b = [r.arrival_time - b[0].arrival_time for r in b]
     assert gaps_a == pytest.approx(gaps_b, abs=1e-9)
     assert all(r.start_time >= r.arrival_time for r in a)
@@ -135,7 +136,7 @@ def test_closed_loop_ttft_includes_the_wait_for_earlier_prefills():
     engine = Engine(target)
     reqs = [([(7 * i + j) % 60 for j in range(600)], SamplingParams(max_new_tokens=4, ignore_eos=True))
             for i in range(6)]
-    results, _ = engine.run(reqs, SPECS["none"], concurrency=6)
+    results, _ = scheduler.run(engine, reqs, SPECS["none"], concurrency=6)
     assert len({r.arrival_time for r in results}) == 1  # the first wave arrives at the start
     ttft = [r.token_times[0] - r.arrival_time for r in results]
     for i in range(1, 6):
@@ -143,7 +144,7 @@ def test_closed_loop_ttft_includes_the_wait_for_earlier_prefills():
         assert queued >= sum(r.prefill_time_s for r in results[:i]) * 0.99
         assert ttft[i] >= ttft[i - 1] + results[i].prefill_time_s * 0.99
     # A later wave arrives when the slot it takes frees: the last token of the request it replaces.
-    results, _ = engine.run(reqs, SPECS["none"], concurrency=2)
+    results, _ = scheduler.run(engine, reqs, SPECS["none"], concurrency=2)
     frees = sorted(r.token_times[-1] for r in results)
     for r in results[2:]:
         assert any(abs(r.arrival_time - f) < 1e-9 for f in frees)
@@ -152,9 +153,9 @@ def test_closed_loop_ttft_includes_the_wait_for_earlier_prefills():
 def test_kv_slots_never_grow_or_copy_per_step(engine):
     cache = engine.target_runner.cache
     for spec in (SPECS["none"], SPECS["draft_model"]):
-        engine.run(requests(), spec, concurrency=4)  # reserves what the requests need
+        scheduler.run(engine, requests(), spec, concurrency=4)  # reserves what the requests need
         allocations, moves = cache.allocations, cache.moves
-        results, stats = engine.run(requests(), spec, concurrency=4)
+        results, stats = scheduler.run(engine, requests(), spec, concurrency=4)
         assert cache.allocations == allocations, "the cache grew although it had room"
         # Only a finished row's slot is refilled, by moving one surviving row into it.
         assert cache.moves - moves <= len(results)

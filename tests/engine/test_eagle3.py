@@ -20,6 +20,7 @@ from specbench.engine import engine as engine_mod
 from specbench.engine.drafters import Proposal
 from specbench.engine.drafters.eagle3 import Eagle3Drafter
 import test_lossless_sampling as lossless
+from specbench.engine import scheduler
 from test_lossless_sampling import SAMPLINGS, V, exact_joint, sample_counts
 
 
@@ -46,8 +47,8 @@ def test_greedy_output_equals_baseline(target, draft_vocab, concurrency, k, dyna
     eng = Engine(target, head=head, pack=False)
     r = random.Random(5)
     reqs = [(p, SamplingParams(max_new_tokens=r.randint(1, 20), ignore_eos=True)) for p in _prompts(9, 3)]
-    base, _ = eng.run(reqs, SpeculativeConfig(), concurrency=concurrency)
-    spec, stats = eng.run(reqs, eagle3(k, dynamic_k), concurrency=concurrency)
+    base, _ = scheduler.run(eng, reqs, SpeculativeConfig(), concurrency=concurrency)
+    spec, stats = scheduler.run(eng, reqs, eagle3(k, dynamic_k), concurrency=concurrency)
     assert [g.output_ids for g in spec] == [g.output_ids for g in base]
     drafted = sum(s.drafted for g in spec for s in g.steps)
     assert drafted > 0 and stats.draft_weight_bytes > 0 and stats.draft_kv_peak_bytes > 0

@@ -25,6 +25,7 @@ from specbench.engine.drafters.eagle3 import Eagle3Drafter
 from specbench.engine.model import ModelRunner
 from specbench.models.eagle3 import fit_to_target
 from specbench.models.eagle3_train import capture, head_config_for, init_head, select_vocabulary, ttt_loss
+from specbench.engine import scheduler
 
 V = 48
 AUX = (0, 1, 2)  # every layer input of a 2-layer target (0: the embeddings, 2: the last output)
@@ -61,7 +62,7 @@ def world():
     # Training data: the target's own greedy continuations of prompts, and its features.
     eng = Engine(target, pack=False)
     train_prompts = language(128, 8, 5, perm).tolist()
-    gens, _ = eng.run([(p, SP) for p in train_prompts], SpeculativeConfig(), concurrency=8)
+    gens, _ = scheduler.run(eng, [(p, SP) for p in train_prompts], SpeculativeConfig(), concurrency=8)
     seqs = [p + g.output_ids for p, g in zip(train_prompts, gens)]
     vocab = select_vocabulary(seqs, V, V)
     runner = ModelRunner(target)
@@ -105,8 +106,8 @@ def acceptance(world, head, *, blind: bool = False) -> float:
         drafter.commit = lambda acc, valid, f: commit(acc, valid, torch.zeros_like(f))
     eng = Engine(target, head=head, pack=False)
     spec = SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="h")
-    gens, _ = eng.run([(p, SP) for p in held_out], spec, concurrency=4, drafter=drafter)
-    base, _ = eng.run([(p, SP) for p in held_out], SpeculativeConfig(), concurrency=4)
+    gens, _ = scheduler.run(eng, [(p, SP) for p in held_out], spec, concurrency=4, drafter=drafter)
+    base, _ = scheduler.run(eng, [(p, SP) for p in held_out], SpeculativeConfig(), concurrency=4)
     assert [g.output_ids for g in gens] == [g.output_ids for g in base]  # lossless whatever the head
     steps = [s for g in gens for s in g.steps]
     return sum(s.accepted for s in steps) / sum(s.drafted for s in steps)

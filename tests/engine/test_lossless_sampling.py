@@ -19,6 +19,7 @@ from specbench.engine import Engine
 from specbench.engine import verify as verify_mod
 from specbench.engine.drafters import Proposal, StatelessDrafter
 from specbench.engine.sampling import probs_from_logits
+from specbench.engine import scheduler
 
 V = 6
 PROMPT = [1, 2, 3]
@@ -130,7 +131,7 @@ def sample_outputs(engine, sp, spec, drafter, concurrency, n=None, vocab: int = 
             companion = rng.choice([sp, SamplingParams(), SamplingParams(temperature=0.6, top_p=0.9)])
             reqs.append((other, companion.with_(seed=10_000 + seed, max_new_tokens=rng.randint(1, 9),
                                                 ignore_eos=True)))
-    results, _ = engine.run(reqs, spec, concurrency=concurrency, drafter=drafter)
+    results, _ = scheduler.run(engine, reqs, spec, concurrency=concurrency, drafter=drafter)
     return [results[i].output_ids for i in measured]
 
 

@@ -21,6 +21,7 @@ from specbench.engine import Engine
 from specbench.engine import verify as verify_mod
 from specbench.engine.sampling import probs_from_logits
 from specbench.models.medusa import MedusaConfig, MedusaHeads
+from specbench.engine import scheduler
 
 V = 6
 PROMPT = [1, 2, 3]
@@ -67,7 +68,7 @@ def sample_counts(engine, sp, spec, concurrency) -> tuple[np.ndarray, float]:
             companion = rng.choice([sp, SamplingParams(), SamplingParams(temperature=0.6, top_p=0.9)])
             reqs.append((other, companion.with_(seed=10_000 + seed, max_new_tokens=rng.randint(1, 9),
                                                 ignore_eos=True)))
-    results, _ = engine.run(reqs, spec, concurrency=concurrency)
+    results, _ = scheduler.run(engine, reqs, spec, concurrency=concurrency)
     counts = np.zeros(V ** 3, dtype=np.int64)
     for i in measured:
         a, b, c = results[i].output_ids[:3]

@@ -22,6 +22,7 @@ from specbench.engine import Engine
 from specbench.engine.drafters.medusa import MedusaDrafter
 from specbench.models.medusa import build_heads, read_heads, save_heads
 from specbench.models.medusa_train import init_heads, last_hidden, medusa_loss
+from specbench.engine import scheduler
 
 V = 48
 HEADS = 2
@@ -56,7 +57,7 @@ def build_world():
     target.eval().requires_grad_(False)
     eng = Engine(target, pack=False)
     prompts = language(96, 8, 5, perm).tolist()
-    gens, _ = eng.run([(p, SP) for p in prompts], SpeculativeConfig(), concurrency=8)
+    gens, _ = scheduler.run(eng, [(p, SP) for p in prompts], SpeculativeConfig(), concurrency=8)
     seqs = [torch.tensor(p + g.output_ids) for p, g in zip(prompts, gens)]
     hidden = torch.stack([last_hidden(target, s) for s in seqs])
     held_out = language(12, 8, 6, perm).tolist()
@@ -90,8 +91,8 @@ def acceptance(world, heads, *, blind: bool = False, concurrency: int = 4) -> fl
         drafter.add_row = lambda row, ids, f: add_row(row, ids, torch.zeros_like(f))
         drafter.commit = lambda acc, valid, f: commit(acc, valid, torch.zeros_like(f))
     spec = SpeculativeConfig(method="medusa", num_speculative_tokens=HEADS, draft="h")
-    gens, _ = eng.run([(p, SP) for p in held_out], spec, concurrency=concurrency, drafter=drafter)
-    base, _ = eng.run([(p, SP) for p in held_out], SpeculativeConfig(), concurrency=concurrency)
+    gens, _ = scheduler.run(eng, [(p, SP) for p in held_out], spec, concurrency=concurrency, drafter=drafter)
+    base, _ = scheduler.run(eng, [(p, SP) for p in held_out], SpeculativeConfig(), concurrency=concurrency)
     assert [g.output_ids for g in gens] == [g.output_ids for g in base]  # lossless whatever the heads
     steps = [s for g in gens for s in g.steps]
     return sum(s.accepted for s in steps) / sum(s.drafted for s in steps)
@@ -116,7 +117,7 @@ def test_k_beyond_the_heads_proposes_one_token_per_head(world, trained):
     target, *_, held_out = world
     eng = Engine(target, head=trained, pack=False)
     spec = SpeculativeConfig(method="medusa", num_speculative_tokens=5, draft="h")
-    gens, _ = eng.run([(p, SP) for p in held_out[:3]], spec)
+    gens, _ = scheduler.run(eng, [(p, SP) for p in held_out[:3]], spec)
     assert max(s.drafted for g in gens for s in g.steps) == HEADS
 
 

@@ -14,9 +14,10 @@ import pytest
 import tiny
 from specbench.config import SamplingParams, SpeculativeConfig, parse_speculative_config
 from specbench.engine import Engine
-from specbench.engine.drafters.suffix import SuffixCache, SuffixDrafter, cache_for, choose
+from specbench.engine.drafters.suffix import SuffixCache, SuffixDrafter, choose
 from specbench.engine.drafters.suffix_tree import Candidate, SuffixTree
 from specbench.errors import ConfigError
+from specbench.engine import scheduler
 
 
 def tree_of(*seqs, depth=8):
@@ -175,9 +176,9 @@ def test_greedy_output_is_the_baseline_token_for_token(target, k, concurrency):
     eng = Engine(target, pack=False)
     prompts = repetitive(3, 8, seed=k) + [[1, 2, 3, 1, 2, 3, 1, 2]]
     sp = SamplingParams(max_new_tokens=20, ignore_eos=True)
-    base, _ = eng.run([(p, sp) for p in prompts], SpeculativeConfig(), concurrency=concurrency)
+    base, _ = scheduler.run(eng, [(p, sp) for p in prompts], SpeculativeConfig(), concurrency=concurrency)
     spec = SpeculativeConfig(method="suffix", num_speculative_tokens=k, suffix_decoding_min_token_prob=0.0)
-    got, _ = eng.run([(p, sp) for p in prompts], spec, concurrency=concurrency)
+    got, _ = scheduler.run(eng, [(p, sp) for p in prompts], spec, concurrency=concurrency)
     assert [g.output_ids for g in got] == [g.output_ids for g in base]
     assert sum(s.drafted for g in got for s in g.steps) > 0
 
@@ -189,7 +190,7 @@ def acceptance_by_index(gens) -> list[float]:
 def run_repetitive(target, spec, n=12, distinct=3):
     eng = Engine(target, pack=False)
     sp = SamplingParams(max_new_tokens=32, ignore_eos=True)
-    gens, _ = eng.run([(p, sp) for p in repetitive(distinct, n, seed=11)], spec, concurrency=1)
+    gens, _ = scheduler.run(eng, [(p, sp) for p in repetitive(distinct, n, seed=11)], spec, concurrency=1)
     return acceptance_by_index(gens), gens
 
 
@@ -213,9 +214,9 @@ def test_the_global_tree_outlives_a_batch_and_is_one_per_engine_and_configuratio
     spec = SpeculativeConfig(method="suffix", num_speculative_tokens=4)
     sp = SamplingParams(max_new_tokens=24, ignore_eos=True)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
-    first, _ = eng.run([(prompt, sp)], spec)
-    again, _ = eng.run([(prompt, sp)], spec)  # a new batch: the first answer is in the global tree
+    first, _ = scheduler.run(eng, [(prompt, sp)], spec)
+    again, _ = scheduler.run(eng, [(prompt, sp)], spec)  # a new batch: the first answer is in the global tree
     assert again[0].output_ids == first[0].output_ids
-    assert acceptance_by_index(again)[0] > 0.9 and cache_for(eng, spec).requests_seen == 2
-    assert cache_for(eng, spec) is not cache_for(eng, SpeculativeConfig(method="suffix", num_speculative_tokens=2))
-    assert cache_for(Engine(target, pack=False), spec).requests_seen == 0
+    assert acceptance_by_index(again)[0] > 0.9 and eng.suffix_cache(spec).requests_seen == 2
+    assert eng.suffix_cache(spec) is not eng.suffix_cache(SpeculativeConfig(method="suffix", num_speculative_tokens=2))
+    assert Engine(target, pack=False).suffix_cache(spec).requests_seen == 0

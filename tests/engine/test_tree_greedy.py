@@ -11,6 +11,7 @@ import tiny
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.models.medusa import MedusaConfig, MedusaHeads
+from specbench.engine import scheduler
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 1, 2, 3], [7, 7, 7, 7, 8, 9, 10, 7, 7], [11, 30, 42, 5], [3] * 20,
            list(range(40)), [5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1, 9, 8, 7], [20, 21, 22, 23] * 3]
@@ -58,7 +59,7 @@ def tree(method: str, topk: int, size: int, **knobs) -> SpeculativeConfig:
 def test_greedy_trees_equal_plain_decoding(engines, baseline, method, topk, size):
     spec = tree(method, topk, size)
     for c in (1, 4, 8):
-        results, _ = engines[method].run(requests(), spec, concurrency=c)
+        results, _ = scheduler.run(engines[method], requests(), spec, concurrency=c)
         assert [r.output_ids for r in results] == baseline, f"concurrency {c}"
         steps = [s for r in results for s in r.steps if s.drafted]
         assert max(s.drafted for s in steps) <= size - 1
@@ -78,7 +79,7 @@ def test_greedy_static_trees_thresholds_and_dynamic_depth(engines, baseline, kno
     else:
         spec = tree("draft_model", 2, 8, **knobs)
     for c in (1, 4):
-        results, _ = engines["draft_model"].run(requests(), spec, concurrency=c)
+        results, _ = scheduler.run(engines["draft_model"], requests(), spec, concurrency=c)
         assert [r.output_ids for r in results] == baseline, f"concurrency {c}"
 
 
@@ -87,7 +88,7 @@ def test_greedy_medusa_sparse_tree(engines, baseline):
     spec = SpeculativeConfig(method="medusa", draft="h", num_speculative_tokens=4,
                              token_tree=((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0)))
     for c in (1, 4):
-        results, _ = engines["medusa"].run(requests(), spec, concurrency=c)
+        results, _ = scheduler.run(engines["medusa"], requests(), spec, concurrency=c)
         assert [r.output_ids for r in results] == baseline, f"concurrency {c}"
         steps = [s for r in results for s in r.steps if s.drafted]
         assert max(s.drafted for s in steps) == 8 and max(s.draft_depth for s in steps) == 4
@@ -95,7 +96,7 @@ def test_greedy_medusa_sparse_tree(engines, baseline):
 
 def test_greedy_trees_on_transformers_layers(baseline):
     eng = Engine(*fresh_pair(), pack=False)
-    results, _ = eng.run(requests(), tree("draft_model", 4, 8), concurrency=4)
+    results, _ = scheduler.run(eng, requests(), tree("draft_model", 4, 8), concurrency=4)
     assert [r.output_ids for r in results] == baseline
 
 
@@ -103,6 +104,6 @@ def test_greedy_trees_on_transformers_layers(baseline):
 def test_sampled_tree_request_depends_on_its_seed_not_its_batch(engines, method, topk):
     spec = tree(method, topk, 8)
     reqs = requests(temperature=0.8)
-    alone = [engines[method].run([r], spec)[0][0].output_ids for r in reqs]
-    together = [r.output_ids for r in engines[method].run(reqs, spec, concurrency=8)[0]]
+    alone = [scheduler.run(engines[method], [r], spec)[0][0].output_ids for r in reqs]
+    together = [r.output_ids for r in scheduler.run(engines[method], reqs, spec, concurrency=8)[0]]
     assert together == alone

@@ -20,6 +20,7 @@ from specbench.engine import Engine
 from specbench.engine import verify as verify_mod
 from specbench.engine.drafters import Proposal, StatelessDrafter
 from specbench.models.medusa import MedusaConfig, MedusaHeads
+from specbench.engine import scheduler
 
 V = 8
 N = 1200
@@ -153,7 +154,7 @@ def test_trees_branch_and_reach_full_depth(engine):
     step accepts a branch other than the first."""
     sp = SAMPLINGS["temperature"]
     spec = tree_spec(4)
-    results, _ = engine.run([(lossless.PROMPT, sp.with_(seed=s)) for s in range(200)], spec)
+    results, _ = scheduler.run(engine, [(lossless.PROMPT, sp.with_(seed=s)) for s in range(200)], spec)
     first = [g.steps[0] for g in results]
     assert all(s.drafted == spec.draft_nodes == 9 for s in first)
     assert max(s.draft_depth for g in results for s in g.steps) == 3

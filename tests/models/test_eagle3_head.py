@@ -16,6 +16,7 @@ from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.errors import ModelError
 from specbench.models.eagle3 import load_head, read_head, save_head
+from specbench.engine import scheduler
 
 V = 300
 
@@ -41,7 +42,7 @@ def both(head, tmp_path_factory):
 def _greedy(target, head, prompts):
     eng = Engine(target, head=head, pack=False)
     sp = SamplingParams(max_new_tokens=16, ignore_eos=True)
-    gens, _ = eng.run([(p, sp) for p in prompts], SpeculativeConfig(method="eagle3", num_speculative_tokens=3,
+    gens, _ = scheduler.run(eng, [(p, sp) for p in prompts], SpeculativeConfig(method="eagle3", num_speculative_tokens=3,
                                                                      draft="h"), concurrency=2)
     return [(g.output_ids, [(s.drafted, s.accepted) for s in g.steps]) for g in gens]
 

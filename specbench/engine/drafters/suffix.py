@@ -22,7 +22,6 @@ the choice of one (`choose`), so a tree verifier can take several later.
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -68,17 +67,6 @@ def choose(cands: Sequence[Candidate]) -> Candidate | None:
         if c.tokens and (best is None or c.score > best.score):
             best = c
     return best
-
-
-# One global cache per engine and configuration, alive as long as the engine.
-_CACHES: "weakref.WeakKeyDictionary[Any, dict[Any, SuffixCache]]" = weakref.WeakKeyDictionary()
-
-
-def cache_for(engine: Any, spec: Any) -> SuffixCache:
-    per_engine = _CACHES.setdefault(engine, {})
-    if spec not in per_engine:
-        per_engine[spec] = SuffixCache(spec.suffix_decoding_max_tree_depth, spec.suffix_decoding_max_cached_requests)
-    return per_engine[spec]
 
 
 class SuffixDrafter(Cacheless):  # the trees learn from the tokens emitted, not from the branch
