@@ -119,7 +119,7 @@ def main() -> None:
     assert len(modes) == 2 and all(m in MODES for m in modes), "--studies: two of grid|grid-trial|model|spec"
     args.out.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "specbench", "run", "--num-prompts", "1", "--max-new-tokens", "4",
-                    "--no-baseline", "--out", str(args.out / "warmup")], check=True,
+                    "--no-baseline", "--overwrite", "--out", str(args.out / "warmup")], check=True,
                    stdout=subprocess.DEVNULL)
     burst = tuple(float(x) for x in args.burst.split(",")) if args.burst else None
     burners = [multiprocessing.Process(target=burn, args=(burst, i), daemon=True) for i in range(args.burn)]
