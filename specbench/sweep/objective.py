@@ -106,6 +106,9 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Event
         who = worker.id if worker is not None else None
         try:
             if spec.level_batch and (mates or not point.is_baseline):
+                # a drafter that cannot load fails its own configuration, not the level's others
+                mates = [p for p in mates if _loads(session, p, trial.study, spec, trial.number, who)]
+                session.backend_for(point.draft, point.method)  # this trial's own: fails it here
                 results = measuring.measure_level(session, spec, [point, *mates], trial.number, study_dir,
                                                   events, who)
                 for p in mates:  # each configuration its own trial, as if measured alone
@@ -241,6 +244,24 @@ def level_mates(study: optuna.Study, spec: SweepSpec, point: Point) -> list[Poin
         done |= set(study.user_attrs.get(SKIPPED_ATTR) or {})
     return [p for p in spec.space.points()
             if p.concurrency == point.concurrency and p.key != point.key and p.key not in done]
+
+
+def _loads(session: Any, point: Point, study: optuna.Study, spec: SweepSpec, batch_of: int,
+           worker: str | None) -> bool:
+    """Load `point`'s drafter (the session keeps it) before its level is measured; one that
+    cannot load is recorded as its own failed trial, with the reason, and left out."""
+    try:
+        session.backend_for(point.draft, point.method)
+        return True
+    except Exception as exc:  # noqa: BLE001 - a missing or broken draft: that configuration fails
+        from optuna.trial import TrialState, create_trial
+
+        _release_memory()
+        study.add_trial(create_trial(
+            state=TrialState.FAIL, params=spec.space.params(point), distributions=distributions(spec.space, point),
+            user_attrs={"config_key": point.key, "batch_of": batch_of, "fail_reason": first_line(exc),
+                        **({"worker": worker} if worker else {})}))
+        return False
 
 
 def _add_trial(study: optuna.Study, spec: SweepSpec, point: Point, attrs: dict[str, Any], batch_of: int,

@@ -67,7 +67,7 @@ def test_grid_sweep_over_draft_model_and_eagle3(tiny_pair, head_dir, prompts_fil
         assert meta["config"]["draft"] == str(head_dir)
     else:  # one run for the level: the draft model and the head each drafted their own rows
         d = df[df["method"] == "draft_model"]
-        assert set(d["draft_model"]) == {tiny_pair[1]} and (d["token_match_rate"] == 1.0).all()
+        assert set(d["draft_model"]) == {str(tiny_pair[1])} and (d["token_match_rate"] == 1.0).all()
     df = df[df["method"] == "eagle3"]
     assert set(df["draft_model"]) == {str(head_dir)}
     assert (df["token_match_rate"] == 1.0).all()

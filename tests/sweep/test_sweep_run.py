@@ -267,10 +267,12 @@ def test_interrupted_sweep_resumes_without_repeating_trials(tiny_pair, prompts_f
 # ---- failures and constraints -----------------------------------------------------------------
 
 
-def test_failing_configuration_is_recorded_and_the_sweep_goes_on(tiny_pair, prompts_file, tmp_path):
+@pytest.mark.parametrize("batch", ["trial", "level"])
+def test_failing_configuration_is_recorded_and_the_sweep_goes_on(tiny_pair, prompts_file, tmp_path, batch):
+    # level: the draft that cannot load fails its own configuration only, whichever trial held the level
     missing = tmp_path / "no-such-draft"
     res = specbench(*sweep_args(tiny_pair, prompts_file, tmp_path, "--draft", missing,
-                                "--sampler", "grid", "--method", "draft_model", "-k", "2",
+                                "--sampler", "grid", "--batch", batch, "--method", "draft_model", "-k", "2",
                                 "--concurrency", "1"))
     assert res.code == 0, res.output
     assert "Traceback" not in res.output
@@ -315,7 +317,7 @@ def test_a_sweep_where_every_trial_failed_exits_1_without_a_profile_and_retry_fa
     def broken(*args, **kwargs):
         raise RuntimeError("the machine ran out of disk")
 
-    args = sweep_args(tiny_pair, prompts_file, tmp_path, "--sampler", "grid", "--method", "ngram",
+    args = sweep_args(tiny_pair, prompts_file, tmp_path, "--sampler", "grid", "--batch", "trial", "--method", "ngram",
                       "-k", "2", "--concurrency", "1")
     monkeypatch.setattr(measure_mod, "measure", broken)
     res = specbench(*args)
