@@ -108,7 +108,7 @@ def _prompt_bootstrap(b: np.ndarray, s: np.ndarray, f: Callable[..., Any], n_boo
 def _block_interval(b: np.ndarray, s: np.ndarray, groups: np.ndarray, point: float,
                     confidence: float) -> tuple[float, float]:
     """The CR1 t-interval over blocks of the per-prompt log ratios, around `point`."""
-    from specbench.analysis.sequential import _t_quantile, cluster_se
+    from specbench.analysis.sequential import half_width
 
     with np.errstate(divide="ignore", invalid="ignore"):
         d = np.log(b / s)
@@ -116,8 +116,7 @@ def _block_interval(b: np.ndarray, s: np.ndarray, groups: np.ndarray, point: flo
     d, groups = d[keep], groups[keep]
     if len(np.unique(groups)) < 2 or not (np.isfinite(point) and point > 0):
         return float("nan"), float("nan")
-    se, dof = cluster_se(d, groups)
-    half = _t_quantile(0.5 + confidence / 2.0, dof) * se
+    half = half_width(d, groups, 1.0 - confidence)
     return point * float(np.exp(-half)), point * float(np.exp(half))
 
 

@@ -158,12 +158,18 @@ def cluster_se(d: np.ndarray, clusters: np.ndarray | None) -> tuple[float, int]:
     return math.sqrt(g / (g - 1) * float(np.sum(resid ** 2))) / n, g - 1
 
 
+def half_width(d: np.ndarray, clusters: np.ndarray | None, level: float) -> float:
+    """Half the width of the two-sided t-interval of mean(d) at error `level` (on the log
+    scale): `cluster_se` times Student's t quantile at its degrees of freedom."""
+    se, dof = cluster_se(d, clusters)
+    return _t_quantile(1.0 - level / 2.0, dof) * se
+
+
 def _interval(d: np.ndarray, level: float, min_speedup: float, final: bool,
               clusters: np.ndarray | None = None) -> Look:
     n = len(d)
     mean = float(d.mean())
-    se, dof = cluster_se(d, clusters)
-    half = _t_quantile(1.0 - level / 2.0, dof) * se if level > 0 else math.inf
+    half = half_width(d, clusters, level) if level > 0 else math.inf
     lo, hi = math.exp(mean - half), math.exp(mean + half)
     if lo > min_speedup:
         outcome = "win"

@@ -14,10 +14,10 @@ into the next row, `step()` runs one speculative step for every row:
               next positions; a chain's are there already, the slot just moves its length)
     emit      tokens are appended up to a stop id or the budget; finished rows leave
 
-A single request is a batch of one (`Engine.generate`); `scheduler.run(engine, ...)` drives many requests
-closed-loop or open-loop. The baseline (method `none`, or k = 0)
-is the same step with empty drafts, so both are timed by the same code. Timestamps are taken
-after synchronizing the model's device; the tokens of one step share one timestamp.
+A single request is a batch of one (`Engine.generate`); `scheduler.run(engine, ...)` drives
+many requests closed-loop or open-loop. The baseline (method `none`, or k = 0) is the same
+step with empty drafts, so both are timed by the same code. Timestamps are taken after
+synchronizing the model's device; the tokens of one step share one timestamp.
 
 Every row has its own seeded generator, so a request's samples depend on its seed, not on
 its batch mates (unless `disable_by_batch_size` or `dynamic_k` make its k depend on them).

@@ -33,16 +33,14 @@ from specbench.sweep.storage import first_line
 from specbench.sweep.summary import SPEEDUP_ATTRS, speedups_vs
 from specbench.sweep.trials import (
     CONSTRAINT,
-    SKIPPED_ATTR,
     RetryLater,
     TrialFailed,
     baseline_of,
     claim,
     claim_batch,
     complete_baseline,
-    retry_mark,
+    done_keys,
     reuse,
-    settled_keys,
 )
 from specbench.sweep.workers import Worker
 
@@ -238,10 +236,7 @@ def distributions(space: Space, point: Point) -> dict[str, Any]:
 def level_mates(study: optuna.Study, spec: SweepSpec, point: Point) -> list[Point]:
     """The configurations of `point`'s concurrency level still to measure, the baseline
     among them: not settled, and (model-guided sampler) not ruled out by the model."""
-    trials = study.get_trials(deepcopy=False)
-    done = settled_keys(trials, retry_mark(study))
-    if spec.study.sampler == "model":
-        done |= set(study.user_attrs.get(SKIPPED_ATTR) or {})
+    done = done_keys(study, spec)
     return [p for p in spec.space.points()
             if p.concurrency == point.concurrency and p.key != point.key and p.key not in done]
 
@@ -254,13 +249,8 @@ def _loads(session: Any, point: Point, study: optuna.Study, spec: SweepSpec, bat
         session.backend_for(point.draft, point.method)
         return True
     except Exception as exc:  # noqa: BLE001 - a missing or broken draft: that configuration fails
-        from optuna.trial import TrialState, create_trial
-
         _release_memory()
-        study.add_trial(create_trial(
-            state=TrialState.FAIL, params=spec.space.params(point), distributions=distributions(spec.space, point),
-            user_attrs={"config_key": point.key, "batch_of": batch_of, "fail_reason": first_line(exc),
-                        **({"worker": worker} if worker else {})}))
+        _record(study, spec, point, {"fail_reason": first_line(exc)}, batch_of, worker)
         return False
 
 
@@ -268,19 +258,24 @@ def _add_trial(study: optuna.Study, spec: SweepSpec, point: Point, attrs: dict[s
                worker: str | None) -> None:
     """Record a level batch's configuration as its own finished trial (`batch_of`: the trial
     that measured it), so every trial of a study is one configuration."""
+    extra, over, values = outcome(spec, point, attrs)
+    user = {**attrs, **extra}
+    if isinstance(values, str):
+        user["fail_reason"] = values
+    _record(study, spec, point, user, batch_of, worker, None if isinstance(values, str) else values,
+            {f"constraints:{CONSTRAINT}": over} if over is not None else {})
+
+
+def _record(study: optuna.Study, spec: SweepSpec, point: Point, user: dict[str, Any], batch_of: int,
+            worker: str | None, values: list[float] | None = None, system: dict[str, Any] | None = None) -> None:
+    """Add `point` to the study as a finished trial measured by trial `batch_of`: complete
+    with `values`, failed without (its `fail_reason` in `user`)."""
     from optuna.trial import TrialState, create_trial
 
-    extra, over, values = outcome(spec, point, attrs)
-    user = {**attrs, **extra, "config_key": point.key, "batch_of": batch_of,
-            **({"worker": worker} if worker else {})}
-    system = {f"constraints:{CONSTRAINT}": over} if over is not None else {}
-    failed = isinstance(values, str)
-    if failed:
-        user["fail_reason"] = values
+    user = {**user, "config_key": point.key, "batch_of": batch_of, **({"worker": worker} if worker else {})}
     study.add_trial(create_trial(
-        state=TrialState.FAIL if failed else TrialState.COMPLETE, params=spec.space.params(point),
-        distributions=distributions(spec.space, point), values=None if failed else values,
-        user_attrs=user, system_attrs=system))
+        state=TrialState.FAIL if values is None else TrialState.COMPLETE, params=spec.space.params(point),
+        distributions=distributions(spec.space, point), values=values, user_attrs=user, system_attrs=system or {}))
 
 
 def _release_memory() -> None:

@@ -94,7 +94,8 @@ def settled_keys(trials: list[FrozenTrial], retry_before: int = -1) -> set[str]:
     return {k for t in trials if settled(t, retry_before) and (k := trial_key(t))}
 
 
-def _done(study: optuna.Study, spec: SweepSpec) -> set[str]:
+def done_keys(study: optuna.Study, spec: SweepSpec) -> set[str]:
+    """The point keys settled (with the model-guided sampler: or skipped by the model)."""
     done = settled_keys(study.get_trials(deepcopy=False), retry_mark(study))
     if spec.study.sampler == "model":
         done |= set(study.user_attrs.get(SKIPPED_ATTR) or {})
@@ -103,7 +104,7 @@ def _done(study: optuna.Study, spec: SweepSpec) -> set[str]:
 
 def all_measured(study: optuna.Study, spec: SweepSpec) -> bool:
     """Every point settled (with the model-guided sampler: or skipped by the model)."""
-    done = _done(study, spec)
+    done = done_keys(study, spec)
     return all(p.key in done for p in spec.space.points())
 
 
@@ -135,7 +136,7 @@ def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Point]:
 def progress_counts(study: optuna.Study, spec: SweepSpec) -> tuple[int, int]:
     """(configurations settled or skipped by the model, configurations in the space)."""
     points = spec.space.points()
-    done = _done(study, spec)
+    done = done_keys(study, spec)
     return sum(1 for p in points if p.key in done), len(points)
 
 
