@@ -85,6 +85,61 @@ def test_server_logs_every_send_at_or_after_its_deadline(server):
         assert r.extra["token_count_delta"] == 0
 
 
+def test_a_wave_of_requests_is_stamped_before_any_is_handled_and_a_stream_arms_one_timer(monkeypatch):
+    """Requests that are ready in one loop round are all stamped as read before the first is
+    handled (handling one used to delay the next one's stamp, and the queueing read as the
+    client's TTFT error), and a stream keeps one pending timer, not one per event. The check
+    is shown to fail against handling on arrival, the old way."""
+    import asyncio
+
+    class Transport:
+        def __init__(self):
+            self.out = []
+
+        def write(self, data):
+            self.out.append(data)
+
+        def get_extra_info(self, name):
+            return None
+
+    body = json.dumps({"model": known_timing.MODEL, "prompt": [1], "max_tokens": 8, "stream": True}).encode()
+    raw = b"POST /v1/completions HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    async def wave(n):
+        srv = KnownTimingServer(Schedule(ttft_s=5.0, itl_s=5.0))
+        srv.loop = asyncio.get_running_loop()
+        handled = []
+        handle = srv._handle
+
+        def recording(conn, method, path, data):
+            handled.append(time.perf_counter())
+            handle(conn, method, path, data)
+        srv._handle = recording
+        conns = [known_timing._Conn(srv) for _ in range(n)]
+        for c in conns:
+            c.connection_made(Transport())
+        for c in conns:  # one loop round: every connection's bytes arrive
+            c.data_received(raw)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        timers = [len(c.timers) for c in conns]
+        for c in conns:
+            c.connection_lost(None)
+        return [c.arrived for c in conns], handled, timers
+
+    arrived, handled, timers = asyncio.run(wave(8))
+    assert len(handled) == 8 and max(arrived) <= min(handled)
+    assert timers == [1] * 8  # 8 events each, one armed
+
+    def on_arrival(self, data):  # the old way: handle inside data_received
+        self.arrived = time.perf_counter()
+        self.buf += data
+        self._parse()
+    monkeypatch.setattr(known_timing._Conn, "data_received", on_arrival)
+    arrived, handled, _ = asyncio.run(wave(8))
+    assert max(arrived) > min(handled)
+
+
 def _slow_parser(monkeypatch, seconds):
     """A broken client: every event's parsing blocks the loop for `seconds`."""
     from specbench.backends.openai import sse
@@ -256,12 +311,13 @@ def test_loop_lag_warning_names_the_lag_only_when_the_client_was_the_bottleneck(
 
     lag = LoopLag()
     lag.times.extend([1.0, 2.0, 3.0, 4.0])
-    lag.lags.extend([0.001, 0.050, 0.002, 0.003])
+    lag.lags.extend([0.040, 0.050, 0.002, 0.003])
     assert lag.worst(1.5, 2.5) == 0.050 and lag.worst(2.5, 2.9) == 0.002 and lag.worst(5.0, 6.0) is None
-    # TTFT's stamps: the write at 0.5 (covered by the tick at 1.0) and the first chunk with text
-    # at 2.5 (the tick at 3.0); the empty role chunk at 1.5 and the 50 ms tick are not on them.
+    # The first chunk with text at 2.5 is covered by the tick at 3.0; the empty role chunk at
+    # 1.5 and the 50 ms tick are not on it, nor is the 40 ms tick that covered a write at
+    # 0.5 (a write is stamped inline, so a busy loop delays it but cannot make its stamp late).
     chunks = [NS(t=1.5, ids=None, text=""), NS(t=2.5, ids=None, text="a"), NS(t=3.5, ids=None, text="b")]
-    assert lag.around_ttft(0.5, chunks) == 0.002 and lag.around_ttft(None, []) is None
+    assert lag.around_ttft(chunks) == 0.002 and lag.around_ttft([]) is None
 
     def results(ttft_lag, in_flight):
         return [Result(f"r{i}", [1], 0.0, 0.0, [0.1], "length",

@@ -502,7 +502,7 @@ class OpenAIBackend:
                     res = self._result(req, arrival, att, attempts, error)
                     if worst is None:  # this process's loop (a worker sends its own figures)
                         worst = (lag.worst(att.sent, att.end),
-                                 lag.around_ttft(att.wire, att.chunks))
+                                 lag.around_ttft(att.chunks))
                     res.extra["loop_lag_s"], res.extra["ttft_lag_s"] = worst
                     tally.add(res)
                     received += 1

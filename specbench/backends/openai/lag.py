@@ -2,8 +2,8 @@
 due every millisecond records how late it fired. Per request, two figures: `loop_lag_s`, the
 worst of those while it was in flight (an upper bound on how late any of its timestamps can
 be: a chunk that arrived while the loop was busy is stamped when the loop gets to it), and
-`ttft_lag_s`, the worst around the two stamps its TTFT is made of (the request's write and
-its first chunk). When the client, not the server, is the bottleneck, `lag_lines` says so,
+`ttft_lag_s`, the lag around the stamp of its first chunk (its TTFT's other stamp, the write,
+is taken inline before the bytes go out and cannot be late). When the client, not the server, is the bottleneck, `lag_lines` says so,
 naming the lag: from the TTFT lags against the client's TTFT goals (2 ms p50, 10 ms p99), and
 from the in-flight worst (a typical request stalled by 10 ms: its ITL p99 reads that much).
 A stream's in-flight worst alone cannot say that: over a few seconds an idle host's loop
@@ -52,12 +52,15 @@ class LoopLag:
         hi = min(hi + 1, n)
         return max(self.lags[lo:hi]) if hi > lo else None
 
-    def around_ttft(self, wire: float | None, chunks: Any) -> float | None:
-        """The worst lag around a TTFT's two stamps (the write, the first chunk with a token's
-        text or ids): the tick after each measured the wait that covered it."""
+    def around_ttft(self, chunks: Any) -> float | None:
+        """The lag around the stamp of a TTFT's first chunk (the first with a token's text or
+        ids): the tick after it measured the wait that covered it. The write, TTFT's other
+        stamp, is taken inline just before the bytes go to the socket, so a busy loop delays
+        the write (the request's queue time) but never the stamp; counting the write's tick
+        made every closed-loop wave of sends (the loop busy building the next requests) warn
+        of tens of ms that no TTFT contained."""
         first = next((c.t for c in chunks if c.ids or c.text), None)
-        lags = [x for t in (wire, first) if t is not None for x in [self.worst(t, t)] if x is not None]
-        return max(lags) if lags else None
+        return self.worst(first, first) if first is not None else None
 
 
 LAG_KEYS = ("ttft_lag_s", "loop_lag_s")  # a Result's `extra` keys, in the summary as "ttft", "in_flight"

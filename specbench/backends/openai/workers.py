@@ -67,7 +67,7 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
 
         async def one(i: int, request: Any, slots: int) -> None:
             att, attempts, error = await be.request_attempt(be._session(slots), request)
-            out.put(("done", i, att, attempts, error, (lag.worst(att.sent, att.end), lag.around_ttft(att.wire, att.chunks))))
+            out.put(("done", i, att, attempts, error, (lag.worst(att.sent, att.end), lag.around_ttft(att.chunks))))
 
         def readable() -> None:
             try:
