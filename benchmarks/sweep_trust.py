@@ -88,6 +88,13 @@ def describe(name: str, out: Path) -> dict:
     ratios = [((t.user_attrs.get("paired") or {}).get("point") or 0) / mal
               for t in done if not t.user_attrs.get("inconsistent")
               and (mal := (t.user_attrs.get("summary") or {}).get("mean_acceptance_length_tok"))]
+    measured: dict[int, dict[str, tuple]] = {}  # concurrency -> configuration -> (point, lo, hi)
+    for t in done:
+        p = t.user_attrs.get("paired") or {}
+        if p.get("point") is not None and t.params.get("method", "none") != "none":
+            k = t.params.get("num_speculative_tokens")
+            measured.setdefault(t.params.get("concurrency"), {})[f"{t.params['method']} k={k}"] = (
+                p["point"], p.get("lo"), p.get("hi"))
     bands = {}
     for b in profile["bands"]:
         bands[b["measured_at_concurrency"]] = {
@@ -98,7 +105,7 @@ def describe(name: str, out: Path) -> dict:
                      if b.get("speculative") else "-"),
             "ci": b.get("tpot_speedup_ci")}
     return {"trials": len(done), "skipped": len(profile["study"].get("skipped_by_model", {})),
-            "prompts": prompts, "flagged": flagged, "bands": bands,
+            "prompts": prompts, "flagged": flagged, "bands": bands, "measured": measured,
             "max_speedup_over_mal": round(max(ratios), 3) if ratios else None,
             "recommendation": profile["recommendation"],
             "disable_by_batch_size": profile["disable_by_batch_size"]["value"]}
@@ -113,11 +120,18 @@ def main() -> None:
     ap.add_argument("--burst", default=None,
                     help="ON,OFF: mean busy and idle seconds of each burner (default: always busy)")
     ap.add_argument("--tag", default="", help="suffix of the study names (to run the pair again)")
+    ap.add_argument("--no-run", action="store_true",
+                    help="only compare two studies already in --out (as --studies and --tag name them)")
     ap.add_argument("extra", nargs="*", help="further `specbench sweep` flags, after --")
     args = ap.parse_args()
     modes = args.studies.split(",")
     assert len(modes) == 2 and all(m in MODES for m in modes), "--studies: two of grid|grid-trial|model|spec"
     args.out.mkdir(parents=True, exist_ok=True)
+    names = [f"{m}{i}{args.tag}" for i, m in enumerate(modes)]
+    if args.no_run:
+        walls = json.loads((args.out / f"summary{args.tag}.json").read_text())["walls"]
+        report(args, names, walls, None)
+        return
     subprocess.run([sys.executable, "-m", "specbench", "run", "--num-prompts", "1", "--max-new-tokens", "4",
                     "--no-baseline", "--overwrite", "--out", str(args.out / "warmup")], check=True,
                    stdout=subprocess.DEVNULL)
@@ -125,12 +139,15 @@ def main() -> None:
     burners = [multiprocessing.Process(target=burn, args=(burst, i), daemon=True) for i in range(args.burn)]
     for p in burners:
         p.start()
-    names = [f"{m}{i}{args.tag}" for i, m in enumerate(modes)]
     try:
         walls = [run_study(args.spec, m, n, args.out, args.extra) for m, n in zip(modes, names)]
     finally:
         for p in burners:
             p.terminate()
+    report(args, names, walls, burst)
+
+
+def report(args: argparse.Namespace, names: list[str], walls: list[float], burst: tuple | None) -> None:
     res = [describe(n, args.out) for n in names]
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), "?")
@@ -146,7 +163,7 @@ def main() -> None:
                         ("recommendation", [r["recommendation"] for r in res]),
                         ("disable_by_batch_size", [r["disable_by_batch_size"] for r in res])):
         print(f"{label:24}" + "".join(f"{str(v):>36}" for v in vals))
-    agree = agree_profile = True
+    agree = agree_profile = ties_only = True
     for c in sorted(set(res[0]["bands"]) | set(res[1]["bands"])):
         cells = []
         for r in res:
@@ -164,9 +181,27 @@ def main() -> None:
         agree_profile &= same_profile
         print(f"{f'c={c}':24}" + "".join(f"{x:>36}" for x in cells)
               + ("" if same else "   <- differ" + ("" if same_profile else " (profile)")))
+        if not same and not (same_profile and all(x != "baseline" for x in configs)):
+            ties_only = False
+        if not same and all(x != "baseline" for x in configs):
+            # what each study measured for the other's pick: a difference inside its own noise
+            # is a tie the two studies broke differently, not a different answer
+            for r, name, other in ((res[0], names[0], configs[1]), (res[1], names[1], configs[0])):
+                mine = r["bands"][c]["config"]
+                got, own = r["measured"].get(c, {}).get(other), r["measured"].get(c, {}).get(mine)
+                inside = bool(got and own and own[1] is not None and own[1] <= got[0] <= own[2])
+                ties_only &= inside
+                if got and own:
+                    print(f"{'':26}{name} measured {other} at {got[0]:.2f}x [{got[1]:.2f},{got[2]:.2f}] "
+                          f"beside its own {mine} at {own[0]:.2f}x [{own[1]:.2f},{own[2]:.2f}]: "
+                          + ("inside its pick's interval" if inside else "outside its pick's interval"))
     print(f"\nsame profile (speculative or baseline) in every band: {'yes' if agree_profile else 'NO'}; "
-          f"same configuration too: {'yes' if agree else 'NO'}; "
+          f"same configuration too: {'yes' if agree else 'NO'}"
+          + ("" if agree else f" (each difference a tie inside both studies' own intervals: "
+                              f"{'yes' if ties_only else 'NO'})") + "; "
           f"wall time {names[1]} / {names[0]}: {walls[1] / walls[0]:.2f}")
+    if args.no_run:
+        return
     (args.out / f"summary{args.tag}.json").write_text(json.dumps(
         {"names": names, "walls": walls, "results": res, "burn": args.burn, "burst": burst, "cpu": cpu}, indent=1, default=str))
 
