@@ -259,6 +259,12 @@ class SpeculativeConfig:
             raise ConfigError(_NO_DRAFT.format(method=method, why=_NO_DRAFT_WHY[method]))
         return spec
 
+    def with_k(self, k: int) -> "SpeculativeConfig":
+        """This configuration at k draft tokens per step (`for_method` of this one's method,
+        draft and knobs): how a run's k list becomes one configuration per k."""
+        return replace(self, num_speculative_tokens=k if self.method != "none" else 0,
+                       draft=self.draft if self.method in DRAFTED_METHODS else None)
+
     @property
     def speculative(self) -> bool:
         return self.method != "none" and self.num_speculative_tokens > 0

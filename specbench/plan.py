@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from specbench.config import (
-    DEFAULT_NGRAM,
     DEFAULT_NUM_SPECULATIVE_TOKENS,
     DEFAULT_TARGET,
     DRAFTED_METHODS,
@@ -49,28 +48,6 @@ def check_backend(name: str) -> None:
 
 
 @dataclass(frozen=True)
-class Speculation:
-    """The speculative configurations asked for, before defaults (and an openai server) settle
-    them: one configuration per k."""
-
-    method: str = "draft_model"  # none | draft_model | ngram | eagle3 | medusa | suffix
-    ks: tuple[int, ...] = (DEFAULT_NUM_SPECULATIVE_TOKENS,)
-    draft: str | None = None  # draft model or EAGLE-3 head; None: the default target's draft
-    ngram: tuple[int, int] = DEFAULT_NGRAM
-    disable_by_batch_size: int | None = None
-    dynamic_k: bool = False
-    draft_confidence_threshold: float = 0.0
-    topk: int = 1  # draft trees: children per node (k is then the depth)
-    num_draft_tokens: int | None = None  # draft trees: tokens verified per row and step, root included
-    token_tree: tuple[tuple[int, ...], ...] | None = None  # a static tree (vLLM's speculative_token_tree)
-    # suffix decoding's knobs given (SpeculativeConfig's suffix_decoding_* fields), as pairs
-    suffix: tuple[tuple[str, Any], ...] = ()
-    # openai: the flags describe the server's setup (checked against it); else it is read
-    # from the server's model card and counters
-    declared: bool = True
-
-
-@dataclass(frozen=True)
 class ServerOptions:
     """--backend openai: where the server is and how to speak to it."""
 
@@ -88,7 +65,14 @@ class RunPlan:
     """Everything one `specbench run` measures, each value already checked on its own."""
 
     target: str = DEFAULT_TARGET
-    speculation: Speculation = field(default_factory=Speculation)
+    # The method and its knobs, one SpeculativeConfig for every k of `ks`: its own
+    # num_speculative_tokens is left at 0 (the k list is `ks`), its draft None until settled
+    # (the default target's draft, or what an openai server runs).
+    speculative: SpeculativeConfig = field(default_factory=lambda: SpeculativeConfig(method="draft_model"))
+    ks: tuple[int, ...] = (DEFAULT_NUM_SPECULATIVE_TOKENS,)
+    # openai: the flags describe the server's setup (checked against it); else it is read
+    # from the server's model card and counters
+    declared: bool = True
     baseline: bool = True  # pair every configuration with the non-speculative baseline
     workload: str = "real"
     prompt_field: str | None = None
@@ -141,9 +125,10 @@ class _Settled:
     """The configurations a plan measures, once defaults and the server have spoken."""
 
     target: str
-    speculation: Speculation
+    speculative: SpeculativeConfig  # the plan's, its method and draft settled (k: `ks`)
+    ks: tuple[int, ...]
     baseline: bool
-    specs: tuple[SpeculativeConfig, ...]
+    specs: tuple[SpeculativeConfig, ...]  # one per k
     configs: tuple[Configuration, ...]
 
 
@@ -151,29 +136,24 @@ def _settle(plan: RunPlan, remote: Any = None, log: Log | None = None) -> _Settl
     """The configurations of `plan`: the default draft, the k list without 0 (the baseline,
     measured anyway), one per k and concurrency. `remote`: a connected openai backend, whose
     own setup labels the records."""
-    sp, baseline, target = plan.speculation, plan.baseline, plan.target
+    sp, ks, baseline, target = plan.speculative, plan.ks, plan.baseline, plan.target
     if remote is not None:  # the server speculates: the flags only label (and check) its setup
-        got = remote.server_spec(sp.method, list(sp.ks), sp.draft, sp.ngram, declared=sp.declared)
-        sp = replace(sp, method=got.method, ks=(got.num_speculative_tokens,), draft=got.draft,
-                     ngram=(got.ngram_min, got.ngram_max), suffix=tuple((k, getattr(got, k)) for k in SUFFIX_KNOBS))
-        baseline, target = not got.speculative, remote.model
+        got = remote.server_spec(sp.method, list(ks), sp.draft, (sp.ngram_min, sp.ngram_max),
+                                 declared=plan.declared)
+        sp = replace(sp, method=got.method, draft=got.draft, ngram_min=got.ngram_min, ngram_max=got.ngram_max,
+                     **{k: getattr(got, k) for k in SUFFIX_KNOBS})
+        ks, baseline, target = (got.num_speculative_tokens,), not got.speculative, remote.model
     if sp.method == "none" and not baseline:
         raise ConfigError("--method none with --no-baseline leaves nothing to run")
-    draft = None if sp.method == "none" else default_draft(target, sp.method, sp.draft)
-    if all(k == 0 for k in sp.ks) and sp.method != "none":
+    if all(k == 0 for k in ks) and sp.method != "none":
         raise ConfigError("-k 0 is the baseline, which every run measures: give k >= 1 (e.g. -k 2,4) "
                           "or --method none for the baseline alone")
-    ks = sp.ks
     if 0 in ks and sp.method != "none":
         if log:
             log("[yellow]note: -k 0 is the baseline, which every run measures; dropped from the k list[/]")
         ks = tuple(k for k in ks if k)
-    sp = replace(sp, ks=ks, draft=draft)
-    specs = tuple(SpeculativeConfig.for_method(
-        sp.method, k, draft, ngram_min=sp.ngram[0], ngram_max=sp.ngram[1],
-        disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
-        draft_confidence_threshold=sp.draft_confidence_threshold, topk=sp.topk,
-        num_draft_tokens=sp.num_draft_tokens, token_tree=sp.token_tree, **dict(sp.suffix)) for k in ks)
+    sp = replace(sp, draft=None if sp.method == "none" else default_draft(target, sp.method, sp.draft))
+    specs = tuple(sp.with_k(k) for k in ks)
     rates = plan.request_rates or (plan.request_rate,)
     configs = [c for rate in rates for c in runner.plan(specs, plan.concurrency, baseline=baseline,
                                                           request_rate=rate, burstiness=plan.burstiness)]
@@ -186,13 +166,14 @@ def _settle(plan: RunPlan, remote: Any = None, log: Log | None = None) -> _Settl
     if plan.backend == "hf" and (any(c != 1 for c in plan.concurrency) or any(rates)):
         raise ConfigError("--backend hf runs one request at a time: use --concurrency 1 without "
                           "--request-rate (the embedded backend batches)")
-    return _Settled(target, sp, baseline, specs, tuple(configs))
+    return _Settled(target, sp, ks, baseline, specs, tuple(configs))
 
 
 def _run_config(plan: RunPlan, s: _Settled, wl: Any) -> RunConfig:
-    sp = s.speculation
+    sp = s.speculative
     return RunConfig(
-        target=s.target, draft=sp.draft, method=sp.method, num_speculative_tokens=sp.ks, ngram=sp.ngram,
+        target=s.target, draft=sp.draft, method=sp.method, num_speculative_tokens=s.ks,
+        ngram=(sp.ngram_min, sp.ngram_max),
         workload=wl.name, workload_kind=wl.kind, num_prompts=len(wl.prompts), sampling=dict(plan.overrides),
         seed=plan.seed, ignore_eos=plan.sampling.ignore_eos, concurrency=plan.concurrency,
         request_rate=plan.request_rates[0] if len(plan.request_rates) == 1 else plan.request_rate,
@@ -212,8 +193,8 @@ def _run_config(plan: RunPlan, s: _Settled, wl: Any) -> RunConfig:
 def _open_writer(plan: RunPlan, s: _Settled, config: RunConfig) -> RunWriter:
     """The run directory, checked writable (and refused when it holds a run, unless
     --overwrite) before any model loads."""
-    sp = s.speculation
-    short = s.specs[0].short if len(s.specs) == 1 else f"{sp.method}-k{'_'.join(map(str, sp.ks))}"
+    short = (s.specs[0].short if len(s.specs) == 1
+             else f"{s.speculative.method}-k{'_'.join(map(str, s.ks))}")
     run_id = make_run_id(short)
     run_dir = plan.out if plan.out is not None else default_run_dir(run_id)
     if plan.out is not None:
@@ -240,7 +221,7 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
         metadata.note(openai=remote.describe())
         metadata.device = remote.device_name
         return remote, requests
-    sp = s.speculation
+    sp = s.speculative
     drafted = sp.method in DRAFTED_METHODS and any(x.speculative for x in s.specs)
     sess = session.open_session(target=s.target, engine_cfg=plan.engine, workload=wl, base=plan.sampling,
                                 overrides=plan.overrides, chat_template=plan.chat_template,

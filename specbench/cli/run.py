@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -18,11 +19,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specbench.config import (
-    DEFAULT_NGRAM,
     DEFAULT_NUM_SPECULATIVE_TOKENS,
     DEFAULT_TARGET,
-    SUFFIX_KNOBS,
     EngineConfig,
+    SpeculativeConfig,
     finite,
     parse_int_list,
     parse_speculative_config,
@@ -118,7 +118,7 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
         raise ConfigError(f"--num-prompts must be >= 1, got {f['num_prompts']}")
     engine = EngineConfig(device=f["device"], dtype=f["dtype"], trust_remote_code=f["trust_remote_code"],
                           compile=f["compile"])
-    speculation = _speculation(f, given)
+    speculative, ks, declared = _speculation(f, given)
     server = None
     openai_flags = (f["base_url"], f["model"], f["api_key_env"], f["tokenizer"])
     if f["backend"] == "openai":
@@ -149,7 +149,7 @@ def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
     overrides = {k: f[k] for k in ("temperature", "top_p", "top_k", "max_new_tokens") if f[k] is not None}
     sampling = sampling_base(seed=f["seed"], ignore_eos=f["ignore_eos"], overrides=overrides)
     return RunPlan(
-        target=f["target"], speculation=speculation, baseline=f["baseline"], workload=f["workload"],
+        target=f["target"], speculative=speculative, ks=ks, declared=declared, baseline=f["baseline"], workload=f["workload"],
         prompt_field=f["prompt_field"], num_prompts=f["num_prompts"], sampling=sampling, overrides=overrides,
         seed=f["seed"], concurrency=tuple(parse_int_list(f["concurrency"], "--concurrency") or [1]),
         request_rate=None, request_rates=rates, burstiness=f["burstiness"], goodput_slos_ms=slos,
@@ -175,10 +175,10 @@ def _parse_rates(values: Any) -> list[float]:
     return out
 
 
-def _speculation(f: dict[str, Any], given: set[str]) -> Any:
-    """--method/-k/--draft and the knobs, or --speculative-config in their place."""
-    from specbench.plan import Speculation
-
+def _speculation(f: dict[str, Any], given: set[str]) -> tuple[SpeculativeConfig, tuple[int, ...], bool]:
+    """--method/-k/--draft and the knobs, or --speculative-config in their place: (the method
+    and its knobs as one SpeculativeConfig, k left at 0; the k list; whether the flags declare
+    an openai server's setup)."""
     if f["speculative_config"] is not None and not f["speculative_config"].strip():
         raise ConfigError("--speculative-config is empty: give a JSON object, e.g. "
                           "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}', or leave it out")
@@ -194,18 +194,16 @@ def _speculation(f: dict[str, Any], given: set[str]) -> Any:
                               "--method none (the baseline alone) does not run: leave "
                               f"{'it' if len(knobs) == 1 else 'them'} out or pick a speculative method")
     if not f["speculative_config"]:
-        return Speculation(method=f["method"], ks=tuple(ks), draft=f["draft"], ngram=DEFAULT_NGRAM,
-                           disable_by_batch_size=f["disable_by_batch_size"], dynamic_k=f["dynamic_k"],
-                           topk=f["topk"], num_draft_tokens=f["num_draft_tokens"], declared=declared)
+        spec = SpeculativeConfig.for_method(f["method"], 0, f["draft"],
+                                            disable_by_batch_size=f["disable_by_batch_size"],
+                                            dynamic_k=f["dynamic_k"], topk=f["topk"],
+                                            num_draft_tokens=f["num_draft_tokens"])
+        return spec, tuple(ks), declared
     parsed = parse_speculative_config(f["speculative_config"])
-    suffix = tuple((k, getattr(parsed, k)) for k in SUFFIX_KNOBS)
-    return Speculation(method=parsed.method, ks=(parsed.num_speculative_tokens,), draft=parsed.draft or f["draft"],
-                       suffix=suffix,
-                       ngram=(parsed.ngram_min, parsed.ngram_max),
-                       disable_by_batch_size=parsed.disable_by_batch_size or f["disable_by_batch_size"],
-                       dynamic_k=parsed.dynamic_k or f["dynamic_k"],
-                       draft_confidence_threshold=parsed.draft_confidence_threshold, topk=parsed.topk,
-                       num_draft_tokens=parsed.num_draft_tokens, token_tree=parsed.token_tree, declared=declared)
+    spec = replace(parsed, num_speculative_tokens=0, draft=parsed.draft or f["draft"],
+                   disable_by_batch_size=parsed.disable_by_batch_size or f["disable_by_batch_size"],
+                   dynamic_k=parsed.dynamic_k or f["dynamic_k"])
+    return spec, (parsed.num_speculative_tokens,), declared
 
 
 class ProgressBars(PlanProgress):
