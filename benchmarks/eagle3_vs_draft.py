@@ -10,6 +10,7 @@ drafting costs per step for each method. The configurations run interleaved (ABB
     python benchmarks/eagle3_vs_draft.py --head /work/heads/qwen2.5-coder-1.5b-eagle3
     python benchmarks/eagle3_vs_draft.py --head DIR -k 3 --num-prompts 6 --max-new-tokens 64 --out runs/e3-vs-dm
     python benchmarks/eagle3_vs_draft.py --medusa /work/heads/qwen2.5-coder-1.5b-medusa -k 3
+    ... --medusa DIR -k 3 --medusa-tree DIR/sparse_tree.json   # and the heads' sparse tree
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def main() -> None:
     heads = ap.add_mutually_exclusive_group(required=True)
     heads.add_argument("--head", help="EAGLE-3 head directory")
     heads.add_argument("--medusa", help="Medusa heads directory (vLLM or FasterDecoding layout)")
+    ap.add_argument("--medusa-tree", type=Path, default=None, metavar="JSON",
+                    help="with --medusa, also a static tree: train_medusa.py's sparse_tree.json (or a JSON "
+                         "list of paths), its own configuration beside the chain")
     ap.add_argument("-k", "--num-speculative-tokens", type=int, default=3)
     ap.add_argument("--workload", default="real")
     ap.add_argument("--num-prompts", type=int, default=6)
@@ -59,6 +63,20 @@ def main() -> None:
     method, head_dir = ("medusa", args.medusa) if args.medusa else ("eagle3", args.head)
     specs = [SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft=args.draft),
              SpeculativeConfig(method=method, num_speculative_tokens=k, draft=head_dir)]
+    if args.medusa_tree is not None:
+        if not args.medusa:
+            sys.exit("--medusa-tree needs --medusa")
+        import json
+
+        try:
+            raw = json.loads(args.medusa_tree.read_text())
+        except (OSError, ValueError) as exc:
+            sys.exit(f"--medusa-tree {args.medusa_tree}: not readable JSON ({exc})")
+        paths = raw.get("speculative_token_tree") if isinstance(raw, dict) else raw
+        if not isinstance(paths, list) or not all(isinstance(p, list) for p in paths):
+            sys.exit(f"--medusa-tree {args.medusa_tree}: expected a list of paths (or sparse_tree.json)")
+        tree = tuple(tuple(p) for p in paths)
+        specs.append(SpeculativeConfig(method="medusa", draft=head_dir, token_tree=tree).with_k(max(map(len, tree))))
     configs = plan(specs, concurrencies)
     wl = load_workload(args.workload, num_prompts=args.num_prompts, seed=args.seed)
     run_id = make_run_id(f"{method}-vs-draft_model-k{k}")

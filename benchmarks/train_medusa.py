@@ -16,9 +16,15 @@ Resumable phases under OUT/work/ (rerun the same command to continue where it st
   held out   per head, top-1 accuracy on the answers to the prompts a default
              `specbench run --num-prompts N --seed S` measures (never trained on), and the
              chain acceptance it implies at each draft position (all heads before it right)
+  tree       Medusa's sparse tree for these heads (`specbench.models.medusa_tree`): from the
+             held-out top-8 accuracy of each head, the --tree-nodes nodes of highest expected
+             acceptance, written as a `speculative_token_tree` to OUT/sparse_tree.json
 
 The heads are written to OUT in vLLM's layout (config.json + model.safetensors), with what
-training cost and the held-out figures in OUT/work/training.json.
+training cost and the held-out figures in OUT/work/training.json. The sparse tree runs as
+
+    specbench run --speculative-config '{"method": "medusa", "model": "OUT",
+        "speculative_token_tree": <OUT/sparse_tree.json's "speculative_token_tree">}'
 
     python benchmarks/train_medusa.py --out /work/heads/qwen2.5-coder-1.5b-medusa --budget-min 20
 """
@@ -42,6 +48,7 @@ from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.models.loading import load_model
 from specbench.models.medusa import save_heads
+from specbench.models.medusa_tree import expected_accepted, rank_hits, sparse_tree
 from specbench.models.medusa_train import init_heads, last_hidden, medusa_loss, top_tokens
 from specbench.workload import build_requests, load_workload
 from specbench.engine import scheduler
@@ -121,6 +128,23 @@ def batch(examples, rng: random.Random, size: int, max_len: int):
         ids[b, :n] = e["ids"][lo:lo + n]
         valid[b, :n] = True
     return hid, ids, valid
+
+
+TREE_RANKS = 8  # candidates per head measured for the sparse tree
+
+
+@torch.no_grad()
+def rank_accuracy(heads, examples) -> list[list[float]]:
+    """Per head and rank (top TREE_RANKS), how often that candidate was right on `examples`."""
+    hits = [[0] * TREE_RANKS for _ in range(heads.num_heads)]
+    counts = [0] * heads.num_heads
+    for e in examples:
+        start = max(0, int(e["start"]) - 1)
+        h, c = rank_hits(heads(e["hidden"][start:].float()), e["ids"][start:], TREE_RANKS)
+        for d in range(heads.num_heads):
+            hits[d] = [a + b for a, b in zip(hits[d], h[d])]
+            counts[d] += c[d]
+    return [[x / counts[d] if counts[d] else 0.0 for x in hits[d]] for d in range(heads.num_heads)]
 
 
 @torch.no_grad()
@@ -215,8 +239,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget-min", type=float, default=20.0, help="training minutes")
     ap.add_argument("--save-every", type=int, default=25)
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--tree-nodes", type=int, default=16, help="nodes of the sparse tree written beside the heads")
     args = ap.parse_args(argv)
-    for name in ("heads", "layers", "draft_vocab", "batch_size", "window", "num_train_prompts", "max_new_tokens"):
+    for name in ("heads", "layers", "draft_vocab", "tree_nodes", "batch_size", "window", "num_train_prompts", "max_new_tokens"):
         if getattr(args, name) < 1:
             sys.exit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.budget_min > 0:
@@ -265,6 +290,13 @@ def main(argv: list[str] | None = None) -> None:
     acc, chain = evaluate(heads, held_ex)
     train_acc, _ = evaluate(heads, ex[:16])
     save_heads(heads, out, base_model=args.target)
+    ranks = rank_accuracy(heads, held_ex)
+    tree = sparse_tree(ranks, args.tree_nodes)
+    chain_tree = [(0,) * (d + 1) for d in range(args.heads)]  # -k HEADS, one candidate per head
+    write_json(out / "sparse_tree.json", {
+        "speculative_token_tree": [list(p) for p in tree],
+        "expected_accepted_per_step": round(expected_accepted(ranks, tree), 4),
+        "held_out_accuracy_per_head_and_rank": [[round(a, 4) for a in row] for row in ranks]})
     info = {
         "target": args.target, "dtype": str(tgt.dtype).replace("torch.", ""), "cpu": _cpu_model(),
         "threads": torch.get_num_threads(), "heads": args.heads, "layers": args.layers,
@@ -277,6 +309,10 @@ def main(argv: list[str] | None = None) -> None:
         "held_out_accuracy_per_head_untrained": [round(a, 4) for a in before],
         "held_out_chain_acceptance_per_position_untrained": [round(a, 4) for a in before_chain],
         "train_accuracy_per_head": [round(a, 4) for a in train_acc],
+        "held_out_accuracy_per_head_and_rank": [[round(a, 4) for a in row] for row in ranks],
+        "sparse_tree_nodes": len(tree),
+        "sparse_tree_expected_accepted": round(expected_accepted(ranks, tree), 4),
+        "chain_expected_accepted": round(expected_accepted(ranks, chain_tree), 4),
         "history": state["history"][-20:],
     }
     write_json(work / "training.json", info)
