@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -39,6 +39,58 @@ DEFAULT_RUN_BUDGET_S = 240.0
 _SIZE_FLAGS = ("workload", "num_prompts", "concurrency", "num_speculative_tokens", "max_new_tokens")
 
 console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """`specbench run`'s options as parsed, by parameter name and type (the command's
+    signature holds their help and defaults; building this from the command's parameters
+    fails at once if the two ever differ)."""
+
+    target: str
+    draft: Optional[str]
+    method: str
+    num_speculative_tokens: Optional[list[str]]
+    speculative_config: Optional[str]
+    workload: str
+    prompt_field: Optional[str]
+    num_prompts: Optional[int]
+    max_new_tokens: Optional[int]
+    temperature: Optional[float]
+    top_p: Optional[float]
+    top_k: Optional[int]
+    seed: int
+    ignore_eos: bool
+    concurrency: Optional[list[str]]
+    request_rate: Optional[list[str]]
+    burstiness: float
+    goodput: Optional[list[str]]
+    client_processes: int
+    disable_by_batch_size: Optional[int]
+    dynamic_k: bool
+    topk: int
+    num_draft_tokens: Optional[int]
+    warmup: int
+    time_budget: Optional[float]
+    repeats: int
+    interleave: bool
+    device: str
+    dtype: str
+    compile: str
+    backend: str
+    base_url: Optional[str]
+    model: Optional[str]
+    api_key_env: Optional[str]
+    endpoint: str
+    request_timeout: float
+    retries: int
+    tokenizer: Optional[str]
+    out: Optional[str]
+    overwrite: bool
+    baseline: bool
+    chat_template: bool
+    truncate: bool
+    trust_remote_code: bool
 
 
 def run(
@@ -89,10 +141,10 @@ def run(
     trust_remote_code: Annotated[bool, typer.Option(help=HELP["trust_remote_code"])] = False,
 ) -> None:
     """Run a prompt set through the engine, paired with the baseline; write per-sample Parquet."""
-    flags = {k: v for k, v in locals().items() if k != "ctx"}  # every option, by parameter name
     from specbench.plan import run_plan
 
-    given = {p for p in flags if getattr(ctx.get_parameter_source(p), "name", "DEFAULT") != "DEFAULT"}
+    flags = RunFlags(**ctx.params)
+    given = {p for p in ctx.params if getattr(ctx.get_parameter_source(p), "name", "DEFAULT") != "DEFAULT"}
     result = run_plan(build_plan(flags, given), log=console.print, progress=ProgressBars())
     if result.interrupted_by is not None:
         _say_interrupted(result)
@@ -100,63 +152,62 @@ def run(
     print_summary(result)
 
 
-def build_plan(flags: dict[str, Any], given: set[str]) -> Any:
+def build_plan(f: RunFlags, given: set[str]) -> Any:
     """`specbench run`'s flags (by parameter name) as a `RunPlan`, each checked on its own;
     `given`: the flags set on the command line (not defaulted)."""
     from specbench.plan import RunPlan, ServerOptions, check_backend
     from specbench.session import sampling_base
 
-    f = flags
-    check_backend(f["backend"])
-    if f["out"] is not None and not str(f["out"]).strip():
+    check_backend(f.backend)
+    if f.out is not None and not str(f.out).strip():
         raise ConfigError("--out is empty: give a run directory, or leave --out out for runs/<timestamp>-<config>")
-    if f["warmup"] < 0:
-        raise ConfigError(f"--warmup must be >= 0, got {f['warmup']}")
-    if f["repeats"] < 1:
-        raise ConfigError(f"--repeats must be >= 1, got {f['repeats']}")
-    if f["num_prompts"] is not None and f["num_prompts"] < 1:
-        raise ConfigError(f"--num-prompts must be >= 1, got {f['num_prompts']}")
-    engine = EngineConfig(device=f["device"], dtype=f["dtype"], trust_remote_code=f["trust_remote_code"],
-                          compile=f["compile"])
+    if f.warmup < 0:
+        raise ConfigError(f"--warmup must be >= 0, got {f.warmup}")
+    if f.repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {f.repeats}")
+    if f.num_prompts is not None and f.num_prompts < 1:
+        raise ConfigError(f"--num-prompts must be >= 1, got {f.num_prompts}")
+    engine = EngineConfig(device=f.device, dtype=f.dtype, trust_remote_code=f.trust_remote_code,
+                          compile=f.compile)
     speculative, ks, declared = _speculation(f, given)
     server = None
-    openai_flags = (f["base_url"], f["model"], f["api_key_env"], f["tokenizer"])
-    if f["backend"] == "openai":
-        server = ServerOptions(f["base_url"], model=f["model"], api_key_env=f["api_key_env"], endpoint=f["endpoint"],
-                               request_timeout=f["request_timeout"], retries=f["retries"],
-                               tokenizer=f["tokenizer"] or (f["target"] if "target" in given else None))
+    openai_flags = (f.base_url, f.model, f.api_key_env, f.tokenizer)
+    if f.backend == "openai":
+        server = ServerOptions(f.base_url, model=f.model, api_key_env=f.api_key_env, endpoint=f.endpoint,
+                               request_timeout=f.request_timeout, retries=f.retries,
+                               tokenizer=f.tokenizer or (f.target if "target" in given else None))
     elif any(openai_flags) or given & {"endpoint", "retries", "request_timeout"}:
         named = [flag for flag, name in (("--base-url", "base_url"), ("--model", "model"),
                                          ("--api-key-env", "api_key_env"), ("--tokenizer", "tokenizer"),
                                          ("--endpoint", "endpoint"), ("--retries", "retries"),
                                          ("--request-timeout", "request_timeout"))
-                 if f[name] is not None and (name not in ("endpoint", "retries", "request_timeout") or name in given)]
+                 if getattr(f, name) is not None and (name not in ("endpoint", "retries", "request_timeout") or name in given)]
         verb = "needs" if len(named) == 1 else "need"
-        raise ConfigError(f"{', '.join(named)} {verb} --backend openai (the {f['backend']} backend "
+        raise ConfigError(f"{', '.join(named)} {verb} --backend openai (the {f.backend} backend "
                           "sends no HTTP requests)")
-    rates = tuple(_parse_rates(f["request_rate"]))
-    if f["burstiness"] != 1.0 and not rates:
+    rates = tuple(_parse_rates(f.request_rate))
+    if f.burstiness != 1.0 and not rates:
         raise ConfigError("--burstiness shapes open-loop arrivals: it needs --request-rate")
-    if f["client_processes"] and f["backend"] != "openai":
+    if f.client_processes and f.backend != "openai":
         raise ConfigError("--client-processes needs --backend openai")
     from specbench.analysis.serving import parse_goodput
-    slos = parse_goodput(f["goodput"])
+    slos = parse_goodput(f.goodput)
     if server is None:  # the openai backend checks its own timeout
-        finite("--request-timeout", f["request_timeout"], above=0.0)
-    time_budget = finite("--time-budget", f["time_budget"], minimum=0.0)
-    if time_budget is None and f["backend"] == "embedded" and not given & set(_SIZE_FLAGS):
+        finite("--request-timeout", f.request_timeout, above=0.0)
+    time_budget = finite("--time-budget", f.time_budget, minimum=0.0)
+    if time_budget is None and f.backend == "embedded" and not given & set(_SIZE_FLAGS):
         time_budget = DEFAULT_RUN_BUDGET_S  # the built-in default run finishes in about 5 minutes
-    overrides = {k: f[k] for k in ("temperature", "top_p", "top_k", "max_new_tokens") if f[k] is not None}
-    sampling = sampling_base(seed=f["seed"], ignore_eos=f["ignore_eos"], overrides=overrides)
+    overrides = {k: getattr(f, k) for k in ("temperature", "top_p", "top_k", "max_new_tokens") if getattr(f, k) is not None}
+    sampling = sampling_base(seed=f.seed, ignore_eos=f.ignore_eos, overrides=overrides)
     return RunPlan(
-        target=f["target"], speculative=speculative, ks=ks, declared=declared, baseline=f["baseline"], workload=f["workload"],
-        prompt_field=f["prompt_field"], num_prompts=f["num_prompts"], sampling=sampling, overrides=overrides,
-        seed=f["seed"], concurrency=tuple(parse_int_list(f["concurrency"], "--concurrency") or [1]),
-        request_rate=None, request_rates=rates, burstiness=f["burstiness"], goodput_slos_ms=slos,
-        client_processes=f["client_processes"], warmup=f["warmup"], repeats=f["repeats"], interleave=f["interleave"],
-        time_budget_s=time_budget, engine=engine, backend=f["backend"], server=server,
-        chat_template=f["chat_template"], truncate=f["truncate"],
-        out=Path(f["out"]) if f["out"] is not None else None, overwrite=f["overwrite"])
+        target=f.target, speculative=speculative, ks=ks, declared=declared, baseline=f.baseline, workload=f.workload,
+        prompt_field=f.prompt_field, num_prompts=f.num_prompts, sampling=sampling, overrides=overrides,
+        seed=f.seed, concurrency=tuple(parse_int_list(f.concurrency, "--concurrency") or [1]),
+        request_rate=None, request_rates=rates, burstiness=f.burstiness, goodput_slos_ms=slos,
+        client_processes=f.client_processes, warmup=f.warmup, repeats=f.repeats, interleave=f.interleave,
+        time_budget_s=time_budget, engine=engine, backend=f.backend, server=server,
+        chat_template=f.chat_template, truncate=f.truncate,
+        out=Path(f.out) if f.out is not None else None, overwrite=f.overwrite)
 
 
 def _parse_rates(values: Any) -> list[float]:
@@ -175,34 +226,34 @@ def _parse_rates(values: Any) -> list[float]:
     return out
 
 
-def _speculation(f: dict[str, Any], given: set[str]) -> tuple[SpeculativeConfig, tuple[int, ...], bool]:
+def _speculation(f: RunFlags, given: set[str]) -> tuple[SpeculativeConfig, tuple[int, ...], bool]:
     """--method/-k/--draft and the knobs, or --speculative-config in their place: (the method
     and its knobs as one SpeculativeConfig, k left at 0; the k list; whether the flags declare
     an openai server's setup)."""
-    if f["speculative_config"] is not None and not f["speculative_config"].strip():
+    if f.speculative_config is not None and not f.speculative_config.strip():
         raise ConfigError("--speculative-config is empty: give a JSON object, e.g. "
                           "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}', or leave it out")
-    ks = parse_int_list(f["num_speculative_tokens"], "--num-speculative-tokens") or [DEFAULT_NUM_SPECULATIVE_TOKENS]
-    declared = bool(f["speculative_config"] or f["num_speculative_tokens"] or f["draft"] or "method" in given)
-    if not f["speculative_config"] and f["method"] == "none":
+    ks = parse_int_list(f.num_speculative_tokens, "--num-speculative-tokens") or [DEFAULT_NUM_SPECULATIVE_TOKENS]
+    declared = bool(f.speculative_config or f.num_speculative_tokens or f.draft or "method" in given)
+    if not f.speculative_config and f.method == "none":
         knobs = [flag for flag, name in (("--draft", "draft"), ("--dynamic-k", "dynamic_k"),
                                          ("--disable-by-batch-size", "disable_by_batch_size"), ("--topk", "topk"),
                                          ("--num-draft-tokens", "num_draft_tokens"))
-                 if name in given and f[name] not in (None, False)]
+                 if name in given and getattr(f, name) not in (None, False)]
         if knobs:
             raise ConfigError(f"{', '.join(knobs)} {'tunes' if len(knobs) == 1 else 'tune'} speculation, which "
                               "--method none (the baseline alone) does not run: leave "
                               f"{'it' if len(knobs) == 1 else 'them'} out or pick a speculative method")
-    if not f["speculative_config"]:
-        spec = SpeculativeConfig.for_method(f["method"], 0, f["draft"],
-                                            disable_by_batch_size=f["disable_by_batch_size"],
-                                            dynamic_k=f["dynamic_k"], topk=f["topk"],
-                                            num_draft_tokens=f["num_draft_tokens"])
+    if not f.speculative_config:
+        spec = SpeculativeConfig.for_method(f.method, 0, f.draft,
+                                            disable_by_batch_size=f.disable_by_batch_size,
+                                            dynamic_k=f.dynamic_k, topk=f.topk,
+                                            num_draft_tokens=f.num_draft_tokens)
         return spec, tuple(ks), declared
-    parsed = parse_speculative_config(f["speculative_config"])
-    spec = replace(parsed, num_speculative_tokens=0, draft=parsed.draft or f["draft"],
-                   disable_by_batch_size=parsed.disable_by_batch_size or f["disable_by_batch_size"],
-                   dynamic_k=parsed.dynamic_k or f["dynamic_k"])
+    parsed = parse_speculative_config(f.speculative_config)
+    spec = replace(parsed, num_speculative_tokens=0, draft=parsed.draft or f.draft,
+                   disable_by_batch_size=parsed.disable_by_batch_size or f.disable_by_batch_size,
+                   dynamic_k=parsed.dynamic_k or f.dynamic_k)
     return spec, (parsed.num_speculative_tokens,), declared
 
 
