@@ -17,6 +17,7 @@ host, and the figure to hold specbench against is its distance from the floor.
     ... --concurrency 1024 --client-processes 4
     ... --compare-src /tmp/old              # also another checkout, alternating (before/after)
     ... --http-clients                      # raw httpx vs aiohttp streaming loops, ABBA
+    ... --decompose                         # where specbench's TTFT error comes from, per request
 
 Name the CPU (`lscpu`) and the load (`uptime`, printed) with every figure: on a shared
 machine the errors grow with the load.
@@ -105,12 +106,49 @@ def write_inputs(tmp: Path, n: int) -> tuple[Path, Path]:
     return prompts, tok_dir
 
 
+# `specbench run` with each request's write and first-chunk stamps saved (--decompose): the
+# command itself, its backend's result step wrapped to note the two stamps as it goes.
+CAPTURE = """
+import atexit, json, os, sys
+from specbench.backends.openai import client
+seen = []
+make = client.OpenAIBackend._result
+def noted(self, request, arrival, att, *a, **k):
+    first = next((c.t for c in att.chunks if c.ids or c.text), None)
+    seen.append({"prompt": list(request.prompt_ids), "wire": att.wire, "first": first})
+    return make(self, request, arrival, att, *a, **k)
+client.OpenAIBackend._result = noted
+atexit.register(lambda: open(os.environ["SPECBENCH_CAPTURE"], "w").write(json.dumps(seen)))
+from specbench.cli import main
+sys.argv = ["specbench"] + sys.argv[1:]
+main()
+"""
+
+
+def split_error(captured: list[dict], log: list[dict], tokens: int) -> dict:
+    """Each request's TTFT error cut in two on the one clock: server read - client write (the
+    request on its way in, and the server's own queueing) and client stamp - server send (the
+    first token on its way out, and the client's)."""
+    by_prompt = {json.dumps(s["prompt"]): s for s in log if s["tokens"] == tokens and s["sent"]}
+    up, down = [], []
+    for r in captured:
+        s = by_prompt.get(json.dumps(r["prompt"]))
+        if s is not None and r["wire"] is not None and r["first"] is not None:
+            up.append(s["read"] - r["wire"])
+            down.append(r["first"] - s["sent"][0])
+    return {"in": up, "out": down}
+
+
 def run_specbench(url: str, prompts: Path, tok_dir: Path, n: int, c: int, tokens: int, tmp: Path,
-                  env: dict, extra: list[str]) -> dict:
+                  env: dict, extra: list[str], decompose: bool = False) -> dict:
     import pandas as pd
 
     out = tmp / f"run-c{c}-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "specbench", "run", "--backend", "openai", "--base-url", url,
+    capture = tmp / f"capture-{time.monotonic_ns()}.json"
+    entry = ["-c", CAPTURE] if decompose else ["-m", "specbench"]
+    if decompose:
+        env = dict(env, SPECBENCH_CAPTURE=str(capture))
+    cmd = [sys.executable, *entry, "run", "--backend", "openai", "--base-url", url,
            "--tokenizer", str(tok_dir), "--workload", str(prompts), "--num-prompts", str(n),
            "--max-new-tokens", str(tokens), "--concurrency", str(c), "--method", "none",
            "--warmup", "1", "--no-chat-template", "--ignore-eos", "--out", str(out), *extra]
@@ -125,6 +163,8 @@ def run_specbench(url: str, prompts: Path, tok_dir: Path, n: int, c: int, tokens
            "tpot": list(df["tpot_s"].dropna()), "stderr": p.stdout + p.stderr}
     if "client_loop_lag_s" in df.columns:
         res["loop_lag"] = list(df["client_loop_lag_s"].dropna())
+    if decompose:
+        res["captured"] = json.loads(capture.read_text())[-n:]  # the measured requests, after the probes
     shutil.rmtree(out, ignore_errors=True)
     return res
 
@@ -332,6 +372,9 @@ def main() -> None:
                          "alternating with this checkout (ABBA across concurrencies)")
     ap.add_argument("--label", default="specbench")
     ap.add_argument("--http-clients", action="store_true", help="compare raw httpx and aiohttp loops (ABBA)")
+    ap.add_argument("--decompose", action="store_true",
+                    help="also cut specbench's TTFT error per request into server read - client write and "
+                         "client stamp - server send (one clock), to see which side it comes from")
     args = ap.parse_args()
     concs = [int(x) for x in args.concurrency.split(",")]
     kinds = args.kinds.split(",")
@@ -365,8 +408,16 @@ def main() -> None:
                             srv.call("/_reset", "POST")
                             extra = (["--client-processes", str(args.client_processes)]
                                      if args.client_processes and client_env is clients[0][1] else [])
-                            meas = run_specbench(srv.url, prompts, tok_dir, n, c, args.tokens, tmp, client_env, extra)
-                            runs.append((label, meas, true_figures(srv.call("/_log"), args.tokens)))
+                            meas = run_specbench(srv.url, prompts, tok_dir, n, c, args.tokens, tmp, client_env, extra,
+                                                 decompose=args.decompose)
+                            log = srv.call("/_log")
+                            runs.append((label, meas, true_figures(log, args.tokens)))
+                            if args.decompose:
+                                cut = split_error(meas["captured"], log, args.tokens)
+                                print(f"   {label}: TTFT error per request, server read - client write p50 "
+                                      f"{pct(cut['in'], 50):.2f} / p99 {pct(cut['in'], 99):.2f} ms; client stamp - "
+                                      f"server send p50 {pct(cut['out'], 50):.2f} / p99 {pct(cut['out'], 99):.2f} ms "
+                                      f"({len(cut['in'])} requests)")
                             text = " ".join(meas["stderr"].split())
                             if "client itself was the bottleneck" in text:
                                 print(f"   {label}: console warned: {text[text.index('the client itself'):][:150]}")
