@@ -16,6 +16,14 @@ continue where it stopped):
              draft vocabulary at positions whose target argmax it covers, step j weighted 0.8^j;
              checkpoints every --save-every steps
 
+--sharegpt N adds N ShareGPT conversations (user and assistant turns, the target's chat
+template, at most --max-seq-tokens tokens each; any whose first turn is a prompt of the
+workload is skipped, so nothing measured is trained on): prefill only, no decoding, so the
+data grows at the cost of one target forward per sequence. --curve K1,K2,... trains one head
+per K on the first K sequences (the same features, the same --budget-min each) and writes
+them to OUT/curve-K/: the learning curve (held-out acceptance against training tokens, measured
+with `specbench run --method eagle3 --draft OUT/curve-K`).
+
 The training targets are the target's own distributions at every position (--loss-on all), or
 only in its answers (--loss-on answers): on prompt text the head still learns what the target
 would predict there, from the target's features, which is what drafting needs.
@@ -132,6 +140,32 @@ def responses(args, tgt, requests, work: Path, clock: Clock) -> dict[str, list[i
     return done
 
 
+def sharegpt_sequences(tokenizer, n: int, max_tokens: int, skip_texts: set[str]) -> list[list[int]]:
+    """The first `n` usable ShareGPT conversations as token ids under the chat template."""
+    import io
+
+    from specbench.workload.packaged import _open_sharegpt, iter_json_array
+
+    roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
+    out: list[list[int]] = []
+    with _open_sharegpt() as fb:
+        for conv in iter_json_array(io.TextIOWrapper(fb, encoding="utf-8")):
+            turns = conv.get("conversations") if isinstance(conv, dict) else None
+            if not turns or not all(isinstance(t, dict) and t.get("from") in roles and isinstance(t.get("value"), str)
+                                    for t in turns):
+                continue
+            msgs = [{"role": roles[t["from"]], "content": t["value"]} for t in turns]
+            if msgs[0]["role"] != "user" or len(msgs) < 2 or msgs[0]["content"].strip() in skip_texts:
+                continue
+            ids = tokenizer.apply_chat_template(msgs, tokenize=True)
+            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)[:max_tokens]
+            if len(ids) >= 16:
+                out.append(ids)
+            if len(out) >= n:
+                break
+    return out
+
+
 # ---- phase 3: features ------------------------------------------------------------------------
 
 def features(args, tgt, seqs, aux, work: Path, clock: Clock) -> list[Path]:
@@ -218,8 +252,8 @@ def make_batch(examples, vocab_mask, norm, w_draft, loss_on):
     return feats, ids, logits, valid
 
 
-def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock) -> dict:
-    ckpt_path = work / "checkpoint.pt"
+def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: str = "") -> dict:
+    ckpt_path = work / f"checkpoint{tag}.pt"
     head = init_head(tgt.model, cfg, vocab, seed=args.seed, from_target=args.init_from_target,
                      lm_head_weight=lm_w).train()
     params = [p for p in head.parameters() if p.requires_grad]
@@ -294,6 +328,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--answer-prompts", type=int, default=32,
                     help="training prompts that get the target's own greedy answer (decoding is slow on a CPU)")
     ap.add_argument("--loss-on", choices=("all", "answers"), default="all")
+    ap.add_argument("--sharegpt", type=int, default=0, help="also train on this many ShareGPT conversations")
+    ap.add_argument("--max-seq-tokens", type=int, default=256, help="tokens kept of each ShareGPT conversation")
+    ap.add_argument("--curve", default=None, metavar="K1,K2,...",
+                    help="one head per K: trained on the first K sequences, written to OUT/curve-K/")
     ap.add_argument("--max-prompt-tokens", type=int, default=192, help="keep the last this many prompt tokens")
     ap.add_argument("--max-new-tokens", type=int, default=96, help="length of the target's answers")
     ap.add_argument("--concurrency", type=int, default=8, help="rows per batch while generating answers")
@@ -349,11 +387,29 @@ def main(argv: list[str] | None = None) -> None:
 
     t = time.perf_counter()
     seqs = [(list(r.prompt_ids) + answers.get(r.id, []), len(r.prompt_ids)) for r in reqs]
+    if args.sharegpt:
+        skip = ({p.text.strip() for p in wl.prompts if p.text}
+                | {m["content"].strip() for p in wl.prompts for m in (p.messages or ()) if m.get("role") == "user"})
+        conv = sharegpt_sequences(tgt.tokenizer, args.sharegpt, args.max_seq_tokens, skip)
+        console.print(f"{len(conv)} ShareGPT conversations ({sum(map(len, conv)):,} tokens) added")
+        seqs += [(ids, 0) for ids in conv]
     paths = features(args, tgt, seqs, aux, work, clock)
     timing["features_s"] = time.perf_counter() - t
     examples = load_examples(paths)
+    try:
+        curve = sorted({int(k) for k in args.curve.split(",")}) if args.curve else [len(examples)]
+    except ValueError:
+        sys.exit(f"--curve: expected sequence counts like 50,100,200, got {args.curve!r}")
+    if not examples or curve[0] < 1 or curve[-1] > len(examples):
+        sys.exit(f"--curve: each K must be in 1..{len(examples)} (the sequences there are), got {args.curve}")
+    for k in curve:
+        fit(args, tgt, aux, lm_w, examples[:k], seqs[:k], reqs, answers, wl, held, timing, t_start, clock, work,
+            out if not args.curve else out / f"curve-{k}", "" if not args.curve else f"-{k}")
 
-    vocab_path = work / "vocab.json"
+
+def fit(args, tgt, aux, lm_w, examples, seqs, reqs, answers, wl, held, timing, t_start, clock, work, out, tag):
+    """The vocabulary from `examples`, a head trained on them, written to `out`."""
+    vocab_path = work / f"vocab{tag}.json"
     targets = [e["top"][loss_region(e, args.loss_on)].tolist() for e in examples]
     if vocab_path.exists():
         vocab = torch.tensor(json.loads(vocab_path.read_text()), dtype=torch.long)
@@ -369,14 +425,15 @@ def main(argv: list[str] | None = None) -> None:
     cfg = head_config_for(tgt.model, draft_vocab_size=len(vocab), intermediate_size=args.intermediate_size,
                           aux_layers=aux, verifier=args.target)
     t = time.perf_counter()
-    result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock)
-    timing["train_wall_s"] = time.perf_counter() - t
+    result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock, tag)
+    timing = dict(timing, train_wall_s=time.perf_counter() - t)
     head, state = result["head"], result["state"]
     total_tokens = sum(len(s) for s, _ in seqs)
     info = {
         "target": args.target, "dtype": str(tgt.dtype).replace("torch.", ""),
         "cpu": _cpu_model(), "threads": torch.get_num_threads(),
         "prompts": len(reqs), "answered_prompts": sum(1 for r in reqs if r.id in answers),
+        "sequences": len(seqs), "sharegpt": args.sharegpt,
         "workload": wl.name, "held_out": sorted(held), "loss_on": args.loss_on,
         "answer_tokens": len(answer_tokens), "sequence_tokens": total_tokens, "training_positions": int(flat.numel()),
         "draft_vocab_size": len(vocab), "draft_vocab_coverage": round(covered, 4),
@@ -388,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     save_head(head, out, fmt="speculators", verifier=args.target, speculative_tokens=args.ttt_steps,
               extra={"specbench_training": info})
-    write_json(work / "training.json", info)
+    write_json(work / f"training{tag}.json", info)
     console.print(f"head written to {out}: {state['step']} steps in {state['train_s'] / 60:.1f} min "
                   f"(total {info['total_wall_s'] / 60:.1f} min, paused {clock.paused_s / 60:.1f} min)")
     print(json.dumps({k: v for k, v in info.items() if k not in ("history", "held_out")}, indent=2))
