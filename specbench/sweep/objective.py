@@ -54,29 +54,44 @@ class Events:
     def settled(self, study: Any) -> None: ...  # the study's settled points changed (model skips)
 
 
-def suggest(trial: Trial, space: Space) -> Point:
-    """The configuration `trial` measures: method, concurrency, then k, the draft and (tree
-    methods, where the space searches trees) topk and the tree size."""
-    method = trial.suggest_categorical("method", ("none", *space.method))
-    concurrency = trial.suggest_categorical("concurrency", space.concurrency)
+def _choose(space: Space, pick: Callable[[str, Any], Any]) -> Point:
+    """The point a sequence of draws makes: method, concurrency, then k, the draft and (tree
+    methods, where the space searches trees) topk and the tree size. `pick(name, distribution)`
+    draws one parameter; `suggest` and `distributions` share this one order and its conditions."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    method = pick("method", CategoricalDistribution(("none", *space.method)))
+    concurrency = pick("concurrency", CategoricalDistribution(space.concurrency))
     num_speculative_tokens, draft = 0, None
     if method != "none":
         if space.k_range:
             low, high, step = space.k_range
-            num_speculative_tokens = trial.suggest_int("num_speculative_tokens", low, high, step=step)
+            num_speculative_tokens = pick("num_speculative_tokens", IntDistribution(low, high, step=step))
         else:
-            num_speculative_tokens = trial.suggest_categorical("num_speculative_tokens",
-                                                               space.num_speculative_tokens)
+            num_speculative_tokens = pick("num_speculative_tokens",
+                                          CategoricalDistribution(space.num_speculative_tokens))
     if method == "draft_model":
-        draft = trial.suggest_categorical("draft", space.draft)
+        draft = pick("draft", CategoricalDistribution(space.draft))
     elif method == "eagle3":
         draft = space.head  # one head: not a search dimension
     topk, num_draft_tokens = 1, None
     if method in TREE_METHODS and space.searches_trees:  # conditional: chains never see the size
-        topk = trial.suggest_categorical("topk", space.topk)
+        topk = pick("topk", CategoricalDistribution(space.topk))
         if topk > 1 and space.num_draft_tokens:
-            num_draft_tokens = trial.suggest_categorical("num_draft_tokens", space.num_draft_tokens)
+            num_draft_tokens = pick("num_draft_tokens", CategoricalDistribution(space.num_draft_tokens))
     return Point.of(method, num_speculative_tokens, draft, concurrency, topk, num_draft_tokens)
+
+
+def suggest(trial: Trial, space: Space) -> Point:
+    """The configuration `trial` measures, drawn by its sampler."""
+    from optuna.distributions import IntDistribution
+
+    def pick(name: str, dist: Any) -> Any:
+        if isinstance(dist, IntDistribution):
+            return trial.suggest_int(name, dist.low, dist.high, step=dist.step)
+        return trial.suggest_categorical(name, dist.choices)
+
+    return _choose(space, pick)
 
 
 def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Events | None = None,
@@ -213,23 +228,13 @@ def _values(trial: Trial, spec: SweepSpec, point: Point, attrs: dict[str, Any], 
 def distributions(space: Space, point: Point) -> dict[str, Any]:
     """The Optuna distributions of `point`'s params, as `suggest` draws them (a trial added
     for a level batch's configuration must be one `suggest` could have made)."""
-    from optuna.distributions import CategoricalDistribution, IntDistribution
+    params, out = space.params(point), {}
 
-    out: dict[str, Any] = {"method": CategoricalDistribution(("none", *space.method)),
-                           "concurrency": CategoricalDistribution(space.concurrency)}
-    if point.is_baseline:
-        return out
-    if space.k_range:
-        low, high, step = space.k_range
-        out["num_speculative_tokens"] = IntDistribution(low, high, step=step)
-    else:
-        out["num_speculative_tokens"] = CategoricalDistribution(space.num_speculative_tokens)
-    if point.method == "draft_model":
-        out["draft"] = CategoricalDistribution(space.draft)
-    if point.method in TREE_METHODS and space.searches_trees:
-        out["topk"] = CategoricalDistribution(space.topk)
-        if point.topk > 1 and space.num_draft_tokens:
-            out["num_draft_tokens"] = CategoricalDistribution(space.num_draft_tokens)
+    def pick(name: str, dist: Any) -> Any:
+        out[name] = dist
+        return params[name]
+
+    _choose(space, pick)
     return out
 
 
