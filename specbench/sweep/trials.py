@@ -164,8 +164,13 @@ def _choosing(t: FrozenTrial) -> bool:
         ("config_key" in t.user_attrs and "ticket" not in t.user_attrs) or bool(t.user_attrs.get("batch_choosing")))
 
 
+def _others(study: optuna.Study, me: Trial) -> list[FrozenTrial]:
+    """Every trial of the study but `me`, as stored now."""
+    return [t for t in study.get_trials(deepcopy=False) if t.number != me.number]
+
+
 def _peers(study: optuna.Study, me: Trial, key: str) -> list[FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False) if t.number != me.number and covers(t, key)]
+    return [t for t in _others(study, me) if covers(t, key)]
 
 
 def claim(study: optuna.Study, trial: Trial, key: str) -> FrozenTrial | None:
@@ -179,7 +184,7 @@ def claim(study: optuna.Study, trial: Trial, key: str) -> FrozenTrial | None:
     mine = (ticket, trial.number)
     mark = retry_mark(study)
     while True:
-        others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+        others = _others(study, trial)
         peers = [t for t in others if covers(t, key)]
         done = sorted((t for t in peers if t.user_attrs.get("config_key") == key and settled(t, mark)),
                       key=lambda t: (t.state != TrialState.COMPLETE, t.number))
@@ -205,15 +210,15 @@ def claim_batch(study: optuna.Study, trial: Trial, keys: list[str]) -> list[str]
     if not keys:
         return []
     trial.set_user_attr("batch_choosing", True)
-    others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+    others = _others(study, trial)
     tickets = {k: 1 + max((ticket_of(t, k) or 0 for t in others if covers(t, k)), default=0) for k in keys}
     trial.set_user_attr("batch_tickets", tickets)
     trial.set_user_attr("batch_choosing", False)
-    while any(_choosing(t) for t in study.get_trials(deepcopy=False) if t.number != trial.number):
+    while any(_choosing(t) for t in _others(study, trial)):
         time.sleep(POLL_S)
         fail_stale(study)
     mark = retry_mark(study)
-    others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+    others = _others(study, trial)
     owned = []
     for k in keys:
         taken = any(t.user_attrs.get("config_key") == k and settled(t, mark) for t in others)
