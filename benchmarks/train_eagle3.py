@@ -355,6 +355,15 @@ def main(argv: list[str] | None = None) -> None:
                     help="checkpoint and pause while PATH exists (a lock a timed benchmark holds); off by default")
     args = ap.parse_args(argv)
 
+    try:  # checked before anything slow; its top against the sequences once they are known
+        curve = sorted({int(k) for k in args.curve.split(",")}) if args.curve else []
+    except ValueError:
+        sys.exit(f"--curve: expected sequence counts like 50,100,200, got {args.curve!r}")
+    if curve and curve[0] < 1:
+        sys.exit(f"--curve: each K must be >= 1, got {args.curve}")
+    if args.sharegpt < 0 or args.max_seq_tokens < 16:
+        sys.exit(f"--sharegpt must be >= 0 and --max-seq-tokens >= 16, got {args.sharegpt} and {args.max_seq_tokens}")
+
     out = args.out.expanduser().resolve()
     repo = Path(__file__).resolve().parents[1]
     if out == repo or repo in out.parents:
@@ -396,59 +405,55 @@ def main(argv: list[str] | None = None) -> None:
     paths = features(args, tgt, seqs, aux, work, clock)
     timing["features_s"] = time.perf_counter() - t
     examples = load_examples(paths)
-    try:
-        curve = sorted({int(k) for k in args.curve.split(",")}) if args.curve else [len(examples)]
-    except ValueError:
-        sys.exit(f"--curve: expected sequence counts like 50,100,200, got {args.curve!r}")
-    if not examples or curve[0] < 1 or curve[-1] > len(examples):
+    curve = curve or [len(examples)]
+    if not examples or curve[-1] > len(examples):
         sys.exit(f"--curve: each K must be in 1..{len(examples)} (the sequences there are), got {args.curve}")
+
+    def fit(examples, seqs, out, tag):
+        """The vocabulary from `examples`, a head trained on them, written to `out`."""
+        vocab_path = work / f"vocab{tag}.json"
+        targets = [e["top"][loss_region(e, args.loss_on)].tolist() for e in examples]
+        if vocab_path.exists():
+            vocab = torch.tensor(json.loads(vocab_path.read_text()), dtype=torch.long)
+        else:
+            vocab = select_vocabulary(targets, args.draft_vocab, int(tgt.vocab_size))
+            write_json(vocab_path, vocab.tolist())
+        flat = torch.tensor([t for seq in targets for t in seq])
+        covered = torch.isin(flat, vocab).float().mean().item() if flat.numel() else 0.0
+        answer_tokens = [t for r in reqs for t in answers.get(r.id, [])]
+        console.print(f"draft vocabulary: {len(vocab):,} tokens cover {covered:.1%} of the target's choices at the "
+                      f"{flat.numel():,} training positions")
+
+        cfg = head_config_for(tgt.model, draft_vocab_size=len(vocab), intermediate_size=args.intermediate_size,
+                              aux_layers=aux, verifier=args.target)
+        t = time.perf_counter()
+        result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock, tag)
+        times = dict(timing, train_wall_s=time.perf_counter() - t)
+        head, state = result["head"], result["state"]
+        total_tokens = sum(len(s) for s, _ in seqs)
+        info = {
+            "target": args.target, "dtype": str(tgt.dtype).replace("torch.", ""),
+            "cpu": _cpu_model(), "threads": torch.get_num_threads(),
+            "prompts": len(reqs), "answered_prompts": sum(1 for r in reqs if r.id in answers),
+            "sequences": len(seqs), "sharegpt": args.sharegpt,
+            "workload": wl.name, "held_out": sorted(held), "loss_on": args.loss_on,
+            "answer_tokens": len(answer_tokens), "sequence_tokens": total_tokens, "training_positions": int(flat.numel()),
+            "draft_vocab_size": len(vocab), "draft_vocab_coverage": round(covered, 4),
+            "steps": state["step"], "batch_size": args.batch_size, "ttt_steps": args.ttt_steps,
+            "train_active_s": round(state["train_s"], 1), "quiet_paused_s": round(clock.paused_s, 1),
+            **{k: round(v, 1) for k, v in times.items()}, "total_wall_s": round(time.perf_counter() - t_start, 1),
+            "final_train_accuracy_per_step": state.get("final_acc_ema"), "history": state["history"][-20:],
+            "init_from_target": args.init_from_target, "lr": args.lr,
+        }
+        save_head(head, out, fmt="speculators", verifier=args.target, speculative_tokens=args.ttt_steps,
+                  extra={"specbench_training": info})
+        write_json(work / f"training{tag}.json", info)
+        console.print(f"head written to {out}: {state['step']} steps in {state['train_s'] / 60:.1f} min "
+                      f"(total {info['total_wall_s'] / 60:.1f} min, paused {clock.paused_s / 60:.1f} min)")
+        print(json.dumps({k: v for k, v in info.items() if k not in ("history", "held_out")}, indent=2))
+
     for k in curve:
-        fit(args, tgt, aux, lm_w, examples[:k], seqs[:k], reqs, answers, wl, held, timing, t_start, clock, work,
-            out if not args.curve else out / f"curve-{k}", "" if not args.curve else f"-{k}")
-
-
-def fit(args, tgt, aux, lm_w, examples, seqs, reqs, answers, wl, held, timing, t_start, clock, work, out, tag):
-    """The vocabulary from `examples`, a head trained on them, written to `out`."""
-    vocab_path = work / f"vocab{tag}.json"
-    targets = [e["top"][loss_region(e, args.loss_on)].tolist() for e in examples]
-    if vocab_path.exists():
-        vocab = torch.tensor(json.loads(vocab_path.read_text()), dtype=torch.long)
-    else:
-        vocab = select_vocabulary(targets, args.draft_vocab, int(tgt.vocab_size))
-        write_json(vocab_path, vocab.tolist())
-    flat = torch.tensor([t for seq in targets for t in seq])
-    covered = torch.isin(flat, vocab).float().mean().item() if flat.numel() else 0.0
-    answer_tokens = [t for r in reqs for t in answers.get(r.id, [])]
-    console.print(f"draft vocabulary: {len(vocab):,} tokens cover {covered:.1%} of the target's choices at the "
-                  f"{flat.numel():,} training positions")
-
-    cfg = head_config_for(tgt.model, draft_vocab_size=len(vocab), intermediate_size=args.intermediate_size,
-                          aux_layers=aux, verifier=args.target)
-    t = time.perf_counter()
-    result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock, tag)
-    timing = dict(timing, train_wall_s=time.perf_counter() - t)
-    head, state = result["head"], result["state"]
-    total_tokens = sum(len(s) for s, _ in seqs)
-    info = {
-        "target": args.target, "dtype": str(tgt.dtype).replace("torch.", ""),
-        "cpu": _cpu_model(), "threads": torch.get_num_threads(),
-        "prompts": len(reqs), "answered_prompts": sum(1 for r in reqs if r.id in answers),
-        "sequences": len(seqs), "sharegpt": args.sharegpt,
-        "workload": wl.name, "held_out": sorted(held), "loss_on": args.loss_on,
-        "answer_tokens": len(answer_tokens), "sequence_tokens": total_tokens, "training_positions": int(flat.numel()),
-        "draft_vocab_size": len(vocab), "draft_vocab_coverage": round(covered, 4),
-        "steps": state["step"], "batch_size": args.batch_size, "ttt_steps": args.ttt_steps,
-        "train_active_s": round(state["train_s"], 1), "quiet_paused_s": round(clock.paused_s, 1),
-        **{k: round(v, 1) for k, v in timing.items()}, "total_wall_s": round(time.perf_counter() - t_start, 1),
-        "final_train_accuracy_per_step": state.get("final_acc_ema"), "history": state["history"][-20:],
-        "init_from_target": args.init_from_target, "lr": args.lr,
-    }
-    save_head(head, out, fmt="speculators", verifier=args.target, speculative_tokens=args.ttt_steps,
-              extra={"specbench_training": info})
-    write_json(work / f"training{tag}.json", info)
-    console.print(f"head written to {out}: {state['step']} steps in {state['train_s'] / 60:.1f} min "
-                  f"(total {info['total_wall_s'] / 60:.1f} min, paused {clock.paused_s / 60:.1f} min)")
-    print(json.dumps({k: v for k, v in info.items() if k not in ("history", "held_out")}, indent=2))
+        fit(examples[:k], seqs[:k], out if not args.curve else out / f"curve-{k}", "" if not args.curve else f"-{k}")
 
 
 def _cpu_model() -> str:

@@ -99,3 +99,30 @@ def test_pauses_while_the_quiet_lock_exists(tiny_pair, prompts, tmp_path, monkey
     assert "paused" in capsys.readouterr().err and seen == {"checkpoint_at_pause": True}
     assert info["steps"] == 4 and info["quiet_paused_s"] >= 0.5
     assert info["train_active_s"] < info["train_wall_s"] - 0.4  # the pause is not training time
+
+
+@pytest.mark.parametrize("curve, needle", [("x", "expected sequence counts"), ("0,2", "each K must be >= 1"),
+                                           ("2,99", "each K must be in 1..")])
+def test_a_bad_curve_is_refused_in_one_line_and_writes_no_head(tiny_pair, prompts, tmp_path, curve, needle):
+    mod = load_script()
+    out = tmp_path / "head"
+    with pytest.raises(SystemExit) as exc:
+        mod.main(argv(tiny_pair, prompts, out, "--max-steps", "1", "--curve", curve))
+    assert needle in str(exc.value) and len(str(exc.value).splitlines()) == 1
+    assert not (out / "config.json").exists() and not list(out.glob("curve-*"))
+
+
+def test_a_curve_trains_one_head_per_data_size(tiny_pair, prompts, tmp_path):
+    mod = load_script()
+    out = tmp_path / "head"
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "2", "--curve", "2,5"))
+    assert sorted(p.name for p in out.glob("curve-*")) == ["curve-2", "curve-5"]
+    assert [training(out / f"curve-{k}")["sequences"] for k in (2, 5)] == [2, 5]
+    assert not (out / "config.json").exists()  # the curve's heads only
+
+
+def test_a_negative_sharegpt_count_is_refused(tiny_pair, prompts, tmp_path):
+    mod = load_script()
+    with pytest.raises(SystemExit, match="--sharegpt must be >= 0"):
+        mod.main(argv(tiny_pair, prompts, tmp_path / "head", "--sharegpt", "-1"))
+    assert not (tmp_path / "head").exists()
