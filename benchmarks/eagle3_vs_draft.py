@@ -75,8 +75,14 @@ def main() -> None:
         paths = raw.get("speculative_token_tree") if isinstance(raw, dict) else raw
         if not isinstance(paths, list) or not all(isinstance(p, list) for p in paths):
             sys.exit(f"--medusa-tree {args.medusa_tree}: expected a list of paths (or sparse_tree.json)")
-        tree = tuple(tuple(p) for p in paths)
-        specs.append(SpeculativeConfig(method="medusa", draft=head_dir, token_tree=tree).with_k(max(map(len, tree))))
+        from specbench.errors import ConfigError
+
+        try:
+            tree = tuple(tuple(p) for p in paths)
+            specs.append(SpeculativeConfig(method="medusa", draft=head_dir, token_tree=tree)
+                         .with_k(max(map(len, tree), default=0)))
+        except ConfigError as exc:
+            sys.exit(f"--medusa-tree {args.medusa_tree}: {exc}")
     configs = plan(specs, concurrencies)
     wl = load_workload(args.workload, num_prompts=args.num_prompts, seed=args.seed)
     run_id = make_run_id(f"{method}-vs-draft_model-k{k}")

@@ -129,7 +129,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     names = [f"{m}{i}{args.tag}" for i, m in enumerate(modes)]
     if args.no_run:
-        walls = json.loads((args.out / f"summary{args.tag}.json").read_text())["walls"]
+        summary = args.out / f"summary{args.tag}.json"
+        missing = [str(p) for p in (summary, *(args.out / f"{n}.db" for n in names)) if not p.exists()]
+        if missing:
+            sys.exit(f"--no-run compares studies already measured in --out: {', '.join(missing)} missing "
+                     "(run without --no-run first, with the same --studies and --tag)")
+        walls = json.loads(summary.read_text())["walls"]
         report(args, names, walls, None)
         return
     subprocess.run([sys.executable, "-m", "specbench", "run", "--num-prompts", "1", "--max-new-tokens", "4",

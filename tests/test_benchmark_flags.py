@@ -1,0 +1,57 @@
+"""Bad values of the benchmark scripts' flags added for issues 22, 25 and 26: one line, a
+non-zero exit, nothing written, before any model loads."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def refused(fn, needle: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        fn()
+    msg = str(exc.value)
+    assert needle in msg and len(msg.splitlines()) == 1, msg
+
+
+def test_train_medusa_refuses_a_tree_of_no_nodes(tmp_path):
+    mod = load("train_medusa")
+    refused(lambda: mod.main(["--out", str(tmp_path / "heads"), "--tree-nodes", "0"]), "--tree-nodes must be >= 1")
+    assert not (tmp_path / "heads").exists()
+
+
+@pytest.mark.parametrize("content, extra, needle", [
+    ("{not json", [], "not readable JSON"),
+    ('{"speculative_token_tree": 3}', [], "expected a list of paths"),
+    ('[[0], [0, 0, 0]]', [], "missing"),  # a path whose prefix [0, 0] is not in the tree
+    ('[[0]]', ["--head", "H"], "--medusa-tree needs --medusa"),
+])
+def test_eagle3_vs_draft_refuses_a_bad_medusa_tree(tmp_path, monkeypatch, content, extra, needle):
+    tree = tmp_path / "tree.json"
+    tree.write_text(content)
+    heads = extra or ["--medusa", str(tmp_path / "heads")]
+    monkeypatch.setattr(sys, "argv", ["eagle3_vs_draft.py", *heads, "--medusa-tree", str(tree),
+                                      "--out", str(tmp_path / "run")])
+    refused(load("eagle3_vs_draft").main, needle)
+    assert not (tmp_path / "run").exists()
+
+
+def test_sweep_trust_no_run_names_what_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["sweep_trust.py", "--studies", "grid,model", "--out", str(tmp_path), "--no-run"])
+    refused(load("sweep_trust").main, "summary.json")
+    assert [p.name for p in tmp_path.iterdir()] == []
+    (tmp_path / "summary.json").write_text(json.dumps({"walls": [1.0, 1.0]}))
+    refused(load("sweep_trust").main, "grid0.db")
