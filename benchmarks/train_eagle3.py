@@ -33,6 +33,13 @@ config.json under specbench_training) is written to OUT at the end. The prompts 
 `specbench run --workload real --num-prompts N --seed S` measures are held out (--holdout N,
 --seed S), so acceptance is measured on prompts the head never saw.
 
+--val-sequences N (32) more ShareGPT conversations, never trained on, validate the head every
+--eval-every steps: the loss and per-step accuracy (the draft's argmax against the target's)
+there, and the acceptance rate they imply for a chain of --ttt-steps tokens. The head written is
+the one with the best validation loss (early stopping; --patience N also ends training after N
+validations without a better one). --device cuda runs the target's prefill and the training on
+a GPU (the same script and recipe; benchmarks/gpu_check.py times it there).
+
 With --pause-while PATH, while PATH exists (someone is timing a benchmark on this machine) the
 script checkpoints, waits and resumes; the paused time does not count against --budget-min.
 
@@ -55,11 +62,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
+from specbench.errors import ConfigError
 from specbench.engine import Engine
 from specbench.engine.model import ModelRunner
 from specbench.models.eagle3 import default_aux_layers, save_head
 from specbench.models.eagle3_train import head_config_for, init_head, select_vocabulary, ttt_loss
-from specbench.models.loading import load_model
+from specbench.models.loading import load_model, resolve_device
 from specbench.atomic import atomic_write
 from specbench.workload import build_requests, load_workload
 from specbench.engine import scheduler
@@ -191,11 +199,12 @@ def features(args, tgt, seqs, aux, work: Path, clock: Clock) -> list[Path]:
             out = {}
             for i, (ids, start) in enumerate(shard):
                 with torch.inference_mode():
-                    logits, f = runner.forward(torch.tensor([ids]), slice(0, 1), torch.zeros(1, dtype=torch.long),
+                    logits, f = runner.forward(torch.tensor([ids], device=tgt.device), slice(0, 1),
+                                               torch.zeros(1, dtype=torch.long, device=tgt.device),
                                                positions="all", prefill=True)
-                    top = logits[0].argmax(-1).to(torch.int32)
+                    top = logits[0].argmax(-1).to(torch.int32).cpu()
                     del logits
-                f = f[0].to(torch.bfloat16)
+                f = f[0].to(torch.bfloat16).cpu()
                 out[f"{i}.top"] = top
                 out[f"{i}.features"] = f[:, : len(aux) * width].contiguous()
                 out[f"{i}.last"] = f[:, len(aux) * width:].contiguous()
@@ -231,44 +240,88 @@ def loss_region(e, loss_on: str) -> torch.Tensor:
 
 
 def make_batch(examples, vocab_mask, norm, w_draft, loss_on):
-    """Padded [B, T] tensors for ttt_loss; the target logits come from its last layer output
-    through its own final norm and the draft vocabulary's rows of its lm_head."""
+    """Padded [B, T] tensors for ttt_loss, on `w_draft`'s device; the target logits come from
+    its last layer output through its own final norm and the draft vocabulary's rows of its
+    lm_head."""
+    dev = w_draft.device
     T = max(int(e["ids"].numel()) for e in examples)
     B = len(examples)
     F = examples[0]["features"].shape[1]
-    feats = torch.zeros(B, T, F)
+    feats = torch.zeros(B, T, F, device=dev)
     ids = torch.zeros(B, T, dtype=torch.long)
-    logits = torch.zeros(B, T, w_draft.shape[0])
+    logits = torch.zeros(B, T, w_draft.shape[0], device=dev)
     valid = torch.zeros(B, T, dtype=torch.bool)
     with torch.no_grad():
         for b, e in enumerate(examples):
-            n, start = int(e["ids"].numel()), int(e["start"])
-            feats[b, :n] = e["features"].float()
+            n = int(e["ids"].numel())
+            feats[b, :n] = e["features"].to(dev).float()
             ids[b, :n] = e["ids"]
-            logits[b, :n] = norm(e["last"].float()) @ w_draft.T
+            logits[b, :n] = norm(e["last"].to(dev).float()) @ w_draft.T
             # p_t is a training target where the loss applies and the target's own choice there
             # lies in the draft vocabulary (as in EAGLE-3's training script)
             valid[b, :n] = loss_region(e, loss_on) & vocab_mask[e["top"].long()]
-    return feats, ids, logits, valid
+    return feats, ids.to(dev), logits, valid.to(dev)
 
 
-def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: str = "") -> dict:
+def evaluate(head, examples, vocab_mask, norm, w_draft, args) -> dict:
+    """The head's TTT loss and per-step accuracy (draft argmax == target argmax, the true
+    tokens fed) on sequences it never trains on, position-weighted over batches. `expected_
+    acceptance` is what those accuracies imply for a chain of the TTT depth: the mean over
+    steps of the product of the accuracies up to each step (an estimate; the measured figure
+    is `specbench run --method eagle3`'s acceptance)."""
+    loss_sum, n_sum = 0.0, 0
+    hits = [0.0] * args.ttt_steps
+    counts = [0] * args.ttt_steps
+    head.eval()
+    with torch.no_grad(), torch.autocast(w_draft.device.type, dtype=torch.bfloat16, enabled=args.bf16):
+        for i in range(0, len(examples), args.batch_size):
+            batch = make_batch(examples[i:i + args.batch_size], vocab_mask, norm, w_draft, "all")
+            _, st = ttt_loss(head, *batch, steps=args.ttt_steps)
+            loss_sum += st.loss * st.positions
+            n_sum += st.positions
+            valid = batch[3]
+            for j, a in enumerate(st.accuracy):
+                m = int(valid[:, j + 1:].sum())  # positions step j is scored on
+                if m and a == a:
+                    hits[j] += a * m
+                    counts[j] += m
+    head.train()
+    acc = [h / c if c else float("nan") for h, c in zip(hits, counts)]
+    chain, prod = [], 1.0
+    for a in acc:
+        prod *= a
+        chain.append(prod)
+    return {"loss": round(loss_sum / max(n_sum, 1), 4), "acc": [round(a, 4) for a in acc],
+            "expected_acceptance": round(sum(chain) / len(chain), 4) if chain else None}
+
+
+def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: str = "",
+          val_examples=()) -> dict:
+    """TTT training until --budget-min or --max-steps (or --patience evaluations without a
+    better validation loss). With validation sequences, the head returned is the one with the
+    best validation loss seen (evaluated every --eval-every steps): early stopping."""
+    dev = lm_w.device
     ckpt_path = work / f"checkpoint{tag}.pt"
     head = init_head(tgt.model, cfg, vocab, seed=args.seed, from_target=args.init_from_target,
-                     lm_head_weight=lm_w).train()
+                     lm_head_weight=lm_w).to(dev).train()
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    state = {"step": 0, "train_s": 0.0, "history": []}
+    state = {"step": 0, "train_s": 0.0, "history": [], "validation": [], "best": None, "since_best": 0}
+    best_weights = None  # the best head's trainable weights (on the CPU)
     if ckpt_path.exists():
-        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)  # our own checkpoint
+        ck = torch.load(ckpt_path, map_location=dev, weights_only=False)  # our own checkpoint
         head.load_state_dict(ck["head"], strict=False)
         opt.load_state_dict(ck["opt"])
-        state = ck["state"]
+        state = {"validation": [], "best": None, "since_best": 0, **ck["state"]}
+        best_weights = ck.get("best_weights")
         console.print(f"resumed from step {state['step']} ({state['train_s'] / 60:.1f} min trained)")
 
     def checkpoint() -> None:
         atomic_write(ckpt_path, lambda fh: torch.save({"head": head.state_dict(), "opt": opt.state_dict(),
-                                                       "state": state}, fh))
+                                                       "state": state, "best_weights": best_weights}, fh))
+
+    def trainable() -> dict[str, torch.Tensor]:
+        return {k: v.detach().to("cpu", copy=True) for k, v in head.named_parameters() if v.requires_grad}
 
     tcfg = tgt.model.config.get_text_config()
     norm_w, eps = tgt.model.get_decoder().norm.weight.float(), float(tcfg.rms_norm_eps)
@@ -276,14 +329,31 @@ def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: 
     def norm(h: torch.Tensor) -> torch.Tensor:  # the target's final RMSNorm, in float32
         return norm_w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
 
-    w_draft = lm_w[vocab].float()
+    w_draft = lm_w[vocab.to(dev)].float()
     vocab_mask = torch.zeros(cfg.vocab_size, dtype=torch.bool)
     vocab_mask[vocab] = True
     budget_s = args.budget_min * 60
     ema = None
+
+    def validate() -> None:
+        nonlocal best_weights
+        v = evaluate(head, list(val_examples), vocab_mask, norm, w_draft, args)
+        state["validation"].append({"step": state["step"], "train_s": round(state["train_s"], 1), **v})
+        if state["best"] is None or v["loss"] < state["best"]["loss"]:
+            state["best"] = {"step": state["step"], **v}
+            state["since_best"] = 0
+            best_weights = trainable()
+        else:
+            state["since_best"] += 1
+        console.print(f"validation at step {state['step']}: loss {v['loss']:.3f}, accuracy/step "
+                      f"{' '.join(f'{a:.3f}' for a in v['acc'])} (best: step {state['best']['step']})")
+
+    def patience_left() -> bool:
+        return not (args.patience and val_examples and state["since_best"] >= args.patience)
+
     with progress() as bar:
         task = bar.add_task("train (TTT)", total=args.max_steps, completed=state["step"], info="")
-        while state["step"] < args.max_steps and state["train_s"] < budget_s:
+        while state["step"] < args.max_steps and state["train_s"] < budget_s and patience_left():
             clock.wait_if_quiet(before=checkpoint)
             t0 = time.perf_counter()
             rng = random.Random(args.seed * 1_000_003 + state["step"])
@@ -292,7 +362,7 @@ def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: 
             warm = min(1.0, (state["step"] + 1) / args.warmup_steps)
             for g in opt.param_groups:
                 g["lr"] = args.lr * warm
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
                 loss, st = ttt_loss(head, *batch, steps=args.ttt_steps)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -310,11 +380,17 @@ def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: 
             bar.update(task, advance=1, info=info)
             if not console.is_terminal and state["step"] % 10 == 0:  # a log file: one line now and then
                 console.print(f"step {state['step']}: {info}")
+            if val_examples and state["step"] % args.eval_every == 0:
+                validate()
             if state["step"] % args.save_every == 0:
                 checkpoint()
+    if val_examples and (not state["validation"] or state["validation"][-1]["step"] != state["step"]):
+        validate()
     checkpoint()
     state["final_acc_ema"] = [round(a, 3) for a in (ema or [])]
-    return {"head": head.eval().requires_grad_(False), "state": state}
+    if best_weights is not None:  # early stopping: the best validated head, not the last
+        head.load_state_dict({k: v.to(dev) for k, v in best_weights.items()}, strict=False)
+    return {"head": head.eval().requires_grad_(False).cpu(), "state": state}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -330,6 +406,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--loss-on", choices=("all", "answers"), default="all")
     ap.add_argument("--sharegpt", type=int, default=0, help="also train on this many ShareGPT conversations")
     ap.add_argument("--max-seq-tokens", type=int, default=256, help="tokens kept of each ShareGPT conversation")
+    ap.add_argument("--val-sequences", type=int, default=32,
+                    help="ShareGPT conversations after the training ones, never trained on: the validation set "
+                         "(per-step accuracy, early stopping); 0 = none")
+    ap.add_argument("--eval-every", type=int, default=50, help="training steps between validations")
+    ap.add_argument("--patience", type=int, default=0,
+                    help="stop after this many validations without a better loss (0 = train the whole budget)")
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (target prefill and training)")
     ap.add_argument("--curve", default=None, metavar="K1,K2,...",
                     help="one head per K: trained on the first K sequences, written to OUT/curve-K/")
     ap.add_argument("--max-prompt-tokens", type=int, default=192, help="keep the last this many prompt tokens")
@@ -363,6 +446,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"--curve: each K must be >= 1, got {args.curve}")
     if args.sharegpt < 0 or args.max_seq_tokens < 16:
         sys.exit(f"--sharegpt must be >= 0 and --max-seq-tokens >= 16, got {args.sharegpt} and {args.max_seq_tokens}")
+    if args.val_sequences < 0 or args.eval_every < 1 or args.patience < 0:
+        sys.exit(f"--val-sequences and --patience must be >= 0 and --eval-every >= 1, got {args.val_sequences}, "
+                 f"{args.patience} and {args.eval_every}")
+    try:
+        resolve_device(EngineConfig(device=args.device))
+    except ConfigError as e:
+        sys.exit(str(e))
 
     out = args.out.expanduser().resolve()
     repo = Path(__file__).resolve().parents[1]
@@ -374,7 +464,10 @@ def main(argv: list[str] | None = None) -> None:
     timing: dict[str, float] = {}
     t_start = time.perf_counter()
 
-    tgt = load_model(args.target, EngineConfig(dtype=args.dtype))
+    try:
+        tgt = load_model(args.target, EngineConfig(dtype=args.dtype, device=args.device))
+    except ConfigError as e:  # e.g. --device cuda on a machine without CUDA
+        sys.exit(str(e))
     # The engine packs the target's linear layers in place (the lm_head's weight goes with it):
     # keep the lm_head weight for the training targets and the head's initial lm_head.
     lm_w = tgt.model.get_output_embeddings().weight.detach()
@@ -396,15 +489,21 @@ def main(argv: list[str] | None = None) -> None:
 
     t = time.perf_counter()
     seqs = [(list(r.prompt_ids) + answers.get(r.id, []), len(r.prompt_ids)) for r in reqs]
-    if args.sharegpt:
+    val: list[list[int]] = []
+    if args.sharegpt or args.val_sequences:
         skip = ({p.text.strip() for p in wl.prompts if p.text}
                 | {m["content"].strip() for p in wl.prompts for m in (p.messages or ()) if m.get("role") == "user"})
-        conv = sharegpt_sequences(tgt.tokenizer, args.sharegpt, args.max_seq_tokens, skip)
-        console.print(f"{len(conv)} ShareGPT conversations ({sum(map(len, conv)):,} tokens) added")
+        conv = sharegpt_sequences(tgt.tokenizer, args.sharegpt + args.val_sequences, args.max_seq_tokens, skip)
+        conv, val = conv[: args.sharegpt], conv[args.sharegpt:]
+        console.print(f"{len(conv)} ShareGPT conversations ({sum(map(len, conv)):,} tokens) added; {len(val)} "
+                      f"more ({sum(map(len, val)):,} tokens) validate")
         seqs += [(ids, 0) for ids in conv]
-    paths = features(args, tgt, seqs, aux, work, clock)
+    # one feature pass over the training then the validation sequences: the conversations keep their
+    # order, so the shards already written stay valid when --sharegpt / --val-sequences move the split
+    paths = features(args, tgt, seqs + [(ids, 0) for ids in val], aux, work, clock)
     timing["features_s"] = time.perf_counter() - t
     examples = load_examples(paths)
+    examples, val_examples = examples[: len(seqs)], examples[len(seqs):]
     curve = curve or [len(examples)]
     if not examples or curve[-1] > len(examples):
         sys.exit(f"--curve: each K must be in 1..{len(examples)} (the sequences there are), got {args.curve}")
@@ -427,7 +526,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = head_config_for(tgt.model, draft_vocab_size=len(vocab), intermediate_size=args.intermediate_size,
                               aux_layers=aux, verifier=args.target)
         t = time.perf_counter()
-        result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock, tag)
+        result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock, tag, val_examples)
         times = dict(timing, train_wall_s=time.perf_counter() - t)
         head, state = result["head"], result["state"]
         total_tokens = sum(len(s) for s, _ in seqs)
@@ -444,6 +543,9 @@ def main(argv: list[str] | None = None) -> None:
             **{k: round(v, 1) for k, v in times.items()}, "total_wall_s": round(time.perf_counter() - t_start, 1),
             "final_train_accuracy_per_step": state.get("final_acc_ema"), "history": state["history"][-20:],
             "init_from_target": args.init_from_target, "lr": args.lr,
+            "device": _device_name(tgt.device), "validation_sequences": len(val_examples),
+            "validation_tokens": sum(int(e["ids"].numel()) for e in val_examples),
+            "validation_best": state.get("best"), "validation": state.get("validation", [])[-20:],
         }
         save_head(head, out, fmt="speculators", verifier=args.target, speculative_tokens=args.ttt_steps,
                   extra={"specbench_training": info})
@@ -454,6 +556,10 @@ def main(argv: list[str] | None = None) -> None:
 
     for k in curve:
         fit(examples[:k], seqs[:k], out if not args.curve else out / f"curve-{k}", "" if not args.curve else f"-{k}")
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def _cpu_model() -> str:

@@ -41,7 +41,7 @@ def argv(tiny_pair, prompts, out, *extra) -> list[str]:
             "--num-train-prompts", "6", "--answer-prompts", "3", "--max-new-tokens", "8",
             "--max-prompt-tokens", "32", "--concurrency", "2", "--shard-size", "4", "--draft-vocab", "64",
             "--intermediate-size", "64", "--batch-size", "2", "--dtype", "float32", "--aux-layers", "0,1,2",
-            "--no-bf16", "--save-every", "2", *extra]
+            "--no-bf16", "--save-every", "2", "--val-sequences", "0", *extra]
 
 
 def training(out: Path) -> dict:
@@ -125,4 +125,75 @@ def test_a_negative_sharegpt_count_is_refused(tiny_pair, prompts, tmp_path):
     mod = load_script()
     with pytest.raises(SystemExit, match="--sharegpt must be >= 0"):
         mod.main(argv(tiny_pair, prompts, tmp_path / "head", "--sharegpt", "-1"))
+    assert not (tmp_path / "head").exists()
+
+
+def test_validation_keeps_the_best_head_and_patience_stops_training(tiny_pair, prompts, tmp_path):
+    """With a learning rate that wrecks the head after its first step, the first validation is
+    the best: training stops after --patience worse ones, and the head written is the best one,
+    not the last."""
+    import torch
+    from safetensors.torch import load_file
+
+    mod = load_script()
+    out = tmp_path / "head"
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "50", "--val-sequences", "3", "--eval-every", "1",
+                  "--patience", "2", "--lr", "30", "--warmup-steps", "1", "--save-every", "100"))
+    info = training(out)
+    vals = info["validation"]
+    assert info["validation_sequences"] == 3 and info["validation_tokens"] > 0
+    assert [v["step"] for v in vals] == [1, 2, 3] and info["steps"] == 3  # stopped long before 50 steps
+    assert info["validation_best"]["step"] == 1 and vals[1]["loss"] > vals[0]["loss"] < vals[2]["loss"]
+    assert all(len(v["acc"]) == 3 and 0 <= v["expected_acceptance"] <= 1 for v in vals)
+    ck = torch.load(out / "work" / "checkpoint.pt", weights_only=False)
+    written = load_file(out / "model.safetensors")
+    fc = next(k for k in written if k.endswith("fc.weight"))
+    assert torch.equal(written[fc], ck["best_weights"]["fc.weight"])  # the best head ...
+    assert not torch.equal(written[fc], ck["head"]["fc.weight"].cpu())  # ... not the last
+
+
+def test_evaluate_scores_each_step_on_its_own_positions_and_chains_them(tiny_pair, prompts, tmp_path):
+    """evaluate() weighs each batch by its positions and turns per-step accuracies a_j into the
+    chain's acceptance: mean over j of a_1 * ... * a_j."""
+    import argparse
+
+    import torch
+
+    from specbench.models.eagle3_train import StepStats
+
+    mod = load_script()
+    args = argparse.Namespace(batch_size=1, ttt_steps=2, bf16=False)
+    calls = iter([(2, [1.0, 0.5], 4, 2), (6, [0.5, 0.0], 2, 0)])
+
+    def fake_loss(head, feats, ids, logits, valid, steps):  # (positions, accuracies) per batch
+        n, acc, m0, m1 = next(calls)
+        return None, StepStats(loss=float(n), accuracy=acc, positions=n)
+
+    def fake_batch(examples, *a):
+        T = examples[0]
+        valid = torch.zeros(1, T, dtype=torch.bool)
+        valid[0, :T] = True
+        return None, None, None, valid
+
+    mod.ttt_loss, mod.make_batch = fake_loss, fake_batch
+    w = torch.zeros(1, 1)
+    r = mod.evaluate(torch.nn.Linear(1, 1), [5, 3], None, None, w, args)
+    # batch 1 (T=5): step 0 scored on 4 positions, step 1 on 3; batch 2 (T=3): 2 and 1
+    acc0 = (1.0 * 4 + 0.5 * 2) / 6
+    acc1 = (0.5 * 3 + 0.0 * 1) / 4
+    assert r["acc"] == [round(acc0, 4), round(acc1, 4)]
+    assert r["expected_acceptance"] == round((acc0 + acc0 * acc1) / 2, 4)
+    assert r["loss"] == round((2 * 2 + 6 * 6) / 8, 4)
+
+
+def test_an_unavailable_device_is_refused_in_one_line(tiny_pair, prompts, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    mod = load_script()
+    for device, needle in (("cuda", "CUDA is not available"), ("tpu", "--device must be one of")):
+        with pytest.raises(SystemExit) as exc:
+            mod.main(argv(tiny_pair, prompts, tmp_path / "head", "--device", device))
+        assert needle in str(exc.value) and len(str(exc.value).splitlines()) == 1
     assert not (tmp_path / "head").exists()
