@@ -9,7 +9,12 @@ or hub), so it needs only torch and transformers:
 2. host syncs: a CUDA sync-debug pass counts the device-to-host synchronizations of one
    speculative step (goal: a couple per step);
 3. the overhead benchmark (benchmarks/engine_overhead.py's measurement) on bf16 random models
-   with the default pair's shapes (Qwen2.5-Coder 1.5B target, 0.5B draft).
+   with the default pair's shapes (Qwen2.5-Coder 1.5B target, 0.5B draft);
+4. EAGLE-3 training throughput for the default target's shapes, with benchmarks/train_eagle3.py's
+   pieces: one target prefill capturing the head's features (a sequence of --train-tokens), and
+   one training-time-test step (forward, backward, AdamW) of its default head at batch 4 and 16.
+   The weights are random, so no head worth keeping comes out: this is what a GPU run of
+   `train_eagle3.py --device cuda` costs per token, to size the data a learning curve asks for.
 
     python benchmarks/gpu_check.py                   # needs CUDA
     python benchmarks/gpu_check.py --device cpu --quick   # the same logic on the CPU
@@ -32,7 +37,10 @@ from engine_overhead import add_row, measure_point, overhead_table  # noqa: E402
 
 from specbench.config import SamplingParams, SpeculativeConfig  # noqa: E402
 from specbench.engine import Engine  # noqa: E402
-from specbench.engine import scheduler
+from specbench.engine import scheduler  # noqa: E402
+from specbench.engine.model import ModelRunner  # noqa: E402
+from specbench.models.eagle3 import default_aux_layers  # noqa: E402
+from specbench.models.eagle3_train import head_config_for, init_head, ttt_loss  # noqa: E402
 
 SHAPES = {  # the default pair's architecture (config.json of the catalog models)
     "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
@@ -103,10 +111,74 @@ def count_syncs(device: str, console: Console) -> None:
     console.print(f"host syncs in one speculative step (4 rows, k=4, greedy): {len(syncs)}")
 
 
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def training_throughput(target: Qwen2ForCausalLM, device: str, tokens: int, console: Console, reps: int = 3) -> None:
+    """Seconds per target prefill (features) and per TTT step at batch 4 and 16, and what they
+    come to per million training tokens."""
+    cfg = target.config
+    L = int(cfg.num_hidden_layers)
+    aux = default_aux_layers(L) if L >= 8 else tuple(range(min(L, 3)))  # --quick: a 2-layer target
+    runner = ModelRunner(target)
+    runner.set_capture((*aux, L))
+    vocab = min(8192, int(cfg.vocab_size))
+    ids = torch.randint(10, int(cfg.vocab_size) - 10, (1, tokens), device=device)
+
+    def prefill() -> torch.Tensor:
+        with torch.inference_mode():
+            _, f = runner.forward(ids, slice(0, 1), torch.zeros(1, dtype=torch.long, device=device),
+                                  positions="all", prefill=True)
+        return f[0].float().clone()
+
+    feats = prefill()  # warm-up
+    _sync(device)
+    t = time.perf_counter()
+    for _ in range(reps):
+        prefill()
+    _sync(device)
+    prefill_s = (time.perf_counter() - t) / reps
+    hcfg = head_config_for(target, draft_vocab_size=vocab, intermediate_size=min(2048, int(cfg.intermediate_size)),
+                           aux_layers=aux)
+    head = init_head(target, hcfg, torch.arange(vocab), from_target=False).to(device).train()
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    width = len(aux) * int(cfg.hidden_size)
+    rows = [f"target prefill ({tokens} tokens, features captured): {prefill_s * 1e3:.1f} ms, "
+            f"{prefill_s / tokens * 1e6 / 60:.1f} min per million tokens"]
+    for batch in (4, 16):
+        x = feats[:, :width].unsqueeze(0).expand(batch, -1, -1).contiguous()
+        tok = ids[0].unsqueeze(0).expand(batch, -1).contiguous()
+        logits = torch.randn(batch, tokens, vocab, device=device)
+        valid = torch.ones(batch, tokens, dtype=torch.bool, device=device)
+
+        def step() -> None:
+            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+                loss, _ = ttt_loss(head, x, tok, logits, valid, steps=3)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        step()
+        _sync(device)
+        t = time.perf_counter()
+        for _ in range(reps):
+            step()
+        _sync(device)
+        step_s = (time.perf_counter() - t) / reps
+        rows.append(f"TTT step, batch {batch} x {tokens} tokens (3 steps unrolled): {step_s * 1e3:.1f} ms, "
+                    f"{step_s / (batch * tokens) * 1e6 / 60:.1f} min per million tokens per epoch")
+    for r in rows:
+        console.print(f"EAGLE-3 training: {r}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="tiny shapes for the overhead part (logic check)")
+    ap.add_argument("--train-tokens", type=int, default=256, help="sequence length of the EAGLE-3 training check")
     args = ap.parse_args()
     console = Console(width=150)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -131,6 +203,7 @@ def main() -> None:
             if point:
                 add_row(table, point)
     console.print(table)
+    training_throughput(target, args.device, args.train_tokens, console)
     if args.device == "cuda":
         console.print(f"peak CUDA memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     console.print(f"gpu_check: {'PASS' if ok else 'FAIL'} in {time.perf_counter() - t:.0f} s")
