@@ -66,7 +66,8 @@ from specbench.errors import ConfigError
 from specbench.engine import Engine
 from specbench.engine.model import ModelRunner
 from specbench.models.eagle3 import default_aux_layers, save_head
-from specbench.models.eagle3_train import head_config_for, init_head, select_vocabulary, ttt_loss
+from specbench.models.eagle3_train import (evaluate, head_config_for, init_head, loss_region, make_batch,
+                                           select_vocabulary, ttt_loss)
 from specbench.models.loading import load_model, resolve_device
 from specbench.atomic import atomic_write
 from specbench.workload import build_requests, load_workload
@@ -228,73 +229,6 @@ def load_examples(paths: list[Path]) -> list[dict[str, torch.Tensor]]:
 
 # ---- phase 4: training ------------------------------------------------------------------------
 
-def loss_region(e, loss_on: str) -> torch.Tensor:
-    """Target positions [T] whose distribution is a training target (before the vocabulary)."""
-    n, start = int(e["ids"].numel()), int(e["start"])
-    region = torch.ones(n, dtype=torch.bool)
-    if loss_on == "answers":
-        region[: max(start - 1, 0)] = False
-        if start >= n:  # a prompt without an answer
-            region[:] = False
-    return region
-
-
-def make_batch(examples, vocab_mask, norm, w_draft, loss_on):
-    """Padded [B, T] tensors for ttt_loss, on `w_draft`'s device; the target logits come from
-    its last layer output through its own final norm and the draft vocabulary's rows of its
-    lm_head."""
-    dev = w_draft.device
-    T = max(int(e["ids"].numel()) for e in examples)
-    B = len(examples)
-    F = examples[0]["features"].shape[1]
-    feats = torch.zeros(B, T, F, device=dev)
-    ids = torch.zeros(B, T, dtype=torch.long)
-    logits = torch.zeros(B, T, w_draft.shape[0], device=dev)
-    valid = torch.zeros(B, T, dtype=torch.bool)
-    with torch.no_grad():
-        for b, e in enumerate(examples):
-            n = int(e["ids"].numel())
-            feats[b, :n] = e["features"].to(dev).float()
-            ids[b, :n] = e["ids"]
-            logits[b, :n] = norm(e["last"].to(dev).float()) @ w_draft.T
-            # p_t is a training target where the loss applies and the target's own choice there
-            # lies in the draft vocabulary (as in EAGLE-3's training script)
-            valid[b, :n] = loss_region(e, loss_on) & vocab_mask[e["top"].long()]
-    return feats, ids.to(dev), logits, valid.to(dev)
-
-
-def evaluate(head, examples, vocab_mask, norm, w_draft, args) -> dict:
-    """The head's TTT loss and per-step accuracy (draft argmax == target argmax, the true
-    tokens fed) on sequences it never trains on, position-weighted over batches. `expected_
-    acceptance` is what those accuracies imply for a chain of the TTT depth: the mean over
-    steps of the product of the accuracies up to each step (an estimate; the measured figure
-    is `specbench run --method eagle3`'s acceptance)."""
-    loss_sum, n_sum = 0.0, 0
-    hits = [0.0] * args.ttt_steps
-    counts = [0] * args.ttt_steps
-    head.eval()
-    with torch.no_grad(), torch.autocast(w_draft.device.type, dtype=torch.bfloat16, enabled=args.bf16):
-        for i in range(0, len(examples), args.batch_size):
-            batch = make_batch(examples[i:i + args.batch_size], vocab_mask, norm, w_draft, "all")
-            _, st = ttt_loss(head, *batch, steps=args.ttt_steps)
-            loss_sum += st.loss * st.positions
-            n_sum += st.positions
-            valid = batch[3]
-            for j, a in enumerate(st.accuracy):
-                m = int(valid[:, j + 1:].sum())  # positions step j is scored on
-                if m and a == a:
-                    hits[j] += a * m
-                    counts[j] += m
-    head.train()
-    acc = [h / c if c else float("nan") for h, c in zip(hits, counts)]
-    chain, prod = [], 1.0
-    for a in acc:
-        prod *= a
-        chain.append(prod)
-    return {"loss": round(loss_sum / max(n_sum, 1), 4), "acc": [round(a, 4) for a in acc],
-            "expected_acceptance": round(sum(chain) / len(chain), 4) if chain else None}
-
-
 def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: str = "",
           val_examples=()) -> dict:
     """TTT training until --budget-min or --max-steps (or --patience evaluations without a
@@ -337,7 +271,8 @@ def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: 
 
     def validate() -> None:
         nonlocal best_weights
-        v = evaluate(head, list(val_examples), vocab_mask, norm, w_draft, args)
+        v = evaluate(head, list(val_examples), vocab_mask, norm, w_draft, batch_size=args.batch_size,
+                     steps=args.ttt_steps, bf16=args.bf16)
         state["validation"].append({"step": state["step"], "train_s": round(state["train_s"], 1), **v})
         if state["best"] is None or v["loss"] < state["best"]["loss"]:
             state["best"] = {"step": state["step"], **v}

@@ -152,17 +152,14 @@ def test_validation_keeps_the_best_head_and_patience_stops_training(tiny_pair, p
     assert not torch.equal(written[fc], ck["head"]["fc.weight"].cpu())  # ... not the last
 
 
-def test_evaluate_scores_each_step_on_its_own_positions_and_chains_them(tiny_pair, prompts, tmp_path):
+def test_evaluate_scores_each_step_on_its_own_positions_and_chains_them(monkeypatch):
     """evaluate() weighs each batch by its positions and turns per-step accuracies a_j into the
     chain's acceptance: mean over j of a_1 * ... * a_j."""
-    import argparse
-
     import torch
 
+    from specbench.models import eagle3_train
     from specbench.models.eagle3_train import StepStats
 
-    mod = load_script()
-    args = argparse.Namespace(batch_size=1, ttt_steps=2, bf16=False)
     calls = iter([(2, [1.0, 0.5], 4, 2), (6, [0.5, 0.0], 2, 0)])
 
     def fake_loss(head, feats, ids, logits, valid, steps):  # (positions, accuracies) per batch
@@ -175,9 +172,10 @@ def test_evaluate_scores_each_step_on_its_own_positions_and_chains_them(tiny_pai
         valid[0, :T] = True
         return None, None, None, valid
 
-    mod.ttt_loss, mod.make_batch = fake_loss, fake_batch
+    monkeypatch.setattr(eagle3_train, "ttt_loss", fake_loss)
+    monkeypatch.setattr(eagle3_train, "make_batch", fake_batch)
     w = torch.zeros(1, 1)
-    r = mod.evaluate(torch.nn.Linear(1, 1), [5, 3], None, None, w, args)
+    r = eagle3_train.evaluate(torch.nn.Linear(1, 1), [5, 3], None, None, w, batch_size=1, steps=2, bf16=False)
     # batch 1 (T=5): step 0 scored on 4 positions, step 1 on 3; batch 2 (T=3): 2 and 1
     acc0 = (1.0 * 4 + 0.5 * 2) / 6
     acc1 = (0.5 * 3 + 0.0 * 1) / 4
