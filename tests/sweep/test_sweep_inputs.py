@@ -134,6 +134,15 @@ def test_empty_search_space(flags, needle, storage):
     assert needle in refused(*NO_MODEL, "--storage", storage, *flags)
 
 
+@pytest.mark.parametrize("methods", ["medusa", "draft_model,medusa"])
+def test_medusa_is_refused_before_anything_is_stored(methods, storage, tmp_path):
+    """A medusa configuration needs the heads' directory, which a sweep cannot name (each of
+    its trials used to fail on that): one line, exit 2, no study."""
+    line = refused(*NO_MODEL, "--storage", storage, "--method", methods, "--head", "/heads/m")
+    assert "method medusa cannot be swept" in line and "models.head (--head) is the EAGLE-3 head's" in line
+    assert not list(tmp_path.glob("*.db"))
+
+
 def test_empty_list_in_the_spec_file(tmp_path):
     path = write(tmp_path / "s.toml", "[space]\nnum_speculative_tokens = []\n")
     assert "empty search space: space.num_speculative_tokens" in refused(path)
