@@ -82,6 +82,22 @@ def test_every_spelling_of_the_baseline_is_one_point():
     assert Point.from_params({"method": "none", "concurrency": 4}).key == "none|k0|-|c4"
 
 
+@pytest.mark.parametrize("point, key", [
+    # studies in PostgreSQL and SQLite hold these strings (`config_key`): they never change
+    (Point.of("none", concurrency=4), "none|k0|-|c4"),
+    (Point.of("draft_model", 4, "/models/d", 16), "draft_model|k4|/models/d|c16"),
+    (Point.of("ngram", 3, concurrency=1), "ngram|k3|-|c1"),
+    (Point.of("suffix", 8, concurrency=2), "suffix|k8|-|c2"),
+    (Point.of("eagle3", 5, "/heads/h", 1), "eagle3|k5|-|c1"),  # the study's one head is not in it
+    (Point.of("draft_model", 2, "d", 1, topk=1, num_draft_tokens=9), "draft_model|k2|d|c1"),  # a chain
+    (Point.of("draft_model", 2, "d", 1, topk=2, num_draft_tokens=5), "draft_model|k2|d|c1|t2n5"),
+    (Point.of("draft_model", 2, "d", 1, topk=2, num_draft_tokens=100), "draft_model|k2|d|c1|t2n7"),  # capped
+    (Point.of("eagle3", 3, "/heads/h", 4, topk=4), "eagle3|k3|-|c4|t4n13"),  # 1 + k * topk
+])
+def test_dedupe_keys_are_those_studies_hold(point, key):
+    assert point.key == key
+
+
 # ---- bad input --------------------------------------------------------------------------------
 
 
