@@ -119,7 +119,7 @@ def _open_study(spec: Any, retry_failed: bool) -> Any:
                               on_event=lambda m: console.print(f"[yellow]{escape(m)}[/]"))
     study = sw.open_study(spec, storage)
     if retry_failed:
-        n = trials.retry_failed(study)
+        n = trials.retry_failed(study, spec.space)
         console.print(f"--retry-failed: {n} failed configuration(s) will be measured again" if n
                       else "--retry-failed: no failed configuration to measure again")
     done, total = sw.progress_counts(study, spec)

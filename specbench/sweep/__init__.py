@@ -7,7 +7,8 @@ The specification (no Optuna):
   default, bounds); the TOML schema, the flag names and the CLI's Typer options come from it.
 - `specfile`: reading a spec file (TOML) with file:line errors.
 - `spec`: `build_spec` merges file and flags into a validated `SweepSpec`.
-- `space`: the search space and one point in it.
+- `space`: the search space and its configurations (`runner.Configuration`: a
+  SpeculativeConfig at one concurrency, what `specbench run` measures), keyed for dedupe.
 - `urls`: how a storage is spelled.
 
 The study:
@@ -38,7 +39,8 @@ from typing import Any
 _EXPORTS = {
     "run_sweep": "loop", "Events": "objective", "OBJECTIVES": "options",
     "best_so_far": "profile", "build_profile": "profile", "levels": "profile",
-    "pareto_front": "profile", "write_profile": "profile", "Point": "space", "Space": "space",
+    "pareto_front": "profile", "write_profile": "profile", "Space": "space", "configuration": "space",
+    "config_key": "space",
     "SweepSpec": "spec", "build_spec": "spec", "load_spec_file": "specfile",
     "open_storage": "storage", "make_sampler": "study", "open_study": "study",
     "TrialFailed": "trials", "progress_counts": "trials", "Worker": "workers",

@@ -34,7 +34,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from specbench import speedup_model as sm
 from specbench.errors import RecordsError
-from specbench.sweep.space import Point, Space
+from specbench.runner import Configuration
+from specbench.sweep.space import Space, config_key, configuration, draft_model
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.trials import is_measured, settled_keys, trial_key
 
@@ -45,30 +46,30 @@ Z = 2.0  # skip only when the prediction is this many uncertainties below the ba
 
 @dataclass
 class Choice:
-    point: Point | None  # measure this next (None: nothing left but skipped points)
+    config: Configuration | None  # measure this next (None: nothing left but skipped configurations)
     why: str
-    skipped: dict[str, str] = field(default_factory=dict)  # point key -> reason
+    skipped: dict[str, str] = field(default_factory=dict)  # configuration key -> reason
 
 
 def label(key: str) -> str:
-    """A point key as the console shows it: `draft_model k3 (draft-name) c4`."""
+    """A configuration key as the console shows it: `draft_model k3 (draft-name) c4`."""
     method, k, draft, c = key.split("|")
     return f"{method} {k}{f' ({Path(draft).name})' if draft != '-' else ''} {c}"
 
 
-def family(p: Point) -> str:
-    return sm.family_of(p.method, p.draft if p.method == "draft_model" else None)
+def family(c: Configuration) -> str:
+    return sm.family_of(c.spec.method, draft_model(c))
 
 
-def corners(space: Space) -> list[Point]:
+def corners(space: Space) -> list[Configuration]:
     """Per drafter family: the smallest and largest k at the lowest and highest concurrency."""
     ks = sorted(space.num_speculative_tokens)
     cs = sorted(space.concurrency)
-    out: list[Point] = []
-    for p in space.points():
-        if (not p.is_baseline and p.num_speculative_tokens in (ks[0], ks[-1])
-                and p.concurrency in (cs[0], cs[-1]) and p not in out):
-            out.append(p)
+    out: list[Configuration] = []
+    for c in space.configurations():
+        if (not c.is_baseline and c.spec.num_speculative_tokens in (ks[0], ks[-1])
+                and c.concurrency in (cs[0], cs[-1]) and c not in out):
+            out.append(c)
     return out
 
 
@@ -119,16 +120,17 @@ def records(trials: list[FrozenTrial], study_dir: Path) -> tuple[pd.DataFrame, d
 
 
 def choose(spec: SweepSpec, trials: list[FrozenTrial], study_dir: Path, retry_before: int = -1) -> Choice:
-    """The next point to measure, and the points skipped for now (see the module docstring);
-    `retry_before` is the study's `retry_mark`."""
-    done = settled_keys(trials, retry_before)
-    busy = {trial_key(t) for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)}
-    todo = [p for p in spec.space.points() if not p.is_baseline and p.key not in done and p.key not in busy]
+    """The next configuration to measure, and the configurations skipped for now (see the
+    module docstring); `retry_before` is the study's `retry_mark`."""
+    done = settled_keys(trials, spec.space, retry_before)
+    busy = {trial_key(t, spec.space) for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)}
+    todo = [c for c in spec.space.configurations()
+            if not c.is_baseline and config_key(c) not in done and config_key(c) not in busy]
     if not todo:
         return Choice(None, "every point is measured or being measured")
-    for p in corners(spec.space):
-        if p in todo:
-            return Choice(p, "a corner of k × concurrency (measured before the model is trusted)")
+    for x in corners(spec.space):
+        if x in todo:
+            return Choice(x, "a corner of k × concurrency (measured before the model is trusted)")
     frame, pairs = records(trials, study_dir)
     try:
         if frame.empty:
@@ -142,51 +144,51 @@ def choose(spec: SweepSpec, trials: list[FrozenTrial], study_dir: Path, retry_be
     u = max(MIN_UNCERTAINTY, u)
     bar = {c: spec.profile.min_speedup for c in spec.space.concurrency}
     for t in trials:
-        key = trial_key(t)
+        key = trial_key(t, spec.space)
         if t.state == TrialState.COMPLETE and key and not key.startswith("none|"):
             s = _speedup(t)
-            c = Point.from_params(t.params).concurrency if t.params else None
+            c = spec.space.from_params(t.params).concurrency if t.params else None
             if s is not None and c in bar and not t.user_attrs.get("inconsistent"):
                 bar[c] = max(bar[c], s)
     choice = rank(todo, ev.model, u, bar)
     if spec.level_batch:  # a level's run carries its baseline: with nothing left to run, none is needed
         for c in spec.space.concurrency:
-            base = Point.of("none", concurrency=c)
-            rest = [p for p in spec.space.points() if p.concurrency == c and not p.is_baseline]
-            if base.key not in done and all(p.key in done or p.key in choice.skipped for p in rest):
-                choice.skipped[base.key] = (f"every configuration at concurrency {c} is ruled out by the "
-                                            "model: no baseline to measure them against")
+            base = config_key(configuration(concurrency=c))
+            rest = [config_key(x) for x in spec.space.configurations() if x.concurrency == c and not x.is_baseline]
+            if base not in done and all(k in done or k in choice.skipped for k in rest):
+                choice.skipped[base] = (f"every configuration at concurrency {c} is ruled out by the "
+                                        "model: no baseline to measure them against")
     return choice
 
 
-def rank(todo: list[Point], model: Any, u: float, bar: dict[int, float]) -> Choice:
-    """The rule itself: skip each point whose optimistic prediction, predicted × (1 + Z u),
-    stays below the bar at its concurrency; of the rest, measure first a point the model
-    cannot speak for (no fit of its family, extrapolated), then the one closest to the bar
-    in units of the uncertainty. `model`: `predict`, `extrapolated`, `families` as
+def rank(todo: list[Configuration], model: Any, u: float, bar: dict[int, float]) -> Choice:
+    """The rule itself: skip each configuration whose optimistic prediction, predicted ×
+    (1 + Z u), stays below the bar at its concurrency; of the rest, measure first one the
+    model cannot speak for (no fit of its family, extrapolated), then the one closest to the
+    bar in units of the uncertainty. `model`: `predict`, `extrapolated`, `families` as
     `speedup_model.SpeedupModel` has them."""
     skipped: dict[str, str] = {}
-    scored: list[tuple[float, int, Point, str]] = []
-    for i, p in enumerate(todo):
-        f, k, c = family(p), p.num_speculative_tokens, p.concurrency
+    scored: list[tuple[float, int, Configuration, str]] = []
+    for i, x in enumerate(todo):
+        f, k, c = family(x), x.spec.num_speculative_tokens, x.concurrency
         if f not in model.families:
-            scored.append((-1.0, i, p, f"no model of {f} yet"))
+            scored.append((-1.0, i, x, f"no model of {f} yet"))
             continue
         if model.extrapolated(f, k, c):
-            scored.append((-0.5, i, p, "beyond the k or batch sizes the model was fitted on"))
+            scored.append((-0.5, i, x, "beyond the k or batch sizes the model was fitted on"))
             continue
         pred = model.predict(f, k, c)
         if not math.isfinite(pred) or pred <= 0:
-            scored.append((-0.5, i, p, "the model predicts nothing there"))
+            scored.append((-0.5, i, x, "the model predicts nothing there"))
             continue
         if pred * (1 + Z * u) < bar[c]:
-            skipped[p.key] = (f"predicted {pred:.2f}× (held-out error {u:.0%}), below the "
-                              f"{bar[c]:.2f}× needed at concurrency {c}: not measured")
+            skipped[config_key(x)] = (f"predicted {pred:.2f}× (held-out error {u:.0%}), below the "
+                                      f"{bar[c]:.2f}× needed at concurrency {c}: not measured")
             continue
         score = abs(math.log(pred / bar[c])) / math.log1p(u)
-        scored.append((score, i, p, f"predicted {pred:.2f}× against {bar[c]:.2f}× needed "
+        scored.append((score, i, x, f"predicted {pred:.2f}× against {bar[c]:.2f}× needed "
                                     f"({score:.1f} uncertainties away)"))
     if not scored:
         return Choice(None, "every point left is predicted below the bar", skipped)
-    _, _, p, why = min(scored, key=lambda x: (x[0], x[1]))
-    return Choice(p, why, skipped)
+    _, _, x, why = min(scored, key=lambda s: (s[0], s[1]))
+    return Choice(x, why, skipped)

@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from specbench.errors import StorageError
 from specbench.sweep.objective import Events, make_objective
+from specbench.sweep.space import config_key
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.trials import (
     POLL_S,
@@ -75,7 +76,7 @@ def wait_for_others(study: optuna.Study, spec: SweepSpec, worker: Worker, events
 
 def guide(study: optuna.Study, spec: SweepSpec, study_dir: Path, events: Events) -> bool:
     """The model-guided sampler's turn (`specbench.sweep.guided`): record what the model
-    skips now, enqueue the point it picks. False when nothing is left to measure."""
+    skips now, enqueue the configuration it picks. False when nothing is left to measure."""
     from specbench.sweep import guided
 
     trials = study.get_trials(deepcopy=False)
@@ -90,12 +91,13 @@ def guide(study: optuna.Study, spec: SweepSpec, study_dir: Path, events: Events)
         events.note(f"model: {guided.label(key)} is no longer ruled out; it may be measured")
     study.set_user_attr(SKIPPED_ATTR, choice.skipped)
     events.settled(study)
-    if choice.point is None:
+    if choice.config is None:
         events.note(f"model: done, {choice.why}")
         return False
-    if choice.point.key not in {trial_key(t) for t in trials if t.state == TrialState.WAITING}:
-        study.enqueue_trial(spec.space.params(choice.point))
-    events.note(f"model: next {guided.label(choice.point.key)}: {choice.why}")
+    key = config_key(choice.config)
+    if key not in {trial_key(t, spec.space) for t in trials if t.state == TrialState.WAITING}:
+        study.enqueue_trial(spec.space.params(choice.config))
+    events.note(f"model: next {guided.label(key)}: {choice.why}")
     return True
 
 

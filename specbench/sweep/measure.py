@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from specbench.config import RunConfig
-from specbench.runner import BackendSwitch
-from specbench.sweep.space import Point
+from specbench.runner import BackendSwitch, Configuration
+from specbench.sweep.space import config_key
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.summary import headline, jsonable, stored_summary
 from specbench.sweep.urls import display_url
@@ -95,10 +95,10 @@ def run_config(spec: SweepSpec, config: Any, workload: Any, *, backend: str, num
     )
 
 
-def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir: Path,
+def measure(session: Any, spec: SweepSpec, config: Configuration, number: int, study_dir: Path,
             baseline_outputs: dict[str, list[int]] | None, events: Any,
             worker: str | None = None) -> Measurement:
-    """Run every request of `session` at `point`; return what the trial stores.
+    """Run every request of `session` under `config`; return what the trial stores.
 
     Paired (`spec.paired`): a speculative trial measures the baseline with it, interleaved in
     ABBA blocks (`runner.run_plan`), and stops early once the paired speedup is clear
@@ -107,29 +107,24 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
     launched for it and always stopped after; unpaired (`pairing = "none"`) it measures its
     configuration alone, compared later with the baseline trial."""
     from specbench.records import make_run_id
-    from specbench.runner import Configuration
 
-    config = Configuration(point.speculative_config(), point.concurrency)
     label = f"t{number:04d}-{config.config_id}"
-    if point.draft is not None and len(spec.space.draft) > 1:
-        label += f"-{Path(point.draft).name}"
+    if config.spec.draft is not None and len(spec.space.draft) > 1:
+        label += f"-{Path(config.spec.draft).name}"
     run_id = make_run_id(label)
     launcher = None  # what is stopped after the trial, however it ends
     logs = study_dir / "server-logs"
-    if spec.server is not None and spec.paired and not point.is_baseline:
-        from specbench.config import BASELINE
+    if spec.server is not None and spec.paired and not config.is_baseline:
         from specbench.sweep.server import ServerSwitch
 
         # the trial's server and a baseline server, launched by the plan as it needs them
-        base = Configuration(BASELINE, config.concurrency)
-        launcher = backend = ServerSwitch(spec, {base.config_id: Point.of("none", concurrency=point.concurrency),
-                                                 config.config_id: point}, session, logs, run_id)
+        launcher = backend = ServerSwitch(spec, session, logs, run_id)
     elif spec.server is not None:  # a server per trial, launched for this configuration
         from specbench.sweep.server import start_server
 
-        launcher, backend = start_server(spec, point, session, logs / f"{run_id}.log")
+        launcher, backend = start_server(spec, config, session, logs / f"{run_id}.log")
     else:
-        backend = session.backend_for(point.draft, point.method)  # loads the draft or head on first use
+        backend = session.backend_for(config.spec.draft, config.spec.method)  # loads the draft or head on first use
     try:
         return _run(session, spec, config, number, study_dir / "runs" / run_id, study_dir,
                     baseline_outputs, events, backend, launcher, worker)
@@ -138,12 +133,12 @@ def measure(session: Any, spec: SweepSpec, point: Point, number: int, study_dir:
             launcher.stop()
 
 
-def _run(session: Any, spec: SweepSpec, config: Any, number: int, run_dir: Path, study_dir: Path,
+def _run(session: Any, spec: SweepSpec, config: Configuration, number: int, run_dir: Path, study_dir: Path,
          baseline_outputs: dict[str, list[int]] | None, events: Any, backend: Any,
          launcher: Any, worker: str | None) -> Measurement:
     from specbench.config import BASELINE
     from specbench.records import RunMetadata, RunWriter, read_run
-    from specbench.runner import Configuration, run_configuration, run_plan
+    from specbench.runner import run_configuration, run_plan
 
     paired = spec.paired and not config.is_baseline
     configs = [Configuration(BASELINE, config.concurrency), config] if paired else [config]
@@ -204,53 +199,50 @@ class _SessionSwitch(BackendSwitch):
 
     name = "embedded"
 
-    def __init__(self, session: Any, points: dict[str, Point]):
-        self.session, self.points, self.seen = session, points, set()
+    def __init__(self, session: Any):
+        self.session, self.seen = session, set()
 
-    def get(self, config: Any) -> tuple[Any, bool]:
-        p = self.points[config.config_id]
+    def get(self, config: Configuration) -> tuple[Any, bool]:
         fresh = config.config_id not in self.seen
         self.seen.add(config.config_id)
-        return self.session.backend_for(p.draft, p.method), fresh
+        return self.session.backend_for(config.spec.draft, config.spec.method), fresh
 
 
-def measure_level(session: Any, spec: SweepSpec, points: list[Point], number: int, study_dir: Path,
+def measure_level(session: Any, spec: SweepSpec, configs: list[Configuration], number: int, study_dir: Path,
                   events: Any, worker: str | None = None) -> dict[str, Measurement]:
-    """Measure every configuration of `points` (one concurrency level, embedded) in one run
+    """Measure every configuration of `configs` (one concurrency level, embedded) in one run
     with one baseline: the baseline and the configurations in rotation over blocks of one
     wave (A B C, C B A, ...), each configuration leaving the rotation once its paired interval
-    decides (`[budget] sequential`), the level ending when none is left. Returns each point's
-    trial attrs by point key (the baseline's too, whether or not it is among `points`): every
-    trial's speedup comes from the one Parquet they share, against the baseline samples
-    measured in the same blocks. Where one baseline serves N configurations a level costs
+    decides (`[budget] sequential`), the level ending when none is left. Returns each
+    configuration's trial attrs by its `config_key` (the baseline's too, whether or not it is
+    among `configs`): every trial's speedup comes from the one Parquet they share, against
+    the baseline samples measured in the same blocks. Where one baseline serves N configurations a level costs
     (N + 1) x prompts instead of 2 x N x prompts, before any configuration stops early."""
     from specbench.config import BASELINE
     from specbench.records import RunMetadata, RunWriter, make_run_id, read_run
-    from specbench.runner import Configuration, run_plan
+    from specbench.runner import run_plan
 
-    concurrency = points[0].concurrency
-    assert all(p.concurrency == concurrency for p in points), "one concurrency level per batch"
-    base_point = Point.of("none", concurrency=concurrency)
-    specs = [p for p in points if not p.is_baseline]
+    concurrency = configs[0].concurrency
+    assert all(c.concurrency == concurrency for c in configs), "one concurrency level per batch"
+    specs = [c for c in configs if not c.is_baseline]
     base = Configuration(BASELINE, concurrency)
-    configs = [base] + [Configuration(p.speculative_config(), concurrency) for p in specs]
-    by_id = {c.config_id: p for c, p in zip(configs, [base_point, *specs])}
+    plan = [base, *specs]
     run_id = make_run_id(f"t{number:04d}-level-c{concurrency}")
     run_dir = study_dir / "runs" / run_id
     metadata = RunMetadata.collect(run_id, {})
-    metadata.config = run_config(spec, configs[-1], session.workload, number=number, worker=worker,
-                                 host=metadata.hostname, configs=configs, backend="embedded").to_dict()
+    metadata.config = run_config(spec, plan[-1], session.workload, number=number, worker=worker,
+                                 host=metadata.hostname, configs=plan, backend="embedded").to_dict()
     # run.json names every k and the methods of the level (the first in the method field)
-    metadata.config["num_speculative_tokens"] = sorted({p.num_speculative_tokens for p in specs})
-    metadata.config["method"] = "+".join(sorted({p.method for p in specs})) or "none"
-    metadata.config["sweep"]["level_batch"] = {"trial": number, "configurations": list(by_id)}
+    metadata.config["num_speculative_tokens"] = sorted({c.spec.num_speculative_tokens for c in specs})
+    metadata.config["method"] = "+".join(sorted({c.spec.method for c in specs})) or "none"
+    metadata.config["sweep"]["level_batch"] = {"trial": number, "configurations": [c.config_id for c in plan]}
     metadata.device = session.backend_for(None).device_name
     metadata.note(dtype_resolved=session.dtype_name)
-    switch = _SessionSwitch(session, by_id)
-    watches = {c.config_id: PairedWatch(spec, c, len(session.requests)) for c in configs[1:]}
+    switch = _SessionSwitch(session)
+    watches = {c.config_id: PairedWatch(spec, c, len(session.requests)) for c in specs}
     writer = RunWriter(run_dir, metadata)
     events.trial_started(number, f"c{concurrency}: baseline + {len(specs)} configurations",
-                         len(session.requests) * len(configs))
+                         len(session.requests) * len(plan))
 
     def stop(rows: list[dict], done: int) -> dict[str, str] | None:
         import pandas as pd
@@ -267,7 +259,7 @@ def measure_level(session: Any, spec: SweepSpec, points: list[Point], number: in
         return out or None
 
     try:
-        run_plan(switch, session.requests, configs, run_id=run_id, writer=writer, warmup=spec.workload.warmup,
+        run_plan(switch, session.requests, plan, run_id=run_id, writer=writer, warmup=spec.workload.warmup,
                  seed=spec.sampling.seed + number, on_result=lambda req, res: events.request_done(),
                  stop=stop, slos_ms=spec.goodput_slos_ms)
     except BaseException:
@@ -276,16 +268,16 @@ def measure_level(session: Any, spec: SweepSpec, points: list[Point], number: in
     writer.close(complete=True)
     df, meta = read_run(run_dir)
     common = {"run_id": run_id, "run_dir": str(run_dir.relative_to(study_dir)), "host": metadata.hostname,
-              "level_batch": {"trial": number, "configurations": len(configs)}}
+              "level_batch": {"trial": number, "configurations": len(plan)}}
     base_summary = _with_goodput(stored_summary(df, base.config_id), df, meta, base.config_id, spec)
-    out = {base_point.key: Measurement({"config_id": base.config_id, **common, "summary": base_summary,
-                                        **headline(base_summary)})}
-    for config, p in zip(configs[1:], specs):
+    out = {config_key(base): Measurement({"config_id": base.config_id, **common, "summary": base_summary,
+                                          **headline(base_summary)})}
+    for config in specs:
         summary = _with_goodput(stored_summary(df, config.config_id), df, meta, config.config_id, spec)
         attrs = {"config_id": config.config_id, **common, "summary": summary, **headline(summary),
                  "baseline_summary": base_summary}
         attrs.update(watches[config.config_id].verdict(df, summary.get("mean_acceptance_length_tok")))
-        out[p.key] = Measurement(attrs)
+        out[config_key(config)] = Measurement(attrs)
     return out
 
 
@@ -315,7 +307,7 @@ class PairedWatch:
         else blocks are `runner.block_size` long."""
         from specbench.analysis.sequential import Monitor, SequentialRule, look_points
         from specbench.config import BASELINE
-        from specbench.runner import Configuration, block_size
+        from specbench.runner import block_size
 
         self.config, self.sequential = config, spec.budget.sequential
         self.base_id = Configuration(BASELINE, config.concurrency).config_id

@@ -27,7 +27,8 @@ from specbench.config import TREE_METHODS
 from specbench.errors import StorageError
 from specbench.sweep import measure as measuring  # module: measuring.measure is looked up per trial
 from specbench.sweep.options import OBJECTIVES
-from specbench.sweep.space import Point, Space
+from specbench.runner import Configuration
+from specbench.sweep.space import Space, config_key, configuration
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.storage import first_line
 from specbench.sweep.summary import SPEEDUP_ATTRS, speedups_vs
@@ -51,11 +52,11 @@ class Events:
     def trial_started(self, number: int, config_id: str, n_requests: int) -> None: ...
     def request_done(self) -> None: ...
     def note(self, message: str) -> None: ...
-    def settled(self, study: Any) -> None: ...  # the study's settled points changed (model skips)
+    def settled(self, study: Any) -> None: ...  # the study's settled configurations changed (model skips)
 
 
-def _choose(space: Space, pick: Callable[[str, Any], Any]) -> Point:
-    """The point a sequence of draws makes: method, concurrency, then k, the draft and (tree
+def _choose(space: Space, pick: Callable[[str, Any], Any]) -> Configuration:
+    """The configuration a sequence of draws makes: method, concurrency, then k, the draft and (tree
     methods, where the space searches trees) topk and the tree size. `pick(name, distribution)`
     draws one parameter; `suggest` and `distributions` share this one order and its conditions."""
     from optuna.distributions import CategoricalDistribution, IntDistribution
@@ -79,10 +80,10 @@ def _choose(space: Space, pick: Callable[[str, Any], Any]) -> Point:
         topk = pick("topk", CategoricalDistribution(space.topk))
         if topk > 1 and space.num_draft_tokens:
             num_draft_tokens = pick("num_draft_tokens", CategoricalDistribution(space.num_draft_tokens))
-    return Point.of(method, num_speculative_tokens, draft, concurrency, topk, num_draft_tokens)
+    return configuration(method, num_speculative_tokens, draft, concurrency, topk, num_draft_tokens)
 
 
-def suggest(trial: Trial, space: Space) -> Point:
+def suggest(trial: Trial, space: Space) -> Configuration:
     """The configuration `trial` measures, drawn by its sampler."""
     from optuna.distributions import IntDistribution
 
@@ -104,37 +105,37 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Event
     def objective(trial: Trial) -> Any:
         if worker is not None:  # who runs this trial; `host` (set by measure) says who measured
             trial.set_user_attr("worker", worker.id)
-        point = suggest(trial, spec.space)
-        concurrency = point.concurrency
-        original = claim(trial.study, trial, point.key)
+        config = suggest(trial, spec.space)
+        concurrency = config.concurrency
+        original = claim(trial.study, trial, config_key(config))
         if original is not None:
             return reuse(trial, original)
         mates = []
         if spec.level_batch:  # the rest of this level, measured with it, one baseline for all
-            todo = level_mates(trial.study, spec, point)
-            owned = set(claim_batch(trial.study, trial, [p.key for p in todo]))
-            mates = [p for p in todo if p.key in owned]
+            todo = level_mates(trial.study, spec, config)
+            owned = set(claim_batch(trial.study, trial, [config_key(c) for c in todo]))
+            mates = [c for c in todo if config_key(c) in owned]
 
         base_trial = None
         who = worker.id if worker is not None else None
         try:
-            if spec.level_batch and (mates or not point.is_baseline):
+            if spec.level_batch and (mates or not config.is_baseline):
                 # a drafter that cannot load fails its own configuration, not the level's others
-                mates = [p for p in mates if _loads(session, p, trial.study, spec, trial.number, who)]
-                session.backend_for(point.draft, point.method)  # this trial's own: fails it here
-                results = measuring.measure_level(session, spec, [point, *mates], trial.number, study_dir,
+                mates = [c for c in mates if _loads(session, c, trial.study, spec, trial.number, who)]
+                session.backend_for(config.spec.draft, config.spec.method)  # this trial's own: fails it here
+                results = measuring.measure_level(session, spec, [config, *mates], trial.number, study_dir,
                                                   events, who)
-                for p in mates:  # each configuration its own trial, as if measured alone
-                    _add_trial(trial.study, spec, p, results[p.key].attrs, trial.number, who)
-                result = results[point.key]
+                for c in mates:  # each configuration its own trial, as if measured alone
+                    _add_trial(trial.study, spec, c, results[config_key(c)].attrs, trial.number, who)
+                result = results[config_key(config)]
             else:
-                if not point.is_baseline and not spec.paired:  # unpaired: the baseline trial
+                if not config.is_baseline and not spec.paired:  # unpaired: the baseline trial
                     base_trial = _baseline_trial(trial, spec, concurrency)
                     if base_trial is not None and concurrency not in baseline_outputs:
                         ref = measuring.baseline_outputs_from(study_dir, base_trial)
                         if ref:
                             baseline_outputs[concurrency] = ref
-                result = measuring.measure(session, spec, point, trial.number, study_dir,
+                result = measuring.measure(session, spec, config, trial.number, study_dir,
                                            baseline_outputs.get(concurrency), events, who)
         except KeyboardInterrupt:
             trial.set_user_attr("interrupted", True)
@@ -157,9 +158,9 @@ def make_objective(spec: SweepSpec, session: Any, study_dir: Path, events: Event
             raise TrialFailed(reason) from None
         for k, v in result.attrs.items():
             trial.set_user_attr(k, v)
-        if point.is_baseline and result.outputs:
+        if config.is_baseline and result.outputs:
             baseline_outputs[concurrency] = result.outputs
-        return _values(trial, spec, point, result.attrs, base_trial)
+        return _values(trial, spec, config, result.attrs, base_trial)
 
     return objective
 
@@ -168,15 +169,15 @@ def _baseline_trial(trial: Trial, spec: SweepSpec, concurrency: int) -> Any:
     """The baseline a speculative trial is compared with: waited for when the speedup is an
     objective, else the one measured so far (or None)."""
     if "speedup" in spec.objectives:
-        base_trial = baseline_of(trial.study, concurrency)
+        base_trial = baseline_of(trial.study, spec.space, concurrency)
     else:
-        base_trial = complete_baseline(trial.study, concurrency)
+        base_trial = complete_baseline(trial.study, spec.space, concurrency)
     if base_trial is not None:
         trial.set_user_attr("baseline_trial", base_trial.number)
     return base_trial
 
 
-def outcome(spec: SweepSpec, point: Point, attrs: dict[str, Any],
+def outcome(spec: SweepSpec, config: Configuration, attrs: dict[str, Any],
             base_trial: Any = None) -> tuple[dict[str, Any], float | None, list[float] | str]:
     """What a measured trial stores besides `attrs` (its speedups, the memory constraint),
     its constraint value (None: unconstrained) and its objective values, or why they are
@@ -202,7 +203,7 @@ def outcome(spec: SweepSpec, point: Point, attrs: dict[str, Any],
     for name in spec.objectives:
         column = OBJECTIVES[name].column
         if name == "speedup":
-            v = 1.0 if point.is_baseline else speedups.get("paired_tpot_speedup", speedups.get(column))
+            v = 1.0 if config.is_baseline else speedups.get("paired_tpot_speedup", speedups.get(column))
         else:
             v = summary.get(column)
         if v is None or not math.isfinite(v):
@@ -212,9 +213,9 @@ def outcome(spec: SweepSpec, point: Point, attrs: dict[str, Any],
     return out, over, values
 
 
-def _values(trial: Trial, spec: SweepSpec, point: Point, attrs: dict[str, Any], base_trial: Any) -> Any:
+def _values(trial: Trial, spec: SweepSpec, config: Configuration, attrs: dict[str, Any], base_trial: Any) -> Any:
     """Store `outcome` on `trial`; return its objective values."""
-    extra, over, values = outcome(spec, point, attrs, base_trial)
+    extra, over, values = outcome(spec, config, attrs, base_trial)
     for k, v in extra.items():
         trial.set_user_attr(k, v)
     if over is not None:
@@ -225,10 +226,10 @@ def _values(trial: Trial, spec: SweepSpec, point: Point, attrs: dict[str, Any], 
     return values[0] if len(values) == 1 else values
 
 
-def distributions(space: Space, point: Point) -> dict[str, Any]:
-    """The Optuna distributions of `point`'s params, as `suggest` draws them (a trial added
+def distributions(space: Space, config: Configuration) -> dict[str, Any]:
+    """The Optuna distributions of `config`'s params, as `suggest` draws them (a trial added
     for a level batch's configuration must be one `suggest` could have made)."""
-    params, out = space.params(point), {}
+    params, out = space.params(config), {}
 
     def pick(name: str, dist: Any) -> Any:
         out[name] = dist
@@ -238,49 +239,51 @@ def distributions(space: Space, point: Point) -> dict[str, Any]:
     return out
 
 
-def level_mates(study: optuna.Study, spec: SweepSpec, point: Point) -> list[Point]:
-    """The configurations of `point`'s concurrency level still to measure, the baseline
+def level_mates(study: optuna.Study, spec: SweepSpec, config: Configuration) -> list[Configuration]:
+    """The configurations of `config`'s concurrency level still to measure, the baseline
     among them: not settled, and (model-guided sampler) not ruled out by the model."""
     done = done_keys(study, spec)
-    return [p for p in spec.space.points()
-            if p.concurrency == point.concurrency and p.key != point.key and p.key not in done]
+    mine = config_key(config)
+    return [c for c in spec.space.configurations()
+            if c.concurrency == config.concurrency and config_key(c) != mine and config_key(c) not in done]
 
 
-def _loads(session: Any, point: Point, study: optuna.Study, spec: SweepSpec, batch_of: int,
+def _loads(session: Any, config: Configuration, study: optuna.Study, spec: SweepSpec, batch_of: int,
            worker: str | None) -> bool:
-    """Load `point`'s drafter (the session keeps it) before its level is measured; one that
+    """Load `config`'s drafter (the session keeps it) before its level is measured; one that
     cannot load is recorded as its own failed trial, with the reason, and left out."""
     try:
-        session.backend_for(point.draft, point.method)
+        session.backend_for(config.spec.draft, config.spec.method)
         return True
     except Exception as exc:  # noqa: BLE001 - a missing or broken draft: that configuration fails
         _release_memory()
-        _record(study, spec, point, {"fail_reason": first_line(exc)}, batch_of, worker)
+        _record(study, spec, config, {"fail_reason": first_line(exc)}, batch_of, worker)
         return False
 
 
-def _add_trial(study: optuna.Study, spec: SweepSpec, point: Point, attrs: dict[str, Any], batch_of: int,
-               worker: str | None) -> None:
+def _add_trial(study: optuna.Study, spec: SweepSpec, config: Configuration, attrs: dict[str, Any],
+               batch_of: int, worker: str | None) -> None:
     """Record a level batch's configuration as its own finished trial (`batch_of`: the trial
     that measured it), so every trial of a study is one configuration."""
-    extra, over, values = outcome(spec, point, attrs)
+    extra, over, values = outcome(spec, config, attrs)
     user = {**attrs, **extra}
     if isinstance(values, str):
         user["fail_reason"] = values
-    _record(study, spec, point, user, batch_of, worker, None if isinstance(values, str) else values,
+    _record(study, spec, config, user, batch_of, worker, None if isinstance(values, str) else values,
             {f"constraints:{CONSTRAINT}": over} if over is not None else {})
 
 
-def _record(study: optuna.Study, spec: SweepSpec, point: Point, user: dict[str, Any], batch_of: int,
+def _record(study: optuna.Study, spec: SweepSpec, config: Configuration, user: dict[str, Any], batch_of: int,
             worker: str | None, values: list[float] | None = None, system: dict[str, Any] | None = None) -> None:
-    """Add `point` to the study as a finished trial measured by trial `batch_of`: complete
+    """Add `config` to the study as a finished trial measured by trial `batch_of`: complete
     with `values`, failed without (its `fail_reason` in `user`)."""
     from optuna.trial import TrialState, create_trial
 
-    user = {**user, "config_key": point.key, "batch_of": batch_of, **({"worker": worker} if worker else {})}
+    user = {**user, "config_key": config_key(config), "batch_of": batch_of, **({"worker": worker} if worker else {})}
     study.add_trial(create_trial(
-        state=TrialState.FAIL if values is None else TrialState.COMPLETE, params=spec.space.params(point),
-        distributions=distributions(spec.space, point), values=values, user_attrs=user, system_attrs=system or {}))
+        state=TrialState.FAIL if values is None else TrialState.COMPLETE, params=spec.space.params(config),
+        distributions=distributions(spec.space, config), values=values, user_attrs=user,
+        system_attrs=system or {}))
 
 
 def _release_memory() -> None:

@@ -34,7 +34,9 @@ from specbench.errors import ConfigError
 from specbench.flags import HELP
 from specbench.session import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TARGET, sampling_base
 
-SPECULATIVE_METHODS = tuple(m for m in METHODS if m != "none")
+# the methods a sweep searches: medusa needs its heads' directory, which a sweep has no option
+# for (models.head is the EAGLE-3 head's), so it is refused (spec._space)
+SPECULATIVE_METHODS = tuple(m for m in METHODS if m not in ("none", "medusa"))
 SAMPLERS = ("grid", "tpe", "random", "model")
 DEFAULT_SWEEPS_DIR = Path("sweeps")
 DEFAULT_N_TRIALS = 20  # model-based samplers; grid runs until the grid is measured

@@ -39,9 +39,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from specbench.sweep.space import Point
+from specbench.runner import Configuration
+from specbench.sweep.space import Space, config_key, draft_model
 from specbench.sweep.spec import SweepSpec
-from specbench.sweep.trials import SKIPPED_ATTR, is_measured
+from specbench.sweep.trials import SKIPPED_ATTR, is_measured, params_key
 from specbench.sweep.summary import speedups_vs
 from specbench.sweep.urls import display_url
 
@@ -78,8 +79,9 @@ def nothing_measured(study: optuna.Study) -> str | None:
             "Fix the cause, then rerun with --retry-failed")
 
 
-def point_of(t: FrozenTrial) -> Point:
-    return Point.from_params(t.params)
+def config_of(space: Space, t: FrozenTrial) -> Configuration:
+    """The configuration a trial measured, from its params (eagle3: with the space's head)."""
+    return space.from_params(t.params)
 
 
 def _better(spec: SweepSpec, a: float, b: float) -> bool:
@@ -180,9 +182,9 @@ def _base_value(spec: SweepSpec, t: FrozenTrial, base: FrozenTrial | None) -> fl
     return base.values[0] if base is not None else None
 
 
-def _family(t: FrozenTrial) -> tuple[str, str | None]:
-    p = point_of(t)
-    return p.method, p.draft
+def _family(space: Space, t: FrozenTrial) -> tuple[str, str | None]:
+    c = config_of(space, t)
+    return c.spec.method, draft_model(c)
 
 
 def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
@@ -193,11 +195,11 @@ def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
     failed a physics check never count."""
     per: dict[int, tuple[FrozenTrial | None, list[FrozenTrial], list[FrozenTrial]]] = {}
     for c in spec.space.concurrency:
-        here = [t for t in trials if point_of(t).concurrency == c and _feasible(t)]
-        base = next((t for t in here if point_of(t).is_baseline), None)
-        spec_trials = [t for t in here if not point_of(t).is_baseline]
+        here = [t for t in trials if config_of(spec.space, t).concurrency == c and _feasible(t)]
+        base = next((t for t in here if config_of(spec.space, t).is_baseline), None)
+        spec_trials = [t for t in here if not config_of(spec.space, t).is_baseline]
         per[c] = (base, [t for t in spec_trials if not flagged(t)], [t for t in spec_trials if flagged(t)])
-    verdicts = {t.number: _verdict(spec, t, per[point_of(t).concurrency][0])
+    verdicts = {t.number: _verdict(spec, t, per[config_of(spec.space, t).concurrency][0])
                 for base, ok, _ in per.values() for t in ok}
 
     def best_of(ts: list[FrozenTrial]) -> FrozenTrial | None:
@@ -211,18 +213,18 @@ def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
     for c in spec.space.concurrency:
         paying = best_of([t for t in per[c][1] if verdicts[t.number][0]])
         if paying is not None:
-            family = _family(paying)
+            family = _family(spec.space, paying)
             break
     out = []
     for c in spec.space.concurrency:
         base, ok, bad = per[c]
-        mine = [t for t in ok if family is None or _family(t) == family]
+        mine = [t for t in ok if family is None or _family(spec.space, t) == family]
         best = best_of([t for t in mine if verdicts[t.number][0]]) or best_of(mine)
         gain = _gain(spec, best.values[0], _base_value(spec, best, base)) if best else None
         pays, interval, paired = verdicts[best.number] if best else (False, None, False)
         chain, chain_pays = None, False
-        if best is not None and point_of(best).is_tree:
-            chains = [t for t in mine if not point_of(t).is_tree]
+        if best is not None and config_of(spec.space, best).spec.is_tree:
+            chains = [t for t in mine if not config_of(spec.space, t).spec.is_tree]
             chain = best_of([t for t in chains if verdicts[t.number][0]]) or best_of(chains)
             chain_pays = bool(chain is not None and verdicts[chain.number][0])
         out.append(Level(c, base, best, gain, pays, interval, paired, bad, chain, chain_pays))
@@ -257,35 +259,36 @@ def best_so_far(spec: SweepSpec, study: optuna.Study) -> str:
     for t in feasible[1:]:
         if _better(spec, t.values[0], best.values[0]):
             best = t
-    return f"best {spec.objectives[0]} {best.values[0]:.4g}: {_describe(point_of(best))}"
+    return f"best {spec.objectives[0]} {best.values[0]:.4g}: {_describe(config_of(spec.space, best))}"
 
 
-def _describe(p: Point) -> str:
-    if p.is_baseline:
-        return f"baseline c{p.concurrency}"
-    draft = f" ({Path(p.draft).name})" if p.draft else ""
-    tree = f" topk={p.topk} n={p.width}" if p.is_tree else ""
-    return f"{p.method} k={p.num_speculative_tokens}{tree}{draft} c{p.concurrency}"
+def _describe(c: Configuration) -> str:
+    if c.is_baseline:
+        return f"baseline c{c.concurrency}"
+    sc, d = c.spec, draft_model(c)
+    draft = f" ({Path(d).name})" if d else ""
+    tree = f" topk={sc.topk} n={sc.verify_width}" if sc.is_tree else ""
+    return f"{sc.method} k={sc.num_speculative_tokens}{tree}{draft} c{c.concurrency}"
 
 
-def evidence(t: FrozenTrial, baseline: FrozenTrial | None = None,
+def evidence(t: FrozenTrial, space: Space, baseline: FrozenTrial | None = None,
              objectives: tuple[str, ...] = ()) -> dict[str, Any]:
     """The measured numbers of one trial, with what links them to samples."""
     s = t.user_attrs["summary"]
     out: dict[str, Any] = {"trial": t.number, "run_id": t.user_attrs["run_id"],
                            "run_dir": t.user_attrs.get("run_dir"), "host": t.user_attrs.get("host")}
-    p = point_of(t)
-    out["config"] = {"method": p.method, "num_speculative_tokens": p.num_speculative_tokens,
-                     "draft": p.draft, "concurrency": p.concurrency}
-    if p.is_tree:  # SGLang's --speculative-eagle-topk and --speculative-num-draft-tokens
-        out["config"].update(topk=p.topk, num_draft_tokens=p.width)
+    c = config_of(space, t)
+    out["config"] = {"method": c.spec.method, "num_speculative_tokens": c.spec.num_speculative_tokens,
+                     "draft": draft_model(c), "concurrency": c.concurrency}
+    if c.spec.is_tree:  # SGLang's --speculative-eagle-topk and --speculative-num-draft-tokens
+        out["config"].update(topk=c.spec.topk, num_draft_tokens=c.spec.verify_width)
     base_summary = t.user_attrs.get("baseline_summary") or (baseline.user_attrs["summary"] if baseline else None)
-    if base_summary is not None and not p.is_baseline:
+    if base_summary is not None and not c.is_baseline:
         sp = speedups_vs(base_summary, s)
         out["speedup_tpot_p50"] = _r(sp.get("tpot_p50_speedup"))
         out["speedup_output_tps"] = _r(sp.get("output_tps_speedup"))
         out["speedup_output_tps_per_user"] = _r(sp.get("output_tps_per_user_speedup"))
-    if t.user_attrs.get("baseline_summary") is not None and not p.is_baseline:
+    if t.user_attrs.get("baseline_summary") is not None and not c.is_baseline:
         bs = t.user_attrs["baseline_summary"]
         out["paired_baseline"] = {k: _r(bs.get(k)) for k in ("tpot_p50_s", "output_tps", "n")}
     if t.user_attrs.get("paired"):
@@ -309,7 +312,7 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
     trials = candidates(study)
 
     def ev(t: FrozenTrial | None, baseline: FrozenTrial | None = None) -> dict[str, Any] | None:
-        return evidence(t, baseline, spec.objectives) if t is not None else None
+        return evidence(t, spec.space, baseline, spec.objectives) if t is not None else None
 
     lv = levels(spec, trials)
     primary = spec.objectives[0]
@@ -330,10 +333,11 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
         }
         prev = x.concurrency
         if speculative:
-            p = point_of(x.best)
-            band.update(method=p.method, num_speculative_tokens=p.num_speculative_tokens, draft=p.draft)
-            if p.is_tree:
-                band.update(topk=p.topk, num_draft_tokens=p.width)
+            c = config_of(spec.space, x.best)
+            band.update(method=c.spec.method, num_speculative_tokens=c.spec.num_speculative_tokens,
+                        draft=draft_model(c))
+            if c.spec.is_tree:
+                band.update(topk=c.spec.topk, num_draft_tokens=c.spec.verify_width)
         band["gain"] = _r(x.gain)
         if x.gain is None:
             band["why"] = ("no feasible baseline measured at this concurrency" if x.baseline is None
@@ -354,7 +358,7 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
                 band["tpot_speedup_ci"] = [_r(point), _r(lo), _r(hi)]
             else:
                 rule = f"no run files here for an interval: point gain vs threshold {spec.profile.min_speedup:g}x"
-            band["why"] = (f"best speculative {_describe(point_of(x.best))}: {primary} gain "
+            band["why"] = (f"best speculative {_describe(config_of(spec.space, x.best))}: {primary} gain "
                            f"{x.gain:.3f}x over the baseline; speculation {verdict} ({rule})")
             if not speculative and x.pays:
                 band["why"] += "; kept baseline: speculation already stopped paying at a lower concurrency"
@@ -363,20 +367,19 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
         if x.chain is not None:  # the best is a tree: servers without trees (vLLM) run this chain
             band["chain"] = {**ev(x.chain, x.baseline), "pays": x.chain_pays}
         if x.flagged:
-            band["flagged"] = [{"trial": t.number, "config": point_of(t).key, "why": flagged(t)}
+            band["flagged"] = [{"trial": t.number, "config": config_key(config_of(spec.space, t)), "why": flagged(t)}
                                for t in x.flagged]
         bands.append(band)
 
     spec_cfg = None
     if paying:
-        p = point_of(paying[0].best)
-        spec_cfg = {"method": p.method}
-        model = spec.space.head if p.method == "eagle3" else p.draft
-        if model:
-            spec_cfg["model"] = model
-        spec_cfg["num_speculative_tokens"] = p.num_speculative_tokens
-        if p.is_tree:  # specbench's --speculative-config and SGLang take these; vLLM has no trees
-            spec_cfg.update(topk=p.topk, num_draft_tokens=p.width)
+        sc = config_of(spec.space, paying[0].best).spec
+        spec_cfg = {"method": sc.method}
+        if sc.draft:  # the draft model, or eagle3's head
+            spec_cfg["model"] = sc.draft
+        spec_cfg["num_speculative_tokens"] = sc.num_speculative_tokens
+        if sc.is_tree:  # specbench's --speculative-config and SGLang take these; vLLM has no trees
+            spec_cfg.update(topk=sc.topk, num_draft_tokens=sc.verify_width)
         if threshold is not None:
             spec_cfg["disable_by_batch_size"] = threshold
 
@@ -394,7 +397,7 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
                f"not at {nxt.concurrency} (gain {_fmt(nxt.gain)}); the crossover lies in "
                f"({threshold}, {nxt.concurrency}]: measure concurrency values in between to narrow it")
 
-    failed = [{"trial": t.number, "config": point_of(t).key if t.params else None,
+    failed = [{"trial": t.number, "config": params_key(spec.space, t.params),
                "reason": t.user_attrs.get("fail_reason", "interrupted")}
               for t in all_trials if t.state == TrialState.FAIL]
     profile: dict[str, Any] = {
@@ -407,7 +410,7 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
             "failed": len(failed),
             "infeasible": sum(1 for t in trials if not _feasible(t)),
             # --sampler model: configurations not measured because the fitted model ruled
-            # them out (point key -> its prediction), never recommended
+            # them out (configuration key -> its prediction), never recommended
             **({"skipped_by_model": dict(study.user_attrs.get(SKIPPED_ATTR) or {})}
                if spec.study.sampler == "model" else {}),
         },
@@ -435,7 +438,7 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
             f"{','.join(str(x.concurrency) for x in lv)}")
     if len(spec.objectives) > 1:
         base_at = {x.concurrency: x.baseline for x in lv}
-        profile["pareto_front"] = [ev(t, base_at.get(point_of(t).concurrency))
+        profile["pareto_front"] = [ev(t, base_at.get(config_of(spec.space, t).concurrency))
                                    for t in pareto_front(spec, trials)]
     profile["failed_trials"] = failed
     return profile

@@ -37,25 +37,26 @@ import json
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from specbench.config import SpeculativeConfig
 from specbench.errors import BackendError, ConfigError
-from specbench.runner import BackendSwitch
+from specbench.runner import BackendSwitch, Configuration
 from specbench.sweep.options import label as label_of
 from specbench.sweep.serving import vllm_speculative_config
-from specbench.sweep.space import Point
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.storage import first_line
 from specbench.sweep.trials import TrialFailed
 
 
-def speculative_config_json(point: Point) -> str:
-    if point.is_baseline:
+def speculative_config_json(spec: SpeculativeConfig) -> str:
+    """vLLM's --speculative-config for `spec` ({} for the baseline)."""
+    if not spec.speculative:
         return "{}"
-    return json.dumps(vllm_speculative_config(point.method, point.draft, point.num_speculative_tokens))
+    return json.dumps(vllm_speculative_config(spec.method, spec.draft, spec.num_speculative_tokens))
 
 
 def server_model_path(model: str) -> str:
@@ -70,17 +71,18 @@ def server_model_path(model: str) -> str:
     return model
 
 
-def trial_params(spec: SweepSpec, point: Point, port: int) -> dict[str, Any]:
-    """Values of the template's placeholders for `point`."""
-    draft = server_model_path(point.draft) if point.draft else ""
-    point = point.with_draft(draft or None)
-    return {"target": server_model_path(spec.target), "draft": draft, "method": point.method,
-            "k": point.num_speculative_tokens, "num_speculative_tokens": point.num_speculative_tokens,
-            "k_plus_1": point.num_speculative_tokens + 1,  # SGLang chain: num_draft_tokens = steps + 1
+def trial_params(spec: SweepSpec, config: Configuration, port: int) -> dict[str, Any]:
+    """Values of the template's placeholders for `config`."""
+    sc = config.spec
+    draft = server_model_path(sc.draft) if sc.draft else ""
+    sc = replace(sc, draft=draft or None)  # as the server loads it
+    return {"target": server_model_path(spec.target), "draft": draft, "method": sc.method,
+            "k": sc.num_speculative_tokens, "num_speculative_tokens": sc.num_speculative_tokens,
+            "k_plus_1": sc.num_speculative_tokens + 1,  # SGLang chain: num_draft_tokens = steps + 1
             # SGLang's tree flags: --speculative-eagle-topk, --speculative-num-draft-tokens (a
-            # chain's: 1 and k + 1)
-            "topk": point.topk, "num_draft_tokens": point.width or 1,
-            "port": port, "speculative_config_json": speculative_config_json(point),
+            # chain's: 1 and k + 1; the baseline's: 1 and 1)
+            "topk": sc.topk, "num_draft_tokens": sc.verify_width,
+            "port": port, "speculative_config_json": speculative_config_json(sc),
             "python": sys.executable, "dtype": spec.engine.dtype}
 
 
@@ -120,7 +122,8 @@ def open_server_session(spec: SweepSpec, log: Callable[[str], None] | None = Non
     return ServerSession(tokenizer=tok, requests=requests, workload=wl, skipped=skipped, log=log)
 
 
-def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path: Path) -> tuple[Any, Any]:
+def start_server(spec: SweepSpec, config: Configuration, session: ServerSession,
+                 log_path: Path) -> tuple[Any, Any]:
     """Launch the trial's server and connect to it: (ServerLauncher, prepared OpenAIBackend).
     The server is stopped again when anything here fails."""
     from specbench.backends.launcher import ServerLauncher, free_port
@@ -134,7 +137,7 @@ def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path
     port = free_port("127.0.0.1")
     base_url = base_template.replace("{port}", str(port))
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    launcher = ServerLauncher(srv.template(point.is_baseline), trial_params(spec, point, port),
+    launcher = ServerLauncher(srv.template(config.is_baseline), trial_params(spec, config, port),
                               host=host if host in ("127.0.0.1", "localhost", "::1") else "127.0.0.1",
                               ready_timeout_s=srv.ready_timeout_s, log_path=log_path)
     if session.log:
@@ -149,7 +152,7 @@ def start_server(spec: SweepSpec, point: Point, session: ServerSession, log_path
         launcher.start()
         backend = OpenAIBackend.connect(base_url, endpoint=srv.endpoint)
         # the server must run the trial's configuration (its card / counters say so)
-        sc = point.speculative_config()
+        sc = config.spec
         backend.server_spec(sc.method, [sc.num_speculative_tokens], sc.draft, (sc.ngram_min, sc.ngram_max),
                             declared=True)
         tok = session.tokenizer
@@ -175,17 +178,16 @@ class ServerSwitch(BackendSwitch):
 
     name = "openai"
 
-    def __init__(self, spec: SweepSpec, points: dict[str, Point], session: ServerSession,
-                 log_dir: Path, run_id: str):
+    def __init__(self, spec: SweepSpec, session: ServerSession, log_dir: Path, run_id: str):
         assert spec.server is not None
-        self.spec, self.points, self.session = spec, points, session
+        self.spec, self.session = spec, session
         self.log_dir, self.run_id = log_dir, run_id
         self.together = spec.server.pairing == "together"
         self.running: dict[str, tuple[Any, Any]] = {}  # config_id -> (launcher, backend)
         self.launches: list[dict[str, str]] = []
         self.last: Any = None  # the backend measured last (describe(), device_name)
 
-    def get(self, config: Any) -> tuple[Any, bool]:
+    def get(self, config: Configuration) -> tuple[Any, bool]:
         cid = config.config_id
         if cid in self.running:
             self.last = self.running[cid][1]
@@ -194,7 +196,7 @@ class ServerSwitch(BackendSwitch):
             self.stop()
         n = len(self.launches)
         log = self.log_dir / f"{self.run_id}-{n}-{'baseline' if config.is_baseline else 'speculative'}.log"
-        launcher, backend = start_server(self.spec, self.points[cid], self.session, log)
+        launcher, backend = start_server(self.spec, config, self.session, log)
         self.running[cid] = (launcher, backend)
         self.launches.append({"config_id": cid, "command": shlex.join(launcher.argv), "log": str(launcher.log_path)})
         self.last = backend

@@ -258,6 +258,10 @@ def _space(opts: SpaceOptions, models: ModelsOptions, where: str) -> Space:
             raise ConfigError(f"{where}unknown method {m!r} in {label('space.method')}; "
                               f"valid: {', '.join(METHODS)}")
     methods = [m for m in dict.fromkeys(methods) if m != "none"]  # the baseline is always in
+    if "medusa" in methods:  # its configurations need the heads' directory: refused, not failed per trial
+        raise ConfigError(f"{where}method medusa cannot be swept: a sweep has no option for the Medusa heads' "
+                          f"directory ({label('models.head')} is the EAGLE-3 head's); measure medusa with "
+                          "specbench run --method medusa --draft PATH")
     ks, k_range = _k_values(opts.num_speculative_tokens, where)
     concurrency = _ints("space.concurrency", _as_list("space.concurrency", opts.concurrency, where), where, 1)
     for key, vals in (("space.method", methods), ("space.num_speculative_tokens", ks),

@@ -31,7 +31,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from specbench.sweep.space import Point
+from specbench.errors import ConfigError
+from specbench.runner import Configuration
+from specbench.sweep.space import Space, config_key, configuration
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.storage import fail_stale
 from specbench.sweep.summary import HEADLINE, SPEEDUP_ATTRS
@@ -49,8 +51,8 @@ class RetryLater(TrialFailed):
     """A failure that says nothing about the configuration: retried on the next start."""
 
 
-# study user attr of the model-guided sampler (`specbench.sweep.guided`): point key -> why the
-# fitted model rules it out; such points count as settled while the model says so
+# study user attr of the model-guided sampler (`specbench.sweep.guided`): configuration key ->
+# why the fitted model rules it out; such configurations count as settled while the model says so
 SKIPPED_ATTR = "specbench_model_skipped"
 RETRY_ATTR = "specbench_retry_failed_before"  # failures of trials numbered below this are retried
 
@@ -60,12 +62,12 @@ def retry_mark(study: optuna.Study) -> int:
     return int(study.user_attrs.get(RETRY_ATTR, -1))
 
 
-def retry_failed(study: optuna.Study) -> int:
+def retry_failed(study: optuna.Study, space: Space) -> int:
     """Set every recorded failure so far aside: those configurations are measured again.
     Returns how many configurations that concerns."""
     trials = study.get_trials(deepcopy=False)
-    keys = {trial_key(t) for t in trials if t.state == TrialState.FAIL and "fail_reason" in t.user_attrs}
-    keys -= {trial_key(t) for t in trials if t.state == TrialState.COMPLETE}
+    keys = {trial_key(t, space) for t in trials if t.state == TrialState.FAIL and "fail_reason" in t.user_attrs}
+    keys -= {trial_key(t, space) for t in trials if t.state == TrialState.COMPLETE}
     study.set_user_attr(RETRY_ATTR, len(trials))
     return len(keys - {None})
 
@@ -78,11 +80,24 @@ def settled(t: FrozenTrial, retry_before: int = -1) -> bool:
         and not t.user_attrs.get("stale") and t.number >= retry_before)
 
 
-def trial_key(t: FrozenTrial) -> str | None:
+def trial_key(t: FrozenTrial, space: Space) -> str | None:
+    """The key of the configuration `t` measures: the one it published, else that of its
+    params (a queued trial's: the params it was enqueued with); None without any."""
     if "config_key" in t.user_attrs:
         return t.user_attrs["config_key"]
-    params = t.params or t.system_attrs.get("fixed_params")
-    return Point.from_params(params).key if params else None
+    return params_key(space, t.params or t.system_attrs.get("fixed_params"))
+
+
+def params_key(space: Space, params: dict[str, Any] | None) -> str | None:
+    """The key of the configuration Optuna `params` name (eagle3: with the space's head);
+    None for params that name none, or only part of one (a trial stopped while drawing them,
+    e.g. draft_model without its draft): no configuration of the space has such a key."""
+    if not params:
+        return None
+    try:
+        return config_key(space.from_params(params))
+    except ConfigError:
+        return None
 
 
 def is_measured(t: FrozenTrial) -> bool:
@@ -90,54 +105,54 @@ def is_measured(t: FrozenTrial) -> bool:
     return "run_id" in t.user_attrs and "duplicate_of" not in t.user_attrs
 
 
-def settled_keys(trials: list[FrozenTrial], retry_before: int = -1) -> set[str]:
-    return {k for t in trials if settled(t, retry_before) and (k := trial_key(t))}
+def settled_keys(trials: list[FrozenTrial], space: Space, retry_before: int = -1) -> set[str]:
+    return {k for t in trials if settled(t, retry_before) and (k := trial_key(t, space))}
 
 
 def done_keys(study: optuna.Study, spec: SweepSpec) -> set[str]:
-    """The point keys settled (with the model-guided sampler: or skipped by the model)."""
-    done = settled_keys(study.get_trials(deepcopy=False), retry_mark(study))
+    """The configuration keys settled (with the model-guided sampler: or skipped by the model)."""
+    done = settled_keys(study.get_trials(deepcopy=False), spec.space, retry_mark(study))
     if spec.study.sampler == "model":
         done |= set(study.user_attrs.get(SKIPPED_ATTR) or {})
     return done
 
 
 def all_measured(study: optuna.Study, spec: SweepSpec) -> bool:
-    """Every point settled (with the model-guided sampler: or skipped by the model)."""
+    """Every configuration settled (with the model-guided sampler: or skipped by the model)."""
     done = done_keys(study, spec)
-    return all(p.key in done for p in spec.space.points())
+    return all(config_key(c) in done for c in spec.space.configurations())
 
 
-def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Point]:
+def enqueue_pending(study: optuna.Study, spec: SweepSpec) -> list[Configuration]:
     """Enqueue the baseline at each concurrency (first, so speculative trials find it) and
     every configuration whose trial was interrupted, unless present already."""
     fail_stale(study)
     trials = study.get_trials(deepcopy=False)
     mark = retry_mark(study)
-    taken = {trial_key(t) for t in trials
+    taken = {trial_key(t, spec.space) for t in trials
              if t.state in (TrialState.WAITING, TrialState.RUNNING) or settled(t, mark)}
-    by_key = {p.key: p for p in spec.space.points()}
+    by_key = {config_key(c): c for c in spec.space.configurations()}
     # measured by level, a level's run carries its baseline: none is queued on its own
-    pending: list[Point] = [] if spec.level_batch else [p for p in by_key.values() if p.is_baseline]
-    # config_key is written once every parameter is suggested, so it names the whole point.
+    pending: list[Configuration] = [] if spec.level_batch else [c for c in by_key.values() if c.is_baseline]
+    # config_key is written once every parameter is suggested, so it names the whole configuration.
     # A trial failed as stale is queued again by Optuna's callback, once, in the worker whose
     # write failed it: never here as well.
     pending += [by_key[k] for t in trials if t.state == TrialState.FAIL and not settled(t, mark)
                 and not t.user_attrs.get("stale") and (k := t.user_attrs.get("config_key")) in by_key]
-    out: list[Point] = []
-    for p in pending:
-        if p.key not in taken:
-            study.enqueue_trial(spec.space.params(p))
-            taken.add(p.key)
-            out.append(p)
+    out: list[Configuration] = []
+    for c in pending:
+        if config_key(c) not in taken:
+            study.enqueue_trial(spec.space.params(c))
+            taken.add(config_key(c))
+            out.append(c)
     return out
 
 
 def progress_counts(study: optuna.Study, spec: SweepSpec) -> tuple[int, int]:
     """(configurations settled or skipped by the model, configurations in the space)."""
-    points = spec.space.points()
+    configs = spec.space.configurations()
     done = done_keys(study, spec)
-    return sum(1 for p in points if p.key in done), len(points)
+    return sum(1 for c in configs if config_key(c) in done), len(configs)
 
 
 # --------------------------------------------------------------------------------------
@@ -256,16 +271,16 @@ def reuse(trial: Trial, original: FrozenTrial) -> Any:
     return values[0] if len(values) == 1 else values
 
 
-def baseline_of(study: optuna.Study, concurrency: int) -> FrozenTrial:
+def baseline_of(study: optuna.Study, space: Space, concurrency: int) -> FrozenTrial:
     """The complete baseline trial at `concurrency`, waiting while one is running, or queued
     for up to QUEUED_WAIT_S (a worker between trials takes a queued trial within moments; when
     none does, as when a lost baseline is queued again while every worker waits for it, this
     trial gives way with `RetryLater` so its worker runs the queued baseline next)."""
-    key = Point.of("none", concurrency=concurrency).key
+    base = config_key(configuration(concurrency=concurrency))
     queued_since: float | None = None
     mark = retry_mark(study)
     while True:
-        trials = [t for t in study.get_trials(deepcopy=False) if trial_key(t) == key]
+        trials = [t for t in study.get_trials(deepcopy=False) if trial_key(t, space) == base]
         done = [t for t in trials if t.state == TrialState.COMPLETE]
         if done:
             return done[0]
@@ -283,8 +298,8 @@ def baseline_of(study: optuna.Study, concurrency: int) -> FrozenTrial:
         fail_stale(study)
 
 
-def complete_baseline(study: optuna.Study, concurrency: int) -> FrozenTrial | None:
-    key = Point.of("none", concurrency=concurrency).key
+def complete_baseline(study: optuna.Study, space: Space, concurrency: int) -> FrozenTrial | None:
+    base = config_key(configuration(concurrency=concurrency))
     done = [t for t in study.get_trials(deepcopy=False)
-            if t.state == TrialState.COMPLETE and trial_key(t) == key]
+            if t.state == TrialState.COMPLETE and trial_key(t, space) == base]
     return done[0] if done else None

@@ -16,7 +16,8 @@ from specbench.models.eagle3 import save_head
 from specbench.records import read_run
 from specbench.sweep import build_spec
 from specbench.sweep.server import speculative_config_json
-from specbench.sweep.space import Point
+from specbench.sweep.space import config_key, configuration
+from specbench.sweep.trials import params_key
 from test_sweep_run import FAST, load, measured, prompts_file  # noqa: F401  (fixture)
 
 
@@ -33,19 +34,26 @@ def test_eagle3_needs_a_head():
         build_spec(None, {"space.method": ["eagle3"]})
 
 
-def test_the_head_is_part_of_each_eagle3_point_not_of_the_key(tmp_path):
+def test_the_head_is_part_of_each_eagle3_configuration_not_of_the_key(tmp_path):
     spec = build_spec(None, {"space.method": ["draft_model", "eagle3"], "models.head": "/heads/h",
                              "space.num_speculative_tokens": ["3"]})
-    points = spec.space.points()
-    e = [p for p in points if p.method == "eagle3"]
-    assert len(e) == 1 and e[0].draft == "/heads/h" and e[0].speculative_config().draft == "/heads/h"
-    assert e[0].key == "eagle3|k3|-|c1" and "draft" not in e[0].params
+    e = [c for c in spec.space.configurations() if c.spec.method == "eagle3"]
+    assert len(e) == 1 and e[0].spec.draft == "/heads/h"
+    params = spec.space.params(e[0])
+    assert config_key(e[0]) == "eagle3|k3|-|c1" and "draft" not in params
+    # the head is the study's, not a parameter: the space puts it back into what params name
+    assert spec.space.from_params(params) == e[0]
+    assert params_key(spec.space, params) == "eagle3|k3|-|c1"  # a queued trial's key
     assert spec.space.describe()["head"] == "/heads/h"
-    assert json.loads(speculative_config_json(e[0])) == {"method": "eagle3", "model": "/heads/h",
-                                                          "num_speculative_tokens": 3}
+    assert json.loads(speculative_config_json(e[0].spec)) == {"method": "eagle3", "model": "/heads/h",
+                                                               "num_speculative_tokens": 3}
     no_head = build_spec(None, {"space.method": ["ngram"], "models.head": "/heads/h"})
     assert no_head.space.head is None and "head" not in no_head.space.describe()
-    assert Point.of("eagle3", 3, "/x").draft == "/x" and Point.of("ngram", 3, "/x").draft is None
+    assert configuration("eagle3", 3, "/x").spec.draft == "/x" and configuration("ngram", 3, "/x").spec.draft is None
+    # an eagle3 configuration does not exist without its head (k = 0 is the baseline)
+    with pytest.raises(ConfigError, match="needs an EAGLE-3 head directory"):
+        configuration("eagle3", 3)
+    assert configuration("eagle3", 0) == configuration()
 
 
 @pytest.mark.parametrize("batch", ["level", "trial"])

@@ -15,8 +15,9 @@ import yaml
 from optuna.trial import TrialState
 
 from cli_harness import specbench
+from specbench.runner import Configuration
 from specbench.sweep import guided
-from specbench.sweep.space import Point
+from specbench.sweep.space import config_key, configuration
 from specbench.sweep.trials import SKIPPED_ATTR
 
 PROMPTS = [
@@ -49,16 +50,16 @@ def test_model_sampler_measures_corners_then_skips_what_the_model_rules_out(tiny
     res = specbench(*args(*tiny_pair, tmp_path, "--min-speedup", "10"))
     assert res.code == 0, res.output
     study = study_of(tmp_path)
-    measured = [Point.from_params(t.params) for t in study.trials if t.state == TrialState.COMPLETE]
+    measured = [configuration(**t.params) for t in study.trials if t.state == TrialState.COMPLETE]
     spec_points = [p for p in measured if not p.is_baseline]
     # the baselines and the four corners first, in that order
     assert [p.is_baseline for p in measured[:3]] == [True] * 3
-    assert {(p.num_speculative_tokens, p.concurrency) for p in spec_points[:4]} == {(1, 1), (4, 1), (1, 4), (4, 4)}
+    assert {(p.spec.num_speculative_tokens, p.concurrency) for p in spec_points[:4]} == {(1, 1), (4, 1), (1, 4), (4, 4)}
     skipped = study.user_attrs[SKIPPED_ATTR]
     grid = len(KS) * len(CONCS)
     # every speculative point is measured or skipped, never both, and most are skipped here
     assert len(spec_points) + len(skipped) == grid
-    assert not {p.key for p in spec_points} & set(skipped)
+    assert not {config_key(p) for p in spec_points} & set(skipped)
     assert len(skipped) == grid - 4, skipped  # every point but the corners
     for key, why in skipped.items():
         assert why.startswith("predicted ") and "needed at concurrency" in why, why
@@ -90,8 +91,8 @@ class Planted:
         return k > self.reach[0] or c > self.reach[1]
 
 
-def point(k: int, c: int) -> Point:
-    return Point.of("draft_model", k, "/models/draft", c)
+def point(k: int, c: int) -> Configuration:
+    return configuration("draft_model", k, "/models/draft", c)
 
 
 def test_the_rule_skips_only_what_cannot_reach_the_bar_and_measures_the_closest_first():
@@ -100,22 +101,22 @@ def test_the_rule_skips_only_what_cannot_reach_the_bar_and_measures_the_closest_
     bar = {1: 1.0, 2: 1.0, 4: 1.0}
     got = guided.rank(todo, Planted(predicted), u=0.10, bar=bar)
     # 0.80 × 1.2 = 0.96 < 1 and 0.40, 0.55: skipped; 0.95 × 1.2 >= 1: still in doubt
-    assert set(got.skipped) == {point(2, 2).key, point(3, 2).key, point(2, 4).key}
-    assert "predicted 0.80×" in got.skipped[point(2, 2).key]
-    assert got.point == point(3, 1)  # |log 0.95| < |log 1.5|: the closest to the bar
+    assert set(got.skipped) == {config_key(point(2, 2)), config_key(point(3, 2)), config_key(point(2, 4))}
+    assert "predicted 0.80×" in got.skipped[config_key(point(2, 2))]
+    assert got.config == point(3, 1)  # |log 0.95| < |log 1.5|: the closest to the bar
     # a wider uncertainty rules out less
     wide = guided.rank(todo, Planted(predicted), u=0.30, bar=bar)
-    assert set(wide.skipped) == {point(3, 2).key, point(2, 4).key}  # 0.80 × 1.6 >= 1: kept
+    assert set(wide.skipped) == {config_key(point(3, 2)), config_key(point(2, 4))}  # 0.80 × 1.6 >= 1: kept
     # a bar raised by a measured 1.7× at concurrency 1: 1.5 can still beat it, 0.95 cannot
     high = guided.rank(todo, Planted(predicted), u=0.10, bar={**bar, 1: 1.7})
-    assert point(3, 1).key in high.skipped and point(2, 1).key not in high.skipped
-    assert high.point == point(2, 1)
+    assert config_key(point(3, 1)) in high.skipped and config_key(point(2, 1)) not in high.skipped
+    assert high.config == point(2, 1)
     # what the model cannot speak for is measured first, never skipped
     beyond = guided.rank(todo + [point(6, 1)], Planted({**predicted, (6, 1): 0.1}, reach=(4, 4)), 0.10, bar)
-    assert beyond.point == point(6, 1) and point(6, 1).key not in beyond.skipped
+    assert beyond.config == point(6, 1) and config_key(point(6, 1)) not in beyond.skipped
     # nothing left in doubt: the sweep is done
     done = guided.rank([point(3, 2)], Planted(predicted), 0.10, bar)
-    assert done.point is None and point(3, 2).key in done.skipped
+    assert done.config is None and config_key(point(3, 2)) in done.skipped
 
 
 def test_level_batches_measure_the_corner_levels_whole_and_skip_a_level_the_model_rules_out(tiny_pair, tmp_path):
@@ -127,13 +128,13 @@ def test_level_batches_measure_the_corner_levels_whole_and_skip_a_level_the_mode
     assert res.code == 0, res.output
     study = study_of(tmp_path)
     done = [t for t in study.trials if t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
-    measured = {Point.from_params(t.params).key for t in done}
-    levels = {c: [Point.of("draft_model", k, tiny_pair[1], c).key for k in KS] for c in CONCS}
+    measured = {config_key(configuration(**t.params)) for t in done}
+    levels = {c: [config_key(configuration("draft_model", k, tiny_pair[1], c)) for k in KS] for c in CONCS}
     for c in (CONCS[0], CONCS[-1]):
-        assert set(levels[c]) | {Point.of("none", concurrency=c).key} <= measured
+        assert set(levels[c]) | {config_key(configuration("none", concurrency=c))} <= measured
     skipped = study.user_attrs[SKIPPED_ATTR]
-    assert set(skipped) == set(levels[2]) | {Point.of("none", concurrency=2).key}
-    assert "no baseline to measure them against" in skipped[Point.of("none", concurrency=2).key]
+    assert set(skipped) == set(levels[2]) | {config_key(configuration("none", concurrency=2))}
+    assert "no baseline to measure them against" in skipped[config_key(configuration("none", concurrency=2))]
     runs = list((tmp_path / "study" / "runs").iterdir())
     assert len(runs) == 2  # two levels, one run each
     profile = yaml.safe_load((tmp_path / "study" / "profile.yaml").read_text())

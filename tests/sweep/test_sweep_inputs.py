@@ -12,9 +12,11 @@ import pytest
 
 import cli_harness
 
+from specbench.config import BASELINE
 from specbench.errors import ConfigError
+from specbench.runner import Configuration
 from specbench.sweep import build_spec, load_spec_file, open_storage, open_study
-from specbench.sweep.space import Point
+from specbench.sweep.space import config_key, configuration
 
 REPO = Path(__file__).resolve().parents[2]
 # A target that does not exist: if a test got as far as loading models it would say so.
@@ -51,7 +53,7 @@ def storage(tmp_path) -> str:
 def test_shipped_specs_parse(name):
     path = REPO / "sweeps" / name
     spec = build_spec(load_spec_file(path), source=path)
-    assert spec.study.name == path.stem and spec.space.points()
+    assert spec.study.name == path.stem and spec.space.configurations()
     assert spec.storage_url == f"sqlite:///sweeps/{path.stem}.db"
     assert spec.study.out == Path("sweeps/studies") / path.stem
 
@@ -61,7 +63,7 @@ def test_quick_cpu_spec_is_small_enough_for_a_cpu():
     spec = build_spec(load_spec_file(path), source=path)
     assert spec.study.sampler == "grid" and spec.engine.device == "cpu"
     assert spec.space.num_speculative_tokens == (2, 4) and spec.space.concurrency == (1, 4)
-    assert len(spec.space.points()) == 6  # 2 baselines + 2 k x 2 concurrency
+    assert len(spec.space.configurations()) == 6  # 2 baselines + 2 k x 2 concurrency
     # 12 prompts x 32 tokens: about 3 minutes on a quiet 2-core CPU (4 could not tell 1.3x from 1x)
     assert spec.workload.num_prompts == 12 and spec.sampling.overrides["max_new_tokens"] == 32
 
@@ -76,10 +78,30 @@ def test_flags_override_the_spec_file(tmp_path):
     assert spec.sampling.overrides == {"max_new_tokens": 16} and spec.study.name == "s"
 
 
-def test_every_spelling_of_the_baseline_is_one_point():
-    assert Point.of("none", 4, "x", 2) == Point.of("draft_model", 0, "x", 2) == Point.of("none", concurrency=2)
-    assert Point.of("ngram", 4, "draft", 1).draft is None
-    assert Point.from_params({"method": "none", "concurrency": 4}).key == "none|k0|-|c4"
+def test_every_spelling_of_the_baseline_is_one_configuration():
+    base = configuration("none", concurrency=2)
+    assert configuration("none", 4, "x", 2) == configuration("draft_model", 0, "x", 2) == base
+    assert base == Configuration(BASELINE, 2) and base.is_baseline  # what `specbench run` measures
+    assert configuration("ngram", 4, "draft", 1).spec.draft is None
+    assert configuration("ngram", 4, topk=2, num_draft_tokens=5) == configuration("ngram", 4)  # no trees
+    space = build_spec(None, {}).space
+    assert config_key(space.from_params({"method": "none", "concurrency": 4})) == "none|k0|-|c4"
+
+
+@pytest.mark.parametrize("config, key", [
+    # studies in PostgreSQL and SQLite hold these strings (`config_key`): they never change
+    (configuration(concurrency=4), "none|k0|-|c4"),
+    (configuration("draft_model", 4, "/models/d", 16), "draft_model|k4|/models/d|c16"),
+    (configuration("ngram", 3, concurrency=1), "ngram|k3|-|c1"),
+    (configuration("suffix", 8, concurrency=2), "suffix|k8|-|c2"),
+    (configuration("eagle3", 5, "/heads/h", 1), "eagle3|k5|-|c1"),  # the study's one head is not in it
+    (configuration("draft_model", 2, "d", 1, topk=1, num_draft_tokens=9), "draft_model|k2|d|c1"),  # a chain
+    (configuration("draft_model", 2, "d", 1, topk=2, num_draft_tokens=5), "draft_model|k2|d|c1|t2n5"),
+    (configuration("draft_model", 2, "d", 1, topk=2, num_draft_tokens=100), "draft_model|k2|d|c1|t2n7"),  # capped
+    (configuration("eagle3", 3, "/heads/h", 4, topk=4), "eagle3|k3|-|c4|t4n13"),  # 1 + k * topk
+])
+def test_dedupe_keys_are_those_studies_hold(config, key):
+    assert config_key(config) == key
 
 
 # ---- bad input --------------------------------------------------------------------------------
@@ -132,6 +154,15 @@ def test_wrong_type_is_named(tmp_path):
 ])
 def test_empty_search_space(flags, needle, storage):
     assert needle in refused(*NO_MODEL, "--storage", storage, *flags)
+
+
+@pytest.mark.parametrize("methods", ["medusa", "draft_model,medusa"])
+def test_medusa_is_refused_before_anything_is_stored(methods, storage, tmp_path):
+    """A medusa configuration needs the heads' directory, which a sweep cannot name (each of
+    its trials used to fail on that): one line, exit 2, no study."""
+    line = refused(*NO_MODEL, "--storage", storage, "--method", methods, "--head", "/heads/m")
+    assert "method medusa cannot be swept" in line and "models.head (--head) is the EAGLE-3 head's" in line
+    assert not list(tmp_path.glob("*.db"))
 
 
 def test_empty_list_in_the_spec_file(tmp_path):

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 
 from cli_harness import specbench
 from specbench.records import read_run
-from specbench.sweep.space import Point
+from specbench.sweep.space import config_key, configuration
 
 PROMPTS = [
     {"id": "greet", "prompt": "Say hello to the team."},
@@ -60,7 +60,7 @@ def test_one_run_per_level_one_trial_per_configuration(level_sweep):
     where, res = level_sweep
     assert res.code == 0, res.output
     trials = measured(load(where))
-    keys = [Point.from_params(t.params).key for t in trials]
+    keys = [config_key(configuration(**t.params)) for t in trials]
     assert len(keys) == len(set(keys)) == len(CONCS) * (len(KS) + 1)  # every configuration once
     # the console names every configuration measured with the level's trial
     assert res.output.count("(with trial ") == len(keys) - len(CONCS), res.output
@@ -81,10 +81,10 @@ def test_one_run_per_level_one_trial_per_configuration(level_sweep):
 def test_each_trials_speedup_recomputes_from_the_shared_parquet(level_sweep):
     where, _ = level_sweep
     for t in measured(load(where)):
-        p = Point.from_params(t.params)
+        p = configuration(**t.params)
         df, _ = read_run(where / "study" / t.user_attrs["run_dir"])
         rows = df[df["config_id"] == t.user_attrs["config_id"]]
-        assert len(rows) == len(PROMPTS) and set(rows["num_speculative_tokens"]) == {p.num_speculative_tokens}
+        assert len(rows) == len(PROMPTS) and set(rows["num_speculative_tokens"]) == {p.spec.num_speculative_tokens}
         if p.is_baseline:
             assert t.values[0] == 1.0
             continue
@@ -115,7 +115,7 @@ def test_two_workers_never_measure_a_configuration_twice(tiny_pair, tmp_path):
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     trials = measured(load(tmp_path))
-    keys = [Point.from_params(t.params).key for t in trials]
+    keys = [config_key(configuration(**t.params)) for t in trials]
     assert len(keys) == len(set(keys)) == len(CONCS) * (len(KS) + 1), keys
     # each configuration's rows come from one run only
     counts: dict[str, int] = {}
@@ -146,7 +146,7 @@ def test_an_interrupted_level_is_measured_again_whole_and_nothing_before_it_twic
     monkeypatch.setattr(runner, "run_plan", interrupt_second_level)
     first = specbench(*sweep_args(tiny_pair, tmp_path))
     assert first.code == 130, first.output
-    before = {Point.from_params(t.params).key: t.user_attrs["run_id"] for t in measured(load(tmp_path))}
+    before = {config_key(configuration(**t.params)): t.user_attrs["run_id"] for t in measured(load(tmp_path))}
     assert len(before) == len(KS) + 1  # the first level, whole; nothing of the second
     (cut,) = [t for t in load(tmp_path) if t.state == TrialState.FAIL]
     assert cut.user_attrs["interrupted"] is True
@@ -155,8 +155,8 @@ def test_an_interrupted_level_is_measured_again_whole_and_nothing_before_it_twic
     second = specbench(*sweep_args(tiny_pair, tmp_path))
     assert second.code == 0, second.output
     ok = measured(load(tmp_path))
-    keys = [Point.from_params(t.params).key for t in ok]
+    keys = [config_key(configuration(**t.params)) for t in ok]
     assert len(keys) == len(set(keys)) == len(CONCS) * (len(KS) + 1)
     for k, run_id in before.items():  # the first level is not measured again
-        assert [t.user_attrs["run_id"] for t in ok if Point.from_params(t.params).key == k] == [run_id]
+        assert [t.user_attrs["run_id"] for t in ok if config_key(configuration(**t.params)) == k] == [run_id]
     assert all(t.state != TrialState.RUNNING for t in load(tmp_path))

@@ -12,8 +12,9 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from specbench.analysis import SUMMARY_COLUMNS
+from specbench.runner import Configuration
 from specbench.sweep import build_profile, build_spec, pareto_front, write_profile
-from specbench.sweep.space import Point
+from specbench.sweep.space import config_key, configuration
 
 BASE_TPOT = 0.1  # s
 BASE_TPS = 100.0  # total tok/s
@@ -26,39 +27,41 @@ def make_spec(**flags):
     return build_spec(None, values)
 
 
-def summary(p: Point, speedup: float) -> dict:
+def summary(p: Configuration, speedup: float) -> dict:
     s = {c: None for c in SUMMARY_COLUMNS}
-    s.update(config_id=f"{p.method}-k{p.num_speculative_tokens}-c{p.concurrency}", method=p.method,
-             num_speculative_tokens=p.num_speculative_tokens, concurrency=p.concurrency,
+    method, k = p.spec.method, p.spec.num_speculative_tokens
+    s.update(config_id=f"{method}-k{k}-c{p.concurrency}", method=method,
+             num_speculative_tokens=k, concurrency=p.concurrency,
              is_baseline=p.is_baseline, n=4, errors=0, tpot_p50_s=BASE_TPOT / speedup,
              tpot_p95_s=1.5 * BASE_TPOT / speedup, e2e_p50_s=3.0 / speedup,
              output_tps=BASE_TPS * p.concurrency * speedup, output_tps_per_user=10.0 * speedup,
-             peak_memory_bytes=float(2**30 + p.num_speculative_tokens * 2**20))
+             peak_memory_bytes=float(2**30 + k * 2**20))
     return s
 
 
 def study_with(spec, speedups: dict[tuple[int, int], float], infeasible=(), attrs=None) -> optuna.Study:
     """speedups: (k, concurrency) -> TPOT p50 speedup; baselines are added at every level.
-    `attrs(point, speedup)`, when given, adds (or replaces) user attrs of each trial."""
+    `attrs(configuration, speedup)`, when given, adds (or replaces) user attrs of each trial."""
     study = optuna.create_study(directions=spec.directions)
     dists = {"method": CategoricalDistribution(("none", "draft_model")),
              "concurrency": CategoricalDistribution(spec.space.concurrency),
              "num_speculative_tokens": CategoricalDistribution(spec.space.num_speculative_tokens),
              "draft": CategoricalDistribution(("d",))}
-    points = [(Point.of("none", concurrency=c), 1.0) for c in spec.space.concurrency]
-    points += [(Point.of("draft_model", k, "d", c), x) for (k, c), x in speedups.items()]
-    for i, (p, x) in enumerate(points):
+    configs = [(configuration(concurrency=c), 1.0) for c in spec.space.concurrency]
+    configs += [(configuration("draft_model", k, "d", c), x) for (k, c), x in speedups.items()]
+    for i, (p, x) in enumerate(configs):
         s = summary(p, x)
         values = {"speedup": x, "tpot_p50": s["tpot_p50_s"], "tpot_p95": s["tpot_p95_s"],
                   "output_tps": s["output_tps"]}
-        user_attrs = {"config_key": p.key, "run_id": f"run-{i}", "run_dir": f"runs/run-{i}", "summary": s}
-        if (p.num_speculative_tokens, p.concurrency) in infeasible:
+        user_attrs = {"config_key": config_key(p), "run_id": f"run-{i}", "run_dir": f"runs/run-{i}", "summary": s}
+        if (p.spec.num_speculative_tokens, p.concurrency) in infeasible:
             user_attrs.update(feasible=False, constraint=1.0)
         if attrs is not None:
             user_attrs.update(attrs(p, x))
+        params = spec.space.params(p)
         study.add_trial(create_trial(
-            state=TrialState.COMPLETE, params=p.params,
-            distributions={k: dists[k] for k in p.params},
+            state=TrialState.COMPLETE, params=params,
+            distributions={k: dists[k] for k in params},
             values=[values[o] for o in spec.objectives], user_attrs=user_attrs))
     return study
 

@@ -22,7 +22,7 @@ from specbench import analysis
 from specbench.analysis.paired import block_groups
 from specbench.analysis.sequential import SequentialRule, log_ratios
 from specbench.records import RUN_FILE, read_run
-from specbench.sweep.space import Point
+from specbench.sweep.space import config_key, configuration
 
 PROMPTS = [
     {"id": "greet", "prompt": "Say hello to the team."},
@@ -60,7 +60,7 @@ def measured(trials) -> list[optuna.trial.FrozenTrial]:
 
 
 def key(t) -> str:
-    return Point.from_params(t.params).key
+    return config_key(configuration(**t.params))
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_grid_sweep_measures_every_configuration_once(grid_sweep):
     assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
     keys = [key(t) for t in trials]
     assert len(set(keys)) == 6
-    assert {Point.from_params(t.params).num_speculative_tokens for t in trials} == {0, 2, 4}
+    assert {configuration(**t.params).spec.num_speculative_tokens for t in trials} == {0, 2, 4}
     assert "Best configuration per concurrency" in res.out and "profile:" in res.out
 
 
@@ -102,14 +102,14 @@ def test_each_trial_links_to_its_own_run_directory(grid_sweep):
         assert set(df["run_id"]) == {t.user_attrs["run_id"]} == {run_dir.name}
         assert meta["status"] == "complete" and meta["config"]["sweep"]["trial"] == t.number
         assert json.loads((run_dir / RUN_FILE).read_text())["run_id"] == run_dir.name
-        p = Point.from_params(t.params)
+        p = configuration(**t.params)
         assert set(df["concurrency"]) == {p.concurrency}
         if p.is_baseline:
             assert set(df["method"]) == {"none"} and len(df) == len(PROMPTS)
             continue
         # a speculative trial measured its own baseline, interleaved with it (ABBA blocks)
-        assert set(df["method"]) == {"none", p.method}
-        assert set(df["num_speculative_tokens"]) == {0, p.num_speculative_tokens}
+        assert set(df["method"]) == {"none", p.spec.method}
+        assert set(df["num_speculative_tokens"]) == {0, p.spec.num_speculative_tokens}
         assert (df.groupby("config_id").size() == len(PROMPTS)).all()
         assert meta["config"]["sweep"]["pairing"].startswith("each speculative trial measures the baseline")
         # the objective value is the paired speedup recomputed from the trial's own Parquet:

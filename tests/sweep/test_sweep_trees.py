@@ -1,6 +1,6 @@
 """Draft trees as sweep dimensions (`[space] topk`, `num_draft_tokens`; SGLang's
---speculative-eagle-topk / --speculative-num-draft-tokens): the space's points (chains keep
-their keys, sizes that come to the same tree are one point), the spec's refusals, the
+--speculative-eagle-topk / --speculative-num-draft-tokens): the space's configurations (chains
+keep their keys, sizes that come to the same tree are one configuration), the spec's refusals, the
 profile and the paste files of a study whose best configuration is a tree (SGLang gets the
 tree's flags; vLLM, which serves no trees, the best chain where that chain pays too, else
 K = 0, and says why), and a tiny end-to-end sweep whose records carry the tree."""
@@ -19,9 +19,10 @@ from optuna.trial import TrialState, create_trial
 from cli_harness import specbench
 from specbench.errors import ConfigError
 from specbench.records import read_run
+from specbench.runner import Configuration
 from specbench.sweep import build_profile, build_spec, write_profile
 from specbench.sweep.serving import serving_profiles
-from specbench.sweep.space import Point
+from specbench.sweep.space import config_key, configuration
 from test_sweep_profile import make_spec
 from test_sweep_verdict import _summary
 
@@ -32,23 +33,33 @@ def tree_spec(**flags):
     return make_spec(**{"space.topk": [1, 2], "space.num_draft_tokens": [5, 100], **flags})
 
 
-def test_space_points_trees_beside_chains_with_the_old_chain_keys():
+def test_space_configurations_trees_beside_chains_with_the_old_chain_keys():
     spec = tree_spec(**{"space.concurrency": ["1"], "space.num_speculative_tokens": ["2"]})
-    keys = [p.key for p in spec.space.points()]
+    configs = spec.space.configurations()
+    keys = [config_key(c) for c in configs]
     # chain k=2 keeps its key; topk 2: a 5-token tree, and 100 capped to what depth 2 holds
     # (2 + 1 * 4 = 6 nodes + the root = 7)
     assert keys == ["none|k0|-|c1", "draft_model|k2|d|c1", "draft_model|k2|d|c1|t2n5", "draft_model|k2|d|c1|t2n7"]
-    tree = spec.space.points()[2]
-    assert tree.width == 5 and tree.speculative_config().verify_width == 5
-    assert spec.space.points()[3].speculative_config().verify_width == 7
+    tree, capped = configs[2], configs[3]
+    assert tree.spec.num_draft_tokens == 5 and tree.spec.verify_width == 5
+    # the configuration holds the size the tree comes to, what SpeculativeConfig accepts...
+    assert capped.spec.num_draft_tokens == 7 and capped.spec.verify_width == 7
+    assert configuration("draft_model", 2, "d", 1, 2, 100) == capped  # ...whatever size was asked
     assert spec.space.params(tree) == {"method": "draft_model", "concurrency": 1, "num_speculative_tokens": 2,
                                        "draft": "d", "topk": 2, "num_draft_tokens": 5}
-    assert spec.space.params(spec.space.points()[1])["topk"] == 1  # enqueued chains stay chains
+    # ...and its params the size the space asks for, a choice of suggest's distribution
+    assert spec.space.params(capped)["num_draft_tokens"] == 100
+    assert spec.space.from_params(spec.space.params(capped)) == capped
+    assert spec.space.params(configs[1])["topk"] == 1  # enqueued chains stay chains
     assert spec.space.grid()["topk"] == [1, 2] and spec.space.grid()["num_draft_tokens"] == [5, 100]
+    # a tree no size of the space comes to is not in it
+    with pytest.raises(ValueError, match="not in this space"):
+        spec.space.params(configuration("draft_model", 2, "d", 1, 2, 4))
     # a chain-only space is described, keyed and gridded as before trees existed
     chain = make_spec()
     assert "topk" not in chain.space.grid() and "topk" not in chain.space.describe()
-    assert Point.from_params({"method": "ngram", "num_speculative_tokens": 3, "topk": 4}).key == "ngram|k3|-|c1"
+    ngram = chain.space.from_params({"method": "ngram", "num_speculative_tokens": 3, "topk": 4})
+    assert config_key(ngram) == "ngram|k3|-|c1" and ngram.spec.topk == 1 and ngram.spec.num_draft_tokens is None
 
 
 @pytest.mark.parametrize("flags,needle", [
@@ -65,20 +76,20 @@ def test_spec_refuses_trees_it_cannot_measure(flags, needle):
     assert needle in str(exc.value) and "\n" not in str(exc.value)
 
 
-def tree_study(spec, results: dict[Point, float]) -> optuna.Study:
-    """Paired trials: point -> paired TPOT speedup (interval +-HALF); baselines added."""
+def tree_study(spec, results: dict[Configuration, float]) -> optuna.Study:
+    """Paired trials: configuration -> paired TPOT speedup (interval +-HALF); baselines added."""
     study = optuna.create_study(directions=spec.directions)
     dists = {"method": CategoricalDistribution(("none", "draft_model")),
              "concurrency": CategoricalDistribution(spec.space.concurrency),
              "num_speculative_tokens": CategoricalDistribution(spec.space.num_speculative_tokens),
              "draft": CategoricalDistribution(("d",)), "topk": CategoricalDistribution(spec.space.topk),
              "num_draft_tokens": CategoricalDistribution(spec.space.num_draft_tokens)}
-    points = [(Point.of("none", concurrency=c), 1.0) for c in spec.space.concurrency] + list(results.items())
-    for i, (p, x) in enumerate(points):
-        attrs = {"config_key": p.key, "run_id": f"run-{i}", "run_dir": f"runs/run-{i}",
+    configs = [(configuration(concurrency=c), 1.0) for c in spec.space.concurrency] + list(results.items())
+    for i, (p, x) in enumerate(configs):
+        attrs = {"config_key": config_key(p), "run_id": f"run-{i}", "run_dir": f"runs/run-{i}",
                  "summary": _summary(p, x, 3.0)}
         if not p.is_baseline:
-            attrs["baseline_summary"] = _summary(Point.of("none", concurrency=p.concurrency), 1.0, 3.0)
+            attrs["baseline_summary"] = _summary(configuration(concurrency=p.concurrency), 1.0, 3.0)
             attrs["paired"] = {"point": x, "lo": x * (1 - HALF), "hi": x * (1 + HALF), "n": 8, "planned": 24}
         params = spec.space.params(p)
         study.add_trial(create_trial(state=TrialState.COMPLETE, params=params,
@@ -87,11 +98,11 @@ def tree_study(spec, results: dict[Point, float]) -> optuna.Study:
 
 
 def tree(k, c, n=5):
-    return Point.of("draft_model", k, "d", c, 2, n)
+    return configuration("draft_model", k, "d", c, 2, n)
 
 
 def chain(k, c):
-    return Point.of("draft_model", k, "d", c)
+    return configuration("draft_model", k, "d", c)
 
 
 def test_a_tree_that_wins_goes_to_sglang_and_vllm_gets_the_chain_where_it_pays(tmp_path):
@@ -150,10 +161,10 @@ def test_a_tiny_sweep_measures_trees_and_records_them(tiny_pair, tmp_path):
     assert res.code == 0, res.output
     trials = [t for t in optuna.load_study(study_name="trees", storage=f"sqlite:///{tmp_path / 's.db'}").trials
               if t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
-    keys = sorted(Point.from_params(t.params).key for t in trials)
+    keys = sorted(config_key(configuration(**t.params)) for t in trials)
     d = tiny_pair[1]
     assert keys == sorted(["none|k0|-|c1", f"draft_model|k2|{d}|c1", f"draft_model|k2|{d}|c1|t2n5"])
-    (t,) = [t for t in trials if Point.from_params(t.params).is_tree]
+    (t,) = [t for t in trials if configuration(**t.params).spec.is_tree]
     df, _ = read_run(Path(tmp_path / "study") / t.user_attrs["run_dir"])
     spec_rows = df[df["config_id"] == t.user_attrs["config_id"]]  # the level's run holds the chain too
     assert len(spec_rows) == len(PROMPTS)

@@ -17,18 +17,20 @@ from rich.console import Console
 
 from specbench.analysis import SUMMARY_COLUMNS
 from specbench.cli.sweep import _print_results
+from specbench.runner import Configuration
 from specbench.sweep import build_profile, write_profile
-from specbench.sweep.space import Point
+from specbench.sweep.space import configuration
 from test_sweep_profile import BASE_TPOT, make_spec, study_with
 
 HALF = 0.08  # half-width of each trial's paired interval (relative)
 LEVELS = (1, 4, 16)
 
 
-def _summary(p: Point, speedup: float, mal: float) -> dict:
+def _summary(p: Configuration, speedup: float, mal: float) -> dict:
     s = {c: None for c in SUMMARY_COLUMNS}
-    s.update(config_id=f"{p.method}-k{p.num_speculative_tokens}-c{p.concurrency}", method=p.method,
-             num_speculative_tokens=p.num_speculative_tokens, concurrency=p.concurrency,
+    method, k = p.spec.method, p.spec.num_speculative_tokens
+    s.update(config_id=f"{method}-k{k}-c{p.concurrency}", method=method,
+             num_speculative_tokens=k, concurrency=p.concurrency,
              is_baseline=p.is_baseline, n=8, errors=0, tpot_p50_s=BASE_TPOT / speedup,
              output_tps=100.0 * speedup, mean_acceptance_length_tok=mal if not p.is_baseline else None,
              peak_memory_bytes=float(2**30))
@@ -41,15 +43,15 @@ def paired_study(spec, speedups: dict[tuple[int, int], float], mal: float = 3.0,
     The objective is the speedup (`make_spec`'s default)."""
     flagged = flagged or {}
 
-    def paired(p: Point, x: float) -> dict:
+    def paired(p: Configuration, x: float) -> dict:
         out = {"summary": _summary(p, x, mal)}
         if not p.is_baseline:
             outcome = "win" if x * (1 - HALF) > 1 else "loss" if x * (1 + HALF) < 1 else "even"
-            out["baseline_summary"] = _summary(Point.of("none", concurrency=p.concurrency), 1.0, mal)
+            out["baseline_summary"] = _summary(configuration(concurrency=p.concurrency), 1.0, mal)
             out["paired"] = {"point": x, "lo": x * (1 - HALF), "hi": x * (1 + HALF), "n": 8,
                              "planned": 24, "outcome": outcome, "stopped": None}
-            if (p.num_speculative_tokens, p.concurrency) in flagged:
-                out["inconsistent"] = [flagged[(p.num_speculative_tokens, p.concurrency)]]
+            if (p.spec.num_speculative_tokens, p.concurrency) in flagged:
+                out["inconsistent"] = [flagged[(p.spec.num_speculative_tokens, p.concurrency)]]
         return out
 
     return study_with(spec, speedups, attrs=paired)

@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import TrialState
 
 from specbench.records import read_run
-from specbench.sweep.space import Point
+from specbench.sweep.space import config_key, configuration
 
 ENTRY = ["-m", "specbench", "sweep"]
 
@@ -51,13 +51,13 @@ def test_two_workers_share_one_study_without_losing_or_repeating_trials(tiny_pai
     assert all(t.state == TrialState.COMPLETE for t in finished), [t.user_attrs for t in finished]
 
     measured = [t for t in finished if "duplicate_of" not in t.user_attrs]
-    keys = [Point.from_params(t.params).key for t in measured]
+    keys = [config_key(configuration(**t.params)) for t in measured]
     assert len(keys) == len(set(keys)), keys  # no configuration measured twice
     by_number = {t.number: t for t in measured}
     for t in finished:
         if "duplicate_of" in t.user_attrs:  # a reused trial points at the measurement it reused
             source = by_number[t.user_attrs["duplicate_of"]]
-            assert Point.from_params(source.params).key == Point.from_params(t.params).key
+            assert config_key(configuration(**source.params)) == config_key(configuration(**t.params))
             assert t.values == source.values and t.user_attrs["run_id"] == source.user_attrs["run_id"]
 
     runs = sorted((tmp_path / "study" / "runs").iterdir())

@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import TrialState
 
 from specbench.records import read_run
-from specbench.sweep.space import Point
+from specbench.sweep.space import config_key, configuration
 
 PROMPTS = [
     {"id": "greet", "prompt": "Say hello to the team."},
@@ -92,7 +92,7 @@ def check_study(study: optuna.Study, out: Path, concurrency: tuple[int, ...],
 
     # no configuration measured twice: one measuring trial per key, one run directory each
     measured = [t for t in complete if "duplicate_of" not in t.user_attrs]
-    keys = [Point.from_params(t.params).key for t in measured]
+    keys = [config_key(configuration(**t.params)) for t in measured]
     assert len(keys) == len(set(keys)), sorted(keys)
     linked = {t.user_attrs["run_id"] for t in measured}
     on_disk = {p.name for p in (out / "runs").iterdir()}
@@ -110,7 +110,7 @@ def check_study(study: optuna.Study, out: Path, concurrency: tuple[int, ...],
 
     for t in complete:
         source = by_number[t.user_attrs.get("duplicate_of", t.number)]
-        assert Point.from_params(source.params).key == Point.from_params(t.params).key
+        assert config_key(configuration(**source.params)) == config_key(configuration(**t.params))
         run_dir = out / t.user_attrs["run_dir"]
         assert run_dir.is_dir() and t.user_attrs["run_id"] == source.user_attrs["run_id"]
         df, meta = read_run(run_dir)
