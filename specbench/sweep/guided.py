@@ -52,9 +52,10 @@ class Choice:
 
 
 def label(key: str) -> str:
-    """A configuration key as the console shows it: `draft_model k3 (draft-name) c4`."""
-    method, k, draft, c = key.split("|")
-    return f"{method} {k}{f' ({Path(draft).name})' if draft != '-' else ''} {c}"
+    """A configuration key as the console shows it: `draft_model k3 (draft-name) c4`, and a
+    tree's shape after it (`eagle3 k3 c1 t2n6`)."""
+    method, k, draft, c, *tree = key.split("|")
+    return " ".join([method, k + (f" ({Path(draft).name})" if draft != "-" else ""), c, *tree])
 
 
 def family(c: Configuration) -> str:

@@ -143,3 +143,11 @@ def test_level_batches_measure_the_corner_levels_whole_and_skip_a_level_the_mode
     again = specbench(*base)
     assert again.code == 0, again.output
     assert len(study_of(tmp_path).trials) == n
+
+
+def test_label_reads_chain_and_tree_keys():
+    assert guided.label(config_key(configuration("draft_model", 3, "/m/qwen-0.5b", 4))) == \
+        "draft_model k3 (qwen-0.5b) c4"
+    assert guided.label(config_key(configuration("ngram", 2, None, 1))) == "ngram k2 c1"
+    tree = config_key(configuration("draft_model", 3, "d", 2, topk=2, num_draft_tokens=6))
+    assert guided.label(tree) == f"draft_model k3 (d) c2 {tree.split('|')[-1]}"
