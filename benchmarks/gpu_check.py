@@ -111,9 +111,17 @@ def count_syncs(device: str, console: Console) -> None:
     console.print(f"host syncs in one speculative step (4 rows, k=4, greedy): {len(syncs)}")
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+def timed(fn, device: str, reps: int):
+    """(seconds per call of `fn` over `reps` calls after one warm-up, the warm-up's result);
+    the device is synchronized around the timed window."""
+    first = fn()
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    sync()
+    return (time.perf_counter() - t) / reps, first
 
 
 def training_throughput(target: Qwen2ForCausalLM, device: str, tokens: int, console: Console, reps: int = 3) -> None:
@@ -133,13 +141,7 @@ def training_throughput(target: Qwen2ForCausalLM, device: str, tokens: int, cons
                                   positions="all", prefill=True)
         return f[0].float().clone()
 
-    feats = prefill()  # warm-up
-    _sync(device)
-    t = time.perf_counter()
-    for _ in range(reps):
-        prefill()
-    _sync(device)
-    prefill_s = (time.perf_counter() - t) / reps
+    prefill_s, feats = timed(prefill, device, reps)
     hcfg = head_config_for(target, draft_vocab_size=vocab, intermediate_size=min(2048, int(cfg.intermediate_size)),
                            aux_layers=aux)
     head = init_head(target, hcfg, torch.arange(vocab), from_target=False).to(device).train()
@@ -161,13 +163,7 @@ def training_throughput(target: Qwen2ForCausalLM, device: str, tokens: int, cons
             loss.backward()
             opt.step()
 
-        step()
-        _sync(device)
-        t = time.perf_counter()
-        for _ in range(reps):
-            step()
-        _sync(device)
-        step_s = (time.perf_counter() - t) / reps
+        step_s, _ = timed(step, device, reps)
         rows.append(f"TTT step, batch {batch} x {tokens} tokens (3 steps unrolled): {step_s * 1e3:.1f} ms, "
                     f"{step_s / (batch * tokens) * 1e6 / 60:.1f} min per million tokens per epoch")
     for r in rows:
