@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA checks for a lent GPU machine (see benchmarks/gpu_check.py): losslessness on CUDA,
-# host syncs per step, and the overhead benchmark on bf16 models of the default pair's shapes.
+# host syncs per step, the overhead benchmark and the EAGLE-3 training throughput on bf16 models
+# of the default pair's shapes.
 # The machine's own python3 holds torch with CUDA; transformers >= 5.24 (which the engine
 # needs) travels as a wheel in .whl/ when the image has an older one:
 #   echo /.whl/ >> .git/info/exclude
