@@ -182,8 +182,7 @@ def _base_value(spec: SweepSpec, t: FrozenTrial, base: FrozenTrial | None) -> fl
     return base.values[0] if base is not None else None
 
 
-def _family(space: Space, t: FrozenTrial) -> tuple[str, str | None]:
-    c = config_of(space, t)
+def _family(c: Configuration) -> tuple[str, str | None]:
     return c.spec.method, draft_model(c)
 
 
@@ -193,13 +192,14 @@ def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
     lowest concurrency where any pays; at each level its best configuration is the best
     paying one of that family (by the primary objective), else its best one. Trials that
     failed a physics check never count."""
+    conf = {t.number: config_of(spec.space, t) for t in trials}  # each trial's params read once
     per: dict[int, tuple[FrozenTrial | None, list[FrozenTrial], list[FrozenTrial]]] = {}
     for c in spec.space.concurrency:
-        here = [t for t in trials if config_of(spec.space, t).concurrency == c and _feasible(t)]
-        base = next((t for t in here if config_of(spec.space, t).is_baseline), None)
-        spec_trials = [t for t in here if not config_of(spec.space, t).is_baseline]
+        here = [t for t in trials if conf[t.number].concurrency == c and _feasible(t)]
+        base = next((t for t in here if conf[t.number].is_baseline), None)
+        spec_trials = [t for t in here if not conf[t.number].is_baseline]
         per[c] = (base, [t for t in spec_trials if not flagged(t)], [t for t in spec_trials if flagged(t)])
-    verdicts = {t.number: _verdict(spec, t, per[config_of(spec.space, t).concurrency][0])
+    verdicts = {t.number: _verdict(spec, t, per[conf[t.number].concurrency][0])
                 for base, ok, _ in per.values() for t in ok}
 
     def best_of(ts: list[FrozenTrial]) -> FrozenTrial | None:
@@ -213,18 +213,18 @@ def levels(spec: SweepSpec, trials: list[FrozenTrial]) -> list[Level]:
     for c in spec.space.concurrency:
         paying = best_of([t for t in per[c][1] if verdicts[t.number][0]])
         if paying is not None:
-            family = _family(spec.space, paying)
+            family = _family(conf[paying.number])
             break
     out = []
     for c in spec.space.concurrency:
         base, ok, bad = per[c]
-        mine = [t for t in ok if family is None or _family(spec.space, t) == family]
+        mine = [t for t in ok if family is None or _family(conf[t.number]) == family]
         best = best_of([t for t in mine if verdicts[t.number][0]]) or best_of(mine)
         gain = _gain(spec, best.values[0], _base_value(spec, best, base)) if best else None
         pays, interval, paired = verdicts[best.number] if best else (False, None, False)
         chain, chain_pays = None, False
-        if best is not None and config_of(spec.space, best).spec.is_tree:
-            chains = [t for t in mine if not config_of(spec.space, t).spec.is_tree]
+        if best is not None and conf[best.number].spec.is_tree:
+            chains = [t for t in mine if not conf[t.number].spec.is_tree]
             chain = best_of([t for t in chains if verdicts[t.number][0]]) or best_of(chains)
             chain_pays = bool(chain is not None and verdicts[chain.number][0])
         out.append(Level(c, base, best, gain, pays, interval, paired, bad, chain, chain_pays))
