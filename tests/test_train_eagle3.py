@@ -153,35 +153,32 @@ def test_validation_keeps_the_best_head_and_patience_stops_training(tiny_pair, p
 
 
 def test_evaluate_scores_each_step_on_its_own_positions_and_chains_them(monkeypatch):
-    """evaluate() weighs each batch by its positions and turns per-step accuracies a_j into the
-    chain's acceptance: mean over j of a_1 * ... * a_j."""
+    """evaluate() weighs each step's accuracy by the positions that step is scored on (the
+    loss by step 0's), turns per-step accuracies a_j into the chain's acceptance (mean over j
+    of a_1 * ... * a_j), and leaves the head in the mode it found it in."""
     import torch
 
     from specbench.models import eagle3_train
     from specbench.models.eagle3_train import StepStats
 
-    calls = iter([(2, [1.0, 0.5], 4, 2), (6, [0.5, 0.0], 2, 0)])
+    # per batch: loss, accuracies, positions scored per step (a step scores fewer positions
+    # than the one before it: step j needs j + 1 tokens ahead)
+    calls = iter([(2.0, [1.0, 0.5], [4, 3]), (6.0, [0.5, 0.0], [2, 1])])
 
-    def fake_loss(head, feats, ids, logits, valid, steps):  # (positions, accuracies) per batch
-        n, acc, m0, m1 = next(calls)
-        return None, StepStats(loss=float(n), accuracy=acc, positions=n)
-
-    def fake_batch(examples, *a):
-        T = examples[0]
-        valid = torch.zeros(1, T, dtype=torch.bool)
-        valid[0, :T] = True
-        return None, None, None, valid
+    def fake_loss(head, feats, ids, logits, valid, steps):
+        loss, acc, scored = next(calls)
+        return None, StepStats(loss=loss, accuracy=acc, scored=scored)
 
     monkeypatch.setattr(eagle3_train, "ttt_loss", fake_loss)
-    monkeypatch.setattr(eagle3_train, "make_batch", fake_batch)
-    w = torch.zeros(1, 1)
-    r = eagle3_train.evaluate(torch.nn.Linear(1, 1), [5, 3], None, None, w, batch_size=1, steps=2, bf16=False)
-    # batch 1 (T=5): step 0 scored on 4 positions, step 1 on 3; batch 2 (T=3): 2 and 1
+    monkeypatch.setattr(eagle3_train, "make_batch", lambda *a: (None, None, None, None))
+    head = torch.nn.Linear(1, 1).eval()
+    r = eagle3_train.evaluate(head, [5, 3], None, None, torch.zeros(1, 1), batch_size=1, steps=2, bf16=False)
     acc0 = (1.0 * 4 + 0.5 * 2) / 6
     acc1 = (0.5 * 3 + 0.0 * 1) / 4
     assert r["acc"] == [round(acc0, 4), round(acc1, 4)]
     assert r["expected_acceptance"] == round((acc0 + acc0 * acc1) / 2, 4)
-    assert r["loss"] == round((2 * 2 + 6 * 6) / 8, 4)
+    assert r["loss"] == round((2.0 * 4 + 6.0 * 2) / 6, 4)
+    assert not head.training
 
 
 def test_an_unavailable_device_is_refused_in_one_line(tiny_pair, prompts, tmp_path):

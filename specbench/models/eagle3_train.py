@@ -107,7 +107,12 @@ def init_head(target, cfg: HeadConfig, vocabulary: torch.Tensor, *, seed: int = 
 class StepStats:
     loss: float
     accuracy: list[float]  # per TTT step: draft argmax == target argmax, over valid positions
-    positions: int  # valid positions at step 0
+    scored: list[int]  # per TTT step: the valid positions it is scored on
+
+    @property
+    def positions(self) -> int:
+        """Valid positions at step 0."""
+        return self.scored[0] if self.scored else 0
 
 
 def _ttt_attend(j: int, keys: list[torch.Tensor], values: list[torch.Tensor], T: int, device) -> tuple:
@@ -136,7 +141,7 @@ def ttt_loss(head: Eagle3Head, features: torch.Tensor, ids: torch.Tensor, target
     keys: list[torch.Tensor] = []
     values: list[torch.Tensor] = []
     acc: list[float] = []
-    positions = 0
+    scored: list[int] = []
     base_pos = torch.arange(T, device=dev).view(1, T).expand(B, T)
     for j in range(steps):
         shift = j + 1
@@ -154,8 +159,7 @@ def ttt_loss(head: Eagle3Head, features: torch.Tensor, ids: torch.Tensor, target
 
         hidden = head.decode(tok, hidden, base_pos + j, attend)
         n_ok = int(ok.sum())
-        if j == 0:
-            positions = n_ok
+        scored.append(n_ok)
         if n_ok == 0:
             acc.append(float("nan"))
             continue
@@ -169,7 +173,7 @@ def ttt_loss(head: Eagle3Head, features: torch.Tensor, ids: torch.Tensor, target
         with torch.no_grad():
             acc.append(float((logits.argmax(-1) == p.argmax(-1)).float().mean()))
     loss = total / max(weight_sum, 1e-9)
-    return loss, StepStats(float(loss.detach()), acc, positions)
+    return loss, StepStats(float(loss.detach()), acc, scored)
 
 
 # ---- batches and validation for a training script (examples as train_eagle3.py stores them) ----
@@ -218,6 +222,7 @@ def evaluate(head, examples, vocab_mask, norm, w_draft, *, batch_size: int, step
     loss_sum, n_sum = 0.0, 0
     hits = [0.0] * steps
     counts = [0] * steps
+    was_training = head.training
     head.eval()
     with torch.no_grad(), torch.autocast(w_draft.device.type, dtype=torch.bfloat16, enabled=bf16):
         for i in range(0, len(examples), batch_size):
@@ -225,13 +230,11 @@ def evaluate(head, examples, vocab_mask, norm, w_draft, *, batch_size: int, step
             _, st = ttt_loss(head, *batch, steps=steps)
             loss_sum += st.loss * st.positions
             n_sum += st.positions
-            valid = batch[3]
-            for j, a in enumerate(st.accuracy):
-                m = int(valid[:, j + 1:].sum())  # positions step j is scored on
-                if m and a == a:
+            for j, (a, m) in enumerate(zip(st.accuracy, st.scored)):
+                if m:
                     hits[j] += a * m
                     counts[j] += m
-    head.train()
+    head.train(was_training)
     acc = [h / c if c else float("nan") for h, c in zip(hits, counts)]
     chain, prod = [], 1.0
     for a in acc:
