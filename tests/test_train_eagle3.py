@@ -192,3 +192,14 @@ def test_an_unavailable_device_is_refused_in_one_line(tiny_pair, prompts, tmp_pa
             mod.main(argv(tiny_pair, prompts, tmp_path / "head", "--device", device))
         assert needle in str(exc.value) and len(str(exc.value).splitlines()) == 1
     assert not (tmp_path / "head").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--val-sequences", "-1"), ("--patience", "-2"), ("--eval-every", "0")])
+def test_bad_validation_flags_are_refused_in_one_line_before_anything_is_written(tiny_pair, prompts, tmp_path,
+                                                                                flag, value):
+    mod = load_script()
+    with pytest.raises(SystemExit) as exc:
+        mod.main(argv(tiny_pair, prompts, tmp_path / "head", flag, value))
+    msg = str(exc.value)
+    assert flag in msg and value in msg and len(msg.splitlines()) == 1
+    assert not (tmp_path / "head").exists()
