@@ -4,11 +4,14 @@ Four resumable phases, each leaving its results under OUT/work/ (rerun the same 
 continue where it stopped):
 
   responses  the target's own greedy answers to the first --answer-prompts training prompts
-             (the embedded engine, batched), appended to responses.jsonl as they finish;
-             decoding is the expensive part on a CPU, so the other prompts train on their text
+             and to --answer-sharegpt ShareGPT prompts (the embedded engine, --concurrency rows
+             per batch), appended to responses.jsonl as they finish; decoding is the expensive
+             part on a CPU, so the other prompts train on their text
   features   one target prefill per prompt (+ answer), capturing the head's feature layers (the
              inputs of layers 2, L/2, L-3), the last layer's output and the target's argmax, in
-             shards
+             shards, in an order that only appends: the ShareGPT conversations, the workload's
+             prompts, the answered ShareGPT prompts (a shard holding other sequences than its
+             place asks for is refused)
   vocab      the draft vocabulary: the target tokens the target predicts most often where the
              loss applies (d2t/t2d)
   train      the training-time test of the public EAGLE-3 recipe (specbench.models.eagle3_train):
@@ -19,8 +22,10 @@ continue where it stopped):
 --sharegpt N adds N ShareGPT conversations (user and assistant turns, the target's chat
 template, at most --max-seq-tokens tokens each; any whose first turn is a prompt of the
 workload is skipped, so nothing measured is trained on): prefill only, no decoding, so the
-data grows at the cost of one target forward per sequence. --curve K1,K2,... trains one head
-per K on the first K sequences (the same features, the same --budget-min each) and writes
+data grows at the cost of one target forward per sequence. --answer-sharegpt N has the target
+answer the first user turns of N more conversations (none trained on as text): the target's own
+answers, what a deployed head drafts. --curve K1,K2,... trains one head per K on the first K
+training sequences (the same features, the same --budget-min each) and writes
 them to OUT/curve-K/: the learning curve (held-out acceptance against training tokens, measured
 with `specbench run --method eagle3 --draft OUT/curve-K`).
 
@@ -37,7 +42,11 @@ config.json under specbench_training) is written to OUT at the end. The prompts 
 --eval-every steps: the loss and per-step accuracy (the draft's argmax against the target's)
 there, and the acceptance rate they imply for a chain of --ttt-steps tokens. The head written is
 the one with the best validation loss (early stopping; --patience N also ends training after N
-validations without a better one). --device cuda runs the target's prefill and the training on
+validations without a better one). --val-answers V holds back the last V of the answered
+ShareGPT prompts: early stopping then follows the target's own answers (scored on the answers),
+and the conversations are reported beside them. --init-head DIR continues from a head of the same
+target (its weights and draft vocabulary), e.g. one trained on conversations, on the answers.
+--device cuda runs the target's prefill and the training on
 a GPU (the same script and recipe; benchmarks/gpu_check.py times it there).
 
 With --pause-while PATH, while PATH exists (someone is timing a benchmark on this machine) the
@@ -56,16 +65,18 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, ModelError
 from specbench.engine import Engine
 from specbench.engine.model import ModelRunner
 from specbench.models.eagle3 import default_aux_layers, save_head
+from specbench.models.eagle3.formats import build_head, read_head
 from specbench.models.eagle3_train import (evaluate, head_config_for, init_head, loss_region, make_batch,
                                            select_vocabulary, ttt_loss)
 from specbench.models.loading import load_model, resolve_device
@@ -111,6 +122,12 @@ def write_json(path: Path, obj) -> None:
     atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2).encode()))
 
 
+class Ask(NamedTuple):
+    """A prompt the target answers: the fields `responses` reads of a workload request."""
+    id: str
+    prompt_ids: tuple[int, ...]
+
+
 # ---- phase 1: the target's answers ------------------------------------------------------------
 
 def responses(args, tgt, requests, work: Path, clock: Clock) -> dict[str, list[int]]:
@@ -149,16 +166,28 @@ def responses(args, tgt, requests, work: Path, clock: Clock) -> dict[str, list[i
     return done
 
 
-def sharegpt_sequences(tokenizer, n: int, max_tokens: int, skip_texts: set[str]) -> list[list[int]]:
-    """The first `n` usable ShareGPT conversations as token ids under the chat template."""
+def sharegpt_sequences(tokenizer, n: int, max_tokens: int, skip_texts: set[str], *, prompts: int = 0,
+                      max_prompt_tokens: int = 192) -> tuple[list[list[int]], list[tuple[str, list[int]]]]:
+    """The first `n` usable ShareGPT conversations as token ids under the chat template, then the
+    first user turns of the next `prompts` ones as (id, prompt ids ending in the generation
+    prompt, at most `max_prompt_tokens`) for the target to answer: the two never share a
+    conversation."""
     import io
 
     from specbench.workload.packaged import _open_sharegpt, iter_json_array
 
     roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
     out: list[list[int]] = []
+    asks: list[tuple[str, list[int]]] = []
+
+    def ids_of(msgs, **kw) -> list[int]:
+        ids = tokenizer.apply_chat_template(msgs, tokenize=True, **kw)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
     with _open_sharegpt() as fb:
-        for conv in iter_json_array(io.TextIOWrapper(fb, encoding="utf-8")):
+        for index, conv in enumerate(iter_json_array(io.TextIOWrapper(fb, encoding="utf-8"))):
+            if len(out) >= n and len(asks) >= prompts:
+                break
             turns = conv.get("conversations") if isinstance(conv, dict) else None
             if not turns or not all(isinstance(t, dict) and t.get("from") in roles and isinstance(t.get("value"), str)
                                     for t in turns):
@@ -166,13 +195,13 @@ def sharegpt_sequences(tokenizer, n: int, max_tokens: int, skip_texts: set[str])
             msgs = [{"role": roles[t["from"]], "content": t["value"]} for t in turns]
             if msgs[0]["role"] != "user" or len(msgs) < 2 or msgs[0]["content"].strip() in skip_texts:
                 continue
-            ids = tokenizer.apply_chat_template(msgs, tokenize=True)
-            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)[:max_tokens]
-            if len(ids) >= 16:
-                out.append(ids)
-            if len(out) >= n:
-                break
-    return out
+            if len(out) < n:
+                ids = ids_of(msgs)[:max_tokens]
+                if len(ids) >= 16:
+                    out.append(ids)
+            elif msgs[0]["content"].strip():
+                asks.append((f"sharegpt-{index}", ids_of(msgs[:1], add_generation_prompt=True)[-max_prompt_tokens:]))
+    return out, asks
 
 
 # ---- phase 3: features ------------------------------------------------------------------------
@@ -216,28 +245,43 @@ def features(args, tgt, seqs, aux, work: Path, clock: Clock) -> list[Path]:
     return paths
 
 
-def load_examples(paths: list[Path]) -> list[dict[str, torch.Tensor]]:
+def load_examples(paths: list[Path], sequences: list[list[int]] | None = None) -> list[dict[str, torch.Tensor]]:
+    """The shards' examples; with `sequences`, each must hold exactly the sequence at its place."""
     from safetensors.torch import load_file
 
     examples = []
     for path in paths:
         state = load_file(path)
         n = len({k.split(".")[0] for k in state})
-        examples += [{k: state[f"{i}.{k}"] for k in ("features", "last", "ids", "start", "top")} for i in range(n)]
+        part = [{k: state[f"{i}.{k}"] for k in ("features", "last", "ids", "start", "top")} for i in range(n)]
+        if sequences is not None:
+            want = sequences[len(examples): len(examples) + n]
+            if len(want) != n or any(e["ids"].tolist() != w for e, w in zip(part, want)):
+                sys.exit(f"{path} holds other sequences than this command's (were the data flags changed?): "
+                         f"remove {path.parent} or write to a new --out")
+        examples += part
     return examples
 
 
 # ---- phase 4: training ------------------------------------------------------------------------
 
 def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: str = "",
-          val_examples=()) -> dict:
+          val_sets: dict | None = None, init: dict | None = None) -> dict:
     """TTT training until --budget-min or --max-steps (or --patience evaluations without a
-    better validation loss). With validation sequences, the head returned is the one with the
-    best validation loss seen (evaluated every --eval-every steps): early stopping."""
+    better validation loss). `val_sets` maps a name to the sequences that validate under it
+    ("answers": the target's own answers, scored on the answers; "sharegpt": conversations);
+    the first set decides early stopping: the head returned is the one with its best loss
+    seen (evaluated every --eval-every steps). `init`: the weights to start from (--init-head)."""
     dev = lm_w.device
     ckpt_path = work / f"checkpoint{tag}.pt"
     head = init_head(tgt.model, cfg, vocab, seed=args.seed, from_target=args.init_from_target,
-                     lm_head_weight=lm_w).to(dev).train()
+                     lm_head_weight=lm_w)
+    if init is not None:  # everything but the target's shared embedding
+        unexpected = head.load_state_dict(init, strict=False).unexpected_keys
+        if unexpected:
+            sys.exit(f"--init-head: weight {unexpected[0]!r} has no place in the head trained here")
+    head = head.to(dev).train()
+    val_sets = {k: list(v) for k, v in (val_sets or {}).items() if v}
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     state = {"step": 0, "train_s": 0.0, "history": [], "validation": [], "best": None, "since_best": 0}
@@ -271,20 +315,27 @@ def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: 
 
     def validate() -> None:
         nonlocal best_weights
-        v = evaluate(head, list(val_examples), vocab_mask, norm, w_draft, batch_size=args.batch_size,
-                     steps=args.ttt_steps, bf16=args.bf16)
-        state["validation"].append({"step": state["step"], "train_s": round(state["train_s"], 1), **v})
+        by_set = {name: evaluate(head, ex, vocab_mask, norm, w_draft, batch_size=args.batch_size,
+                                 steps=args.ttt_steps, bf16=args.bf16,
+                                 loss_on="answers" if name == "answers" else "all")
+                  for name, ex in val_sets.items()}
+        name, v = next(iter(by_set.items()))
+        record = {"step": state["step"], "train_s": round(state["train_s"], 1), "set": name, **v}
+        if len(by_set) > 1:
+            record["by_set"] = by_set
+        state["validation"].append(record)
         if state["best"] is None or v["loss"] < state["best"]["loss"]:
-            state["best"] = {"step": state["step"], **v}
+            state["best"] = {"step": state["step"], "set": name, **v}
             state["since_best"] = 0
             best_weights = trainable()
         else:
             state["since_best"] += 1
-        console.print(f"validation at step {state['step']}: loss {v['loss']:.3f}, accuracy/step "
-                      f"{' '.join(f'{a:.3f}' for a in v['acc'])} (best: step {state['best']['step']})")
+        console.print(f"validation at step {state['step']}: " + "; ".join(
+            f"{n} loss {r['loss']:.3f}, accuracy/step {' '.join(f'{a:.3f}' for a in r['acc'])}"
+            for n, r in by_set.items()) + f" (best on {name}: step {state['best']['step']})")
 
     def patience_left() -> bool:
-        return not (args.patience and val_examples and state["since_best"] >= args.patience)
+        return not (args.patience and val_sets and state["since_best"] >= args.patience)
 
     with progress() as bar:
         task = bar.add_task("train (TTT)", total=args.max_steps, completed=state["step"], info="")
@@ -315,11 +366,11 @@ def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: 
             bar.update(task, advance=1, info=info)
             if not console.is_terminal and state["step"] % 10 == 0:  # a log file: one line now and then
                 console.print(f"step {state['step']}: {info}")
-            if val_examples and state["step"] % args.eval_every == 0:
+            if val_sets and state["step"] % args.eval_every == 0:
                 validate()
             if state["step"] % args.save_every == 0:
                 checkpoint()
-    if val_examples and (not state["validation"] or state["validation"][-1]["step"] != state["step"]):
+    if val_sets and (not state["validation"] or state["validation"][-1]["step"] != state["step"]):
         validate()
     checkpoint()
     state["final_acc_ema"] = [round(a, 3) for a in (ema or [])]
@@ -338,6 +389,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--num-train-prompts", type=int, default=240)
     ap.add_argument("--answer-prompts", type=int, default=32,
                     help="training prompts that get the target's own greedy answer (decoding is slow on a CPU)")
+    ap.add_argument("--answer-sharegpt", type=int, default=0, metavar="N",
+                    help="also train on the target's own answers to the first user turns of N more ShareGPT "
+                         "conversations (after those of --sharegpt and --val-sequences)")
+    ap.add_argument("--val-answers", type=int, default=0, metavar="N",
+                    help="the last N of the --answer-sharegpt answers validate instead of training: early "
+                         "stopping then follows the target's own answers")
+    ap.add_argument("--init-head", type=Path, default=None, metavar="DIR",
+                    help="start from this head's weights and draft vocabulary (a head of the same target, "
+                         "e.g. one trained on conversations, continued on the target's answers)")
     ap.add_argument("--loss-on", choices=("all", "answers"), default="all")
     ap.add_argument("--sharegpt", type=int, default=0, help="also train on this many ShareGPT conversations")
     ap.add_argument("--max-seq-tokens", type=int, default=256, help="tokens kept of each ShareGPT conversation")
@@ -381,6 +441,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"--curve: each K must be >= 1, got {args.curve}")
     if args.sharegpt < 0 or args.max_seq_tokens < 16:
         sys.exit(f"--sharegpt must be >= 0 and --max-seq-tokens >= 16, got {args.sharegpt} and {args.max_seq_tokens}")
+    if args.answer_sharegpt < 0 or not 0 <= args.val_answers <= args.answer_sharegpt:
+        sys.exit(f"--answer-sharegpt must be >= 0 and --val-answers in 0..--answer-sharegpt, got "
+                 f"{args.answer_sharegpt} and {args.val_answers}")
     if args.val_sequences < 0 or args.eval_every < 1 or args.patience < 0:
         sys.exit(f"--val-sequences and --patience must be >= 0 and --eval-every >= 1, got {args.val_sequences}, "
                  f"{args.patience} and {args.eval_every}")
@@ -399,6 +462,12 @@ def main(argv: list[str] | None = None) -> None:
     timing: dict[str, float] = {}
     t_start = time.perf_counter()
 
+    start_head = None
+    if args.init_head is not None:  # read before anything slow: a bad head is refused at once
+        try:
+            start_head = read_head(args.init_head)
+        except ModelError as e:
+            sys.exit(f"--init-head: {e}")
     try:
         tgt = load_model(args.target, EngineConfig(dtype=args.dtype, device=args.device))
     except ConfigError as e:  # e.g. --device cuda on a machine without CUDA
@@ -408,6 +477,18 @@ def main(argv: list[str] | None = None) -> None:
     lm_w = tgt.model.get_output_embeddings().weight.detach()
     L = int(tgt.model.config.get_text_config().num_hidden_layers)
     aux = tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else default_aux_layers(L)
+    start = None  # (vocabulary, config, weights) of --init-head
+    if start_head is not None:
+        hcfg, weights = start_head
+        width = int(tgt.model.config.get_text_config().hidden_size)
+        got = (hcfg.vocab_size, hcfg.target_hidden_size, tuple(hcfg.aux_layers or default_aux_layers(L)))
+        if got != (int(tgt.vocab_size), width, aux):
+            sys.exit(f"--init-head {args.init_head}: it reads vocabulary {got[0]:,}, width {got[1]} and layers "
+                     f"{list(got[2])} of its target; {args.target} has {int(tgt.vocab_size):,}, {width} and "
+                     f"{list(aux)}")
+        built = build_head(hcfg, weights, args.init_head)
+        start = (built.draft_ids.clone(), hcfg, {k: v.float() if v.is_floating_point() else v
+                                                  for k, v in built.state_dict().items()})
     held = {p.id for p in load_workload(args.workload, num_prompts=args.holdout, seed=args.seed).prompts}
     wl = load_workload(args.workload, seed=args.seed)
     base = SamplingParams(seed=args.seed, max_new_tokens=args.max_new_tokens)
@@ -418,27 +499,44 @@ def main(argv: list[str] | None = None) -> None:
                   f"layers {list(aux)}); {len(reqs)} training prompts from {wl.name!r}, {len(held)} held out")
     write_json(work / "args.json", {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()})
 
+    skip = ({p.text.strip() for p in wl.prompts if p.text}
+            | {m["content"].strip() for p in wl.prompts for m in (p.messages or ()) if m.get("role") == "user"})
+    conv: list[list[int]] = []
+    asks: list = []
+    if args.sharegpt or args.val_sequences or args.answer_sharegpt:
+        conv, pairs = sharegpt_sequences(tgt.tokenizer, args.sharegpt + args.val_sequences, args.max_seq_tokens, skip,
+                                         prompts=args.answer_sharegpt, max_prompt_tokens=args.max_prompt_tokens)
+        asks = [Ask(id_, tuple(ids)) for id_, ids in pairs]
     t = time.perf_counter()
-    answers = responses(args, tgt, reqs[: args.answer_prompts], work, clock)
+    answers = responses(args, tgt, reqs[: args.answer_prompts] + asks, work, clock)
     timing["responses_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    seqs = [(list(r.prompt_ids) + answers.get(r.id, []), len(r.prompt_ids)) for r in reqs]
-    val: list[list[int]] = []
-    if args.sharegpt or args.val_sequences:
-        skip = ({p.text.strip() for p in wl.prompts if p.text}
-                | {m["content"].strip() for p in wl.prompts for m in (p.messages or ()) if m.get("role") == "user"})
-        conv = sharegpt_sequences(tgt.tokenizer, args.sharegpt + args.val_sequences, args.max_seq_tokens, skip)
-        conv, val = conv[: args.sharegpt], conv[args.sharegpt:]
+    conv, val = conv[: args.sharegpt], conv[args.sharegpt:]
+    if conv or val:
         console.print(f"{len(conv)} ShareGPT conversations ({sum(map(len, conv)):,} tokens) added; {len(val)} "
                       f"more ({sum(map(len, val)):,} tokens) validate")
-        seqs += [(ids, 0) for ids in conv]
-    # one feature pass over the training then the validation sequences: the conversations keep their
-    # order, so the shards already written stay valid when --sharegpt / --val-sequences move the split
-    paths = features(args, tgt, seqs + [(ids, 0) for ids in val], aux, work, clock)
+    answered = [(list(r.prompt_ids) + answers.get(r.id, []), len(r.prompt_ids)) for r in asks]
+    n_val_ans = min(args.val_answers, len(answered))
+    if answered:
+        console.print(f"the target's answers to {len(answered)} ShareGPT prompts "
+                      f"({sum(len(s) - st for s, st in answered):,} answer tokens): "
+                      f"{len(answered) - n_val_ans} train, {n_val_ans} validate")
+    # One feature pass, in an order that only ever appends: the ShareGPT conversations (training,
+    # then validation), the workload's prompts, the answered ShareGPT prompts. Shards already
+    # written stay valid when answers are added; load_examples refuses shards of other sequences.
+    order = ([(ids, 0) for ids in conv + val]
+             + [(list(r.prompt_ids) + answers.get(r.id, []), len(r.prompt_ids)) for r in reqs] + answered)
+    paths = features(args, tgt, order, aux, work, clock)
     timing["features_s"] = time.perf_counter() - t
-    examples = load_examples(paths)
-    examples, val_examples = examples[: len(seqs)], examples[len(seqs):]
+    every = load_examples(paths, [ids for ids, _ in order])
+    n_conv, n_val, n_req = len(conv), len(val), len(reqs)
+    split = n_conv + n_val + n_req + len(answered) - n_val_ans
+    examples = every[:n_conv] + every[n_conv + n_val: split]
+    seqs = order[:n_conv] + order[n_conv + n_val: split]
+    # the target's own answers decide early stopping when some validate: they are what a deployed head drafts
+    val_sets = {name: ex for name, ex in (("answers", every[split:]), ("sharegpt", every[n_conv: n_conv + n_val]))
+                if ex}
     curve = curve or [len(examples)]
     if not examples or curve[-1] > len(examples):
         sys.exit(f"--curve: each K must be in 1..{len(examples)} (the sequences there are), got {args.curve}")
@@ -447,21 +545,25 @@ def main(argv: list[str] | None = None) -> None:
         """The vocabulary from `examples`, a head trained on them, written to `out`."""
         vocab_path = work / f"vocab{tag}.json"
         targets = [e["top"][loss_region(e, args.loss_on)].tolist() for e in examples]
-        if vocab_path.exists():
+        if start is not None:  # --init-head: its vocabulary goes with its weights
+            vocab = start[0]
+        elif vocab_path.exists():
             vocab = torch.tensor(json.loads(vocab_path.read_text()), dtype=torch.long)
         else:
             vocab = select_vocabulary(targets, args.draft_vocab, int(tgt.vocab_size))
             write_json(vocab_path, vocab.tolist())
         flat = torch.tensor([t for seq in targets for t in seq])
         covered = torch.isin(flat, vocab).float().mean().item() if flat.numel() else 0.0
-        answer_tokens = [t for r in reqs for t in answers.get(r.id, [])]
+        answer_tokens = [t for r in [*reqs, *asks] for t in answers.get(r.id, [])]
         console.print(f"draft vocabulary: {len(vocab):,} tokens cover {covered:.1%} of the target's choices at the "
                       f"{flat.numel():,} training positions")
 
-        cfg = head_config_for(tgt.model, draft_vocab_size=len(vocab), intermediate_size=args.intermediate_size,
-                              aux_layers=aux, verifier=args.target)
+        cfg = start[1] if start is not None else head_config_for(
+            tgt.model, draft_vocab_size=len(vocab), intermediate_size=args.intermediate_size, aux_layers=aux,
+            verifier=args.target)
         t = time.perf_counter()
-        result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock, tag, val_examples)
+        result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock, tag, val_sets,
+                       init=start[2] if start is not None else None)
         times = dict(timing, train_wall_s=time.perf_counter() - t)
         head, state = result["head"], result["state"]
         total_tokens = sum(len(s) for s, _ in seqs)
@@ -478,8 +580,10 @@ def main(argv: list[str] | None = None) -> None:
             **{k: round(v, 1) for k, v in times.items()}, "total_wall_s": round(time.perf_counter() - t_start, 1),
             "final_train_accuracy_per_step": state.get("final_acc_ema"), "history": state["history"][-20:],
             "init_from_target": args.init_from_target, "lr": args.lr,
-            "device": _device_name(tgt.device), "validation_sequences": len(val_examples),
-            "validation_tokens": sum(int(e["ids"].numel()) for e in val_examples),
+            "device": _device_name(tgt.device), "init_head": str(args.init_head) if args.init_head else None,
+            "answered_sharegpt": len(answered) - n_val_ans,
+            "validation_sequences": {k: len(v) for k, v in val_sets.items()},
+            "validation_tokens": {k: sum(int(e["ids"].numel()) for e in v) for k, v in val_sets.items()},
             "validation_best": state.get("best"), "validation": state.get("validation", [])[-20:],
         }
         save_head(head, out, fmt="speculators", verifier=args.target, speculative_tokens=args.ttt_steps,

@@ -141,7 +141,7 @@ def test_validation_keeps_the_best_head_and_patience_stops_training(tiny_pair, p
                   "--patience", "2", "--lr", "30", "--warmup-steps", "1", "--save-every", "100"))
     info = training(out)
     vals = info["validation"]
-    assert info["validation_sequences"] == 3 and info["validation_tokens"] > 0
+    assert info["validation_sequences"] == {"sharegpt": 3} and info["validation_tokens"]["sharegpt"] > 0
     assert [v["step"] for v in vals] == [1, 2, 3] and info["steps"] == 3  # stopped long before 50 steps
     assert info["validation_best"]["step"] == 1 and vals[1]["loss"] > vals[0]["loss"] < vals[2]["loss"]
     assert all(len(v["acc"]) == 3 and 0 <= v["expected_acceptance"] <= 1 for v in vals)
@@ -194,7 +194,8 @@ def test_an_unavailable_device_is_refused_in_one_line(tiny_pair, prompts, tmp_pa
     assert not (tmp_path / "head").exists()
 
 
-@pytest.mark.parametrize("flag, value", [("--val-sequences", "-1"), ("--patience", "-2"), ("--eval-every", "0")])
+@pytest.mark.parametrize("flag, value", [("--val-sequences", "-1"), ("--patience", "-2"), ("--eval-every", "0"),
+                                         ("--answer-sharegpt", "-1"), ("--val-answers", "3")])
 def test_bad_validation_flags_are_refused_in_one_line_before_anything_is_written(tiny_pair, prompts, tmp_path,
                                                                                 flag, value):
     mod = load_script()
@@ -203,3 +204,79 @@ def test_bad_validation_flags_are_refused_in_one_line_before_anything_is_written
     msg = str(exc.value)
     assert flag in msg and value in msg and len(msg.splitlines()) == 1
     assert not (tmp_path / "head").exists()
+
+
+def test_the_target_answers_sharegpt_prompts_and_the_held_back_answers_decide_early_stopping(tiny_pair, prompts,
+                                                                                             tmp_path):
+    """--answer-sharegpt N: the target answers the first user turns of N ShareGPT conversations
+    other than those trained on as text or held for validation; --val-answers V of them validate,
+    scored on their answers, and that set decides early stopping (the conversations are only
+    reported)."""
+    mod = load_script()
+    out = tmp_path / "head"
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "2", "--sharegpt", "2", "--val-sequences", "2",
+                  "--answer-sharegpt", "3", "--val-answers", "1", "--eval-every", "1"))
+    info = training(out)
+    answered = [json.loads(line) for line in (out / "work" / "responses.jsonl").read_text().splitlines()]
+    asked = [r for r in answered if r["id"].startswith("sharegpt-")]
+    assert len(asked) == 3 and len(answered) == 3 + 3  # and the workload's --answer-prompts 3
+    assert all(r["output_ids"] for r in asked)
+    assert info["answered_sharegpt"] == 2 and info["sequences"] == 2 + 6 + 2
+    assert info["validation_sequences"] == {"answers": 1, "sharegpt": 2}
+    assert info["validation_best"]["set"] == "answers"
+    vals = info["validation"]
+    assert [v["step"] for v in vals] == [1, 2] and all(set(v["by_set"]) == {"answers", "sharegpt"} for v in vals)
+    assert all(v["loss"] == v["by_set"]["answers"]["loss"] for v in vals)
+    # the conversations trained on as text (or validating) are not the ones answered: the asks come
+    # after them in ShareGPT's order
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_pair[0])
+    texts, asks = mod.sharegpt_sequences(tok, 4, 256, set(), prompts=3)
+    _, every = mod.sharegpt_sequences(tok, 0, 256, set(), prompts=7)
+    assert len(texts) == 4 and asks == every[4:]
+    assert [a[0] for a in asks] == [r["id"] for r in asked]
+
+
+def test_a_head_continues_from_init_head_with_its_weights_and_vocabulary(tiny_pair, prompts, tmp_path):
+    """--init-head DIR starts from DIR's weights and draft vocabulary: with no training step the
+    head written is DIR's head, whatever vocabulary this run's data would have chosen."""
+    import torch
+    from safetensors.torch import load_file
+
+    mod = load_script()
+    first, second = tmp_path / "first", tmp_path / "second"
+    mod.main(argv(tiny_pair, prompts, first, "--max-steps", "3"))
+    mod.main(argv(tiny_pair, prompts, second, "--max-steps", "0", "--init-head", str(first), "--seed", "1",
+                  "--draft-vocab", "32", "--holdout", "3"))
+    a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert training(second)["init_head"] == str(first)
+    mod.main(argv(tiny_pair, prompts, second, "--max-steps", "2", "--init-head", str(first), "--seed", "1",
+                  "--draft-vocab", "32", "--holdout", "3"))
+    c = load_file(second / "model.safetensors")
+    assert torch.equal(a["d2t"], c["d2t"]) and not torch.equal(a["fc.weight"], c["fc.weight"])  # trained on
+
+
+def test_a_bad_init_head_is_refused_in_one_line(tiny_pair, prompts, tmp_path):
+    mod = load_script()
+    other = tmp_path / "other"
+    mod.main(argv(tiny_pair, prompts, other, "--max-steps", "1", "--aux-layers", "0,1,1"))
+    for head, needle in ((tmp_path / "missing", "no such directory"), (other, "layers [0, 1, 1]")):
+        with pytest.raises(SystemExit) as exc:
+            mod.main(argv(tiny_pair, prompts, tmp_path / "head", "--init-head", str(head)))
+        msg = str(exc.value)
+        assert "--init-head" in msg and needle in msg and len(msg.splitlines()) == 1, msg
+    assert not (tmp_path / "head" / "config.json").exists()
+
+
+def test_feature_shards_of_other_sequences_are_refused(tiny_pair, prompts, tmp_path):
+    """Feature shards are positional: a rerun whose data flags put other sequences in their places
+    is refused in one line instead of training on features of the wrong text."""
+    mod = load_script()
+    out = tmp_path / "head"
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "1"))
+    with pytest.raises(SystemExit) as exc:
+        mod.main(argv(tiny_pair, prompts, out, "--max-steps", "1", "--max-prompt-tokens", "8"))
+    msg = str(exc.value)
+    assert "holds other sequences" in msg and "features" in msg and len(msg.splitlines()) == 1

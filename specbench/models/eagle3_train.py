@@ -213,12 +213,14 @@ def make_batch(examples, vocab_mask, norm, w_draft, loss_on):
     return feats, ids.to(dev), logits, valid.to(dev)
 
 
-def evaluate(head, examples, vocab_mask, norm, w_draft, *, batch_size: int, steps: int, bf16: bool) -> dict:
+def evaluate(head, examples, vocab_mask, norm, w_draft, *, batch_size: int, steps: int, bf16: bool,
+             loss_on: str = "all") -> dict:
     """The head's TTT loss and per-step accuracy (draft argmax == target argmax, the true
     tokens fed) on sequences it never trains on, position-weighted over batches. `expected_
     acceptance` is what those accuracies imply for a chain of the TTT depth: the mean over
     steps of the product of the accuracies up to each step (an estimate; the measured figure
-    is `specbench run --method eagle3`'s acceptance)."""
+    is `specbench run --method eagle3`'s acceptance). `loss_on="answers"` scores only the
+    answer positions (where a deployed head drafts)."""
     loss_sum, n_sum = 0.0, 0
     hits = [0.0] * steps
     counts = [0] * steps
@@ -226,7 +228,7 @@ def evaluate(head, examples, vocab_mask, norm, w_draft, *, batch_size: int, step
     head.eval()
     with torch.no_grad(), torch.autocast(w_draft.device.type, dtype=torch.bfloat16, enabled=bf16):
         for i in range(0, len(examples), batch_size):
-            batch = make_batch(examples[i:i + batch_size], vocab_mask, norm, w_draft, "all")
+            batch = make_batch(examples[i:i + batch_size], vocab_mask, norm, w_draft, loss_on)
             _, st = ttt_loss(head, *batch, steps=steps)
             loss_sum += st.loss * st.positions
             n_sum += st.positions
