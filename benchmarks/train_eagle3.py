@@ -45,7 +45,8 @@ the one with the best validation loss (early stopping; --patience N also ends tr
 validations without a better one). --val-answers V holds back the last V of the answered
 ShareGPT prompts: early stopping then follows the target's own answers (scored on the answers),
 and the conversations are reported beside them. --init-head DIR continues from a head of the same
-target (its weights and draft vocabulary), e.g. one trained on conversations, on the answers.
+target, e.g. one trained on conversations, on the answers: its weights, with the draft
+vocabulary chosen from this run's data (the tokens both have keep their lm_head rows).
 --device cuda runs the target's prefill and the training on
 a GPU (the same script and recipe; benchmarks/gpu_check.py times it there).
 
@@ -276,10 +277,20 @@ def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: 
     ckpt_path = work / f"checkpoint{tag}.pt"
     head = init_head(tgt.model, cfg, vocab, seed=args.seed, from_target=args.init_from_target,
                      lm_head_weight=lm_w)
-    if init is not None:  # everything but the target's shared embedding
-        unexpected = head.load_state_dict(init, strict=False).unexpected_keys
+    if init is not None:  # everything but the target's shared embedding; the lm_head by token
+        old_vocab, weights = init
+        rows = {k: v for k, v in weights.items() if k not in ("lm_head.weight", "d2t", "t2d")}
+        unexpected = head.load_state_dict(rows, strict=False).unexpected_keys
         if unexpected:
             sys.exit(f"--init-head: weight {unexpected[0]!r} has no place in the head trained here")
+        place = {int(t): i for i, t in enumerate(old_vocab.tolist())}
+        both = [(j, place[t]) for j, t in enumerate(vocab.tolist()) if t in place]
+        if both:
+            new, old = (torch.tensor(x) for x in zip(*both))
+            with torch.no_grad():
+                head.lm_head.weight[new] = weights["lm_head.weight"][old].to(head.lm_head.weight.dtype)
+        console.print(f"--init-head: {len(both):,} of the {len(vocab):,} draft tokens keep their lm_head rows; "
+                      "the others start from the target's")
     head = head.to(dev).train()
     val_sets = {k: list(v) for k, v in (val_sets or {}).items() if v}
     params = [p for p in head.parameters() if p.requires_grad]
@@ -396,8 +407,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="the last N of the --answer-sharegpt answers validate instead of training: early "
                          "stopping then follows the target's own answers")
     ap.add_argument("--init-head", type=Path, default=None, metavar="DIR",
-                    help="start from this head's weights and draft vocabulary (a head of the same target, "
-                         "e.g. one trained on conversations, continued on the target's answers)")
+                    help="start from this head's weights (a head of the same target, e.g. one trained on "
+                         "conversations, continued on the target's answers); the draft vocabulary is chosen from "
+                         "this run's data, and its tokens the head already had keep their lm_head rows")
     ap.add_argument("--loss-on", choices=("all", "answers"), default="all")
     ap.add_argument("--sharegpt", type=int, default=0, help="also train on this many ShareGPT conversations")
     ap.add_argument("--max-seq-tokens", type=int, default=256, help="tokens kept of each ShareGPT conversation")
@@ -545,9 +557,7 @@ def main(argv: list[str] | None = None) -> None:
         """The vocabulary from `examples`, a head trained on them, written to `out`."""
         vocab_path = work / f"vocab{tag}.json"
         targets = [e["top"][loss_region(e, args.loss_on)].tolist() for e in examples]
-        if start is not None:  # --init-head: its vocabulary goes with its weights
-            vocab = start[0]
-        elif vocab_path.exists():
+        if vocab_path.exists():
             vocab = torch.tensor(json.loads(vocab_path.read_text()), dtype=torch.long)
         else:
             vocab = select_vocabulary(targets, args.draft_vocab, int(tgt.vocab_size))
@@ -558,12 +568,13 @@ def main(argv: list[str] | None = None) -> None:
         console.print(f"draft vocabulary: {len(vocab):,} tokens cover {covered:.1%} of the target's choices at the "
                       f"{flat.numel():,} training positions")
 
-        cfg = start[1] if start is not None else head_config_for(
-            tgt.model, draft_vocab_size=len(vocab), intermediate_size=args.intermediate_size, aux_layers=aux,
-            verifier=args.target)
+        cfg = head_config_for(tgt.model, draft_vocab_size=len(vocab), intermediate_size=args.intermediate_size,
+                              aux_layers=aux, verifier=args.target)
+        if start is not None:  # its layer's shape; the vocabulary this data chooses
+            cfg = replace(start[1], draft_vocab_size=len(vocab), aux_layers=aux, verifier=args.target)
         t = time.perf_counter()
         result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock, tag, val_sets,
-                       init=start[2] if start is not None else None)
+                       init=(start[0], start[2]) if start is not None else None)
         times = dict(timing, train_wall_s=time.perf_counter() - t)
         head, state = result["head"], result["state"]
         total_tokens = sum(len(s) for s, _ in seqs)
