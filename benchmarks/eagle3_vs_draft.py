@@ -3,7 +3,8 @@ baseline, draft_model-kK and eagle3-kK (medusa-kK with --medusa) on the same pro
 process, one backend holding the target, the draft model and the head, one run directory (the records `specbench run` writes, so `specbench
 report` and `specbench compare` read it as any run).
 
-Prints the run's summary table (acceptance, TPOT, speedups vs the paired baseline) and what
+Prints the run's summary table (acceptance, TPOT, speedups vs the paired baseline), each
+method's paired TPOT speedup with its 95% interval (whether it pays), and what
 drafting costs per step for each method. The configurations run interleaved (ABBA blocks), as
 `specbench run` runs them. With --pause-while PATH it waits to start while PATH exists.
 
@@ -135,6 +136,8 @@ def main() -> None:
     summary = analysis.summarize(df)
     out = Console() if sys.stdout.isatty() else Console(width=160)
     out.print(analysis.rich_summary_table(summary, analysis.speedups(summary)))
+    for line in analysis.where_speculation_pays(analysis.speedup_verdicts(df)):  # the paired 95% intervals
+        out.print(line)
     stats = metadata.config.get("configuration_stats", {})
     for cid, info in stats.items():
         if info.get("steps"):
