@@ -564,7 +564,7 @@ def main(argv: list[str] | None = None) -> None:
             write_json(vocab_path, vocab.tolist())
         flat = torch.tensor([t for seq in targets for t in seq])
         covered = torch.isin(flat, vocab).float().mean().item() if flat.numel() else 0.0
-        answer_tokens = [t for r in [*reqs, *asks] for t in answers.get(r.id, [])]
+        answer_tokens = [t for r in [*reqs, *asks[: len(asks) - n_val_ans]] for t in answers.get(r.id, [])]
         console.print(f"draft vocabulary: {len(vocab):,} tokens cover {covered:.1%} of the target's choices at the "
                       f"{flat.numel():,} training positions")
 
