@@ -168,9 +168,9 @@ def responses(args, tgt, requests, work: Path, clock: Clock) -> dict[str, list[i
 
 
 def sharegpt_sequences(tokenizer, n: int, max_tokens: int, skip_texts: set[str], *, prompts: int = 0,
-                      max_prompt_tokens: int = 192) -> tuple[list[list[int]], list[tuple[str, list[int]]]]:
+                      max_prompt_tokens: int = 192) -> tuple[list[list[int]], list[Ask]]:
     """The first `n` usable ShareGPT conversations as token ids under the chat template, then the
-    first user turns of the next `prompts` ones as (id, prompt ids ending in the generation
+    first user turns of the next `prompts` ones as Asks (prompt ids ending in the generation
     prompt, at most `max_prompt_tokens`) for the target to answer: the two never share a
     conversation."""
     import io
@@ -179,7 +179,7 @@ def sharegpt_sequences(tokenizer, n: int, max_tokens: int, skip_texts: set[str],
 
     roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
     out: list[list[int]] = []
-    asks: list[tuple[str, list[int]]] = []
+    asks: list[Ask] = []
 
     def ids_of(msgs, **kw) -> list[int]:
         ids = tokenizer.apply_chat_template(msgs, tokenize=True, **kw)
@@ -201,7 +201,8 @@ def sharegpt_sequences(tokenizer, n: int, max_tokens: int, skip_texts: set[str],
                 if len(ids) >= 16:
                     out.append(ids)
             elif msgs[0]["content"].strip():
-                asks.append((f"sharegpt-{index}", ids_of(msgs[:1], add_generation_prompt=True)[-max_prompt_tokens:]))
+                prompt = ids_of(msgs[:1], add_generation_prompt=True)[-max_prompt_tokens:]
+                asks.append(Ask(f"sharegpt-{index}", tuple(prompt)))
     return out, asks
 
 
@@ -267,18 +268,18 @@ def load_examples(paths: list[Path], sequences: list[list[int]] | None = None) -
 # ---- phase 4: training ------------------------------------------------------------------------
 
 def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: str = "",
-          val_sets: dict | None = None, init: dict | None = None) -> dict:
+          val_sets: dict | None = None, init: torch.nn.Module | None = None) -> dict:
     """TTT training until --budget-min or --max-steps (or --patience evaluations without a
     better validation loss). `val_sets` maps a name to the sequences that validate under it
     ("answers": the target's own answers, scored on the answers; "sharegpt": conversations);
     the first set decides early stopping: the head returned is the one with its best loss
-    seen (evaluated every --eval-every steps). `init`: the weights to start from (--init-head)."""
+    seen (evaluated every --eval-every steps). `init`: the head to start from (--init-head)."""
     dev = lm_w.device
     ckpt_path = work / f"checkpoint{tag}.pt"
     head = init_head(tgt.model, cfg, vocab, seed=args.seed, from_target=args.init_from_target,
                      lm_head_weight=lm_w)
     if init is not None:  # everything but the target's shared embedding; the lm_head by token
-        old_vocab, weights = init
+        old_vocab, weights = init.draft_ids, init.state_dict()
         rows = {k: v for k, v in weights.items() if k not in ("lm_head.weight", "d2t", "t2d")}
         unexpected = head.load_state_dict(rows, strict=False).unexpected_keys
         if unexpected:
@@ -489,7 +490,7 @@ def main(argv: list[str] | None = None) -> None:
     lm_w = tgt.model.get_output_embeddings().weight.detach()
     L = int(tgt.model.config.get_text_config().num_hidden_layers)
     aux = tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else default_aux_layers(L)
-    start = None  # (vocabulary, config, weights) of --init-head
+    start = None  # the --init-head head (float32, CPU)
     if start_head is not None:
         hcfg, weights = start_head
         width = int(tgt.model.config.get_text_config().hidden_size)
@@ -498,9 +499,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"--init-head {args.init_head}: it reads vocabulary {got[0]:,}, width {got[1]} and layers "
                      f"{list(got[2])} of its target; {args.target} has {int(tgt.vocab_size):,}, {width} and "
                      f"{list(aux)}")
-        built = build_head(hcfg, weights, args.init_head)
-        start = (built.draft_ids.clone(), hcfg, {k: v.float() if v.is_floating_point() else v
-                                                  for k, v in built.state_dict().items()})
+        start = build_head(hcfg, weights, args.init_head)
     held = {p.id for p in load_workload(args.workload, num_prompts=args.holdout, seed=args.seed).prompts}
     wl = load_workload(args.workload, seed=args.seed)
     base = SamplingParams(seed=args.seed, max_new_tokens=args.max_new_tokens)
@@ -514,11 +513,10 @@ def main(argv: list[str] | None = None) -> None:
     skip = ({p.text.strip() for p in wl.prompts if p.text}
             | {m["content"].strip() for p in wl.prompts for m in (p.messages or ()) if m.get("role") == "user"})
     conv: list[list[int]] = []
-    asks: list = []
+    asks: list[Ask] = []
     if args.sharegpt or args.val_sequences or args.answer_sharegpt:
-        conv, pairs = sharegpt_sequences(tgt.tokenizer, args.sharegpt + args.val_sequences, args.max_seq_tokens, skip,
-                                         prompts=args.answer_sharegpt, max_prompt_tokens=args.max_prompt_tokens)
-        asks = [Ask(id_, tuple(ids)) for id_, ids in pairs]
+        conv, asks = sharegpt_sequences(tgt.tokenizer, args.sharegpt + args.val_sequences, args.max_seq_tokens, skip,
+                                        prompts=args.answer_sharegpt, max_prompt_tokens=args.max_prompt_tokens)
     t = time.perf_counter()
     answers = responses(args, tgt, reqs[: args.answer_prompts] + asks, work, clock)
     timing["responses_s"] = time.perf_counter() - t
@@ -528,7 +526,10 @@ def main(argv: list[str] | None = None) -> None:
     if conv or val:
         console.print(f"{len(conv)} ShareGPT conversations ({sum(map(len, conv)):,} tokens) added; {len(val)} "
                       f"more ({sum(map(len, val)):,} tokens) validate")
-    answered = [(list(r.prompt_ids) + answers.get(r.id, []), len(r.prompt_ids)) for r in asks]
+    def with_answer(r) -> tuple[list[int], int]:  # (prompt + the target's answer, where the answer starts)
+        return list(r.prompt_ids) + answers.get(r.id, []), len(r.prompt_ids)
+
+    answered = [with_answer(r) for r in asks]
     n_val_ans = min(args.val_answers, len(answered))
     if answered:
         console.print(f"the target's answers to {len(answered)} ShareGPT prompts "
@@ -538,7 +539,7 @@ def main(argv: list[str] | None = None) -> None:
     # then validation), the workload's prompts, the answered ShareGPT prompts. Shards already
     # written stay valid when answers are added; load_examples refuses shards of other sequences.
     order = ([(ids, 0) for ids in conv + val]
-             + [(list(r.prompt_ids) + answers.get(r.id, []), len(r.prompt_ids)) for r in reqs] + answered)
+             + [with_answer(r) for r in reqs] + answered)
     paths = features(args, tgt, order, aux, work, clock)
     timing["features_s"] = time.perf_counter() - t
     every = load_examples(paths, [ids for ids, _ in order])
@@ -571,10 +572,9 @@ def main(argv: list[str] | None = None) -> None:
         cfg = head_config_for(tgt.model, draft_vocab_size=len(vocab), intermediate_size=args.intermediate_size,
                               aux_layers=aux, verifier=args.target)
         if start is not None:  # its layer's shape; the vocabulary this data chooses
-            cfg = replace(start[1], draft_vocab_size=len(vocab), aux_layers=aux, verifier=args.target)
+            cfg = replace(start.config, draft_vocab_size=len(vocab), aux_layers=aux, verifier=args.target)
         t = time.perf_counter()
-        result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock, tag, val_sets,
-                       init=(start[0], start[2]) if start is not None else None)
+        result = train(args, tgt, cfg, vocab, examples, lm_w, work, clock, tag, val_sets, init=start)
         times = dict(timing, train_wall_s=time.perf_counter() - t)
         head, state = result["head"], result["state"]
         total_tokens = sum(len(s) for s, _ in seqs)
