@@ -224,9 +224,11 @@ def features(args, tgt, seqs, aux, work: Path, clock: Clock) -> list[Path]:
         for s, shard in enumerate(shards):
             path = shard_dir / f"shard-{s:05d}.safetensors"
             paths.append(path)
-            if path.exists():
+            if path.exists() and _shard_len(path) == len(shard):
                 bar.update(task, advance=len(shard))
                 continue
+            # (a shard short of `len(shard)` was the last one of a run with fewer sequences: it is
+            # filled again here, so that sequences appended later keep their places)
             clock.wait_if_quiet()
             out = {}
             for i, (ids, start) in enumerate(shard):
@@ -245,6 +247,14 @@ def features(args, tgt, seqs, aux, work: Path, clock: Clock) -> list[Path]:
                 bar.update(task, advance=1, info=f"{len(ids)} tokens")
             atomic_write(path, lambda fh, out=out: fh.write(save(out)))
     return paths
+
+
+def _shard_len(path: Path) -> int:
+    """How many sequences a feature shard holds (from its header; no tensor is read)."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as fh:
+        return len({k.split(".")[0] for k in fh.keys()})
 
 
 def load_examples(paths: list[Path], sequences: list[list[int]] | None = None) -> list[dict[str, torch.Tensor]]:

@@ -289,3 +289,21 @@ def test_feature_shards_of_other_sequences_are_refused(tiny_pair, prompts, tmp_p
         mod.main(argv(tiny_pair, prompts, out, "--max-steps", "1", "--max-prompt-tokens", "8"))
     msg = str(exc.value)
     assert "holds other sequences" in msg and "features" in msg and len(msg.splitlines()) == 1
+
+
+def test_answers_added_later_extend_the_features_when_the_last_shard_was_short(tiny_pair, prompts, tmp_path):
+    """A rerun with more --answer-sharegpt appends sequences. The earlier run's last shard held
+    fewer than --shard-size: it is filled again, so each later sequence keeps its place; full
+    shards are reused as they are."""
+    from safetensors.torch import load_file
+
+    mod = load_script()
+    out = tmp_path / "head"
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "1", "--answer-sharegpt", "1"))  # 6 + 1: shards of 4, 3
+    shards = out / "work" / "features"
+    full = (shards / "shard-00000.safetensors").stat().st_mtime_ns
+    assert len(load_file(shards / "shard-00001.safetensors")) == 3 * 5
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "1", "--answer-sharegpt", "3"))  # 6 + 3: 4, 4, 1
+    assert training(out)["sequences"] == 9 and training(out)["answered_sharegpt"] == 3
+    assert [len(load_file(shards / f"shard-{i:05d}.safetensors")) // 5 for i in range(3)] == [4, 4, 1]
+    assert (shards / "shard-00000.safetensors").stat().st_mtime_ns == full
