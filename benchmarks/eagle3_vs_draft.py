@@ -1,7 +1,8 @@
 """An EAGLE-3 head (or Medusa heads) against a draft model, side by side in one run: the
-baseline, draft_model-kK and eagle3-kK (medusa-kK with --medusa) on the same prompts, one
-process, one backend holding the target, the draft model and the head, one run directory (the records `specbench run` writes, so `specbench
-report` and `specbench compare` read it as any run).
+baseline, draft_model-kK and eagle3-kK (medusa-kK with --medusa; with --topk, each of the two
+also as an EAGLE-2 tree of depth K) on the same prompts, one process, one backend holding the
+target, the draft model and the head, one run directory (the records `specbench run` writes,
+so `specbench report` and `specbench compare` read it as any run).
 
 Prints the run's summary table (acceptance, TPOT, speedups vs the paired baseline), each
 method's paired TPOT speedup with its 95% interval (whether it pays), and what
@@ -12,6 +13,7 @@ drafting costs per step for each method. The configurations run interleaved (ABB
     python benchmarks/eagle3_vs_draft.py --head DIR -k 3 --num-prompts 6 --max-new-tokens 64 --out runs/e3-vs-dm
     python benchmarks/eagle3_vs_draft.py --medusa /work/heads/qwen2.5-coder-1.5b-medusa -k 3
     ... --medusa DIR -k 3 --medusa-tree DIR/sparse_tree.json   # and the heads' sparse tree
+    ... --head DIR -k 3 --topk 4 --num-draft-tokens 8          # and both drafters as trees
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -44,6 +47,10 @@ def main() -> None:
                     help="with --medusa, also a static tree: train_medusa.py's sparse_tree.json (or a JSON "
                          "list of paths), its own configuration beside the chain")
     ap.add_argument("-k", "--num-speculative-tokens", type=int, default=3)
+    ap.add_argument("--topk", type=int, default=1,
+                    help="also run draft_model and eagle3 as EAGLE-2 trees of depth k and this topk (SGLang's knobs)")
+    ap.add_argument("--num-draft-tokens", type=int, default=None,
+                    help="the trees' tokens verified per step, root included (default 1 + k * topk)")
     ap.add_argument("--workload", default="real")
     ap.add_argument("--num-prompts", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
@@ -64,6 +71,17 @@ def main() -> None:
     method, head_dir = ("medusa", args.medusa) if args.medusa else ("eagle3", args.head)
     specs = [SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft=args.draft),
              SpeculativeConfig(method=method, num_speculative_tokens=k, draft=head_dir)]
+    if args.topk != 1 or args.num_draft_tokens is not None:
+        # the same tree shape for both drafters, beside their chains: each method's best shape
+        # on this machine, and the tree's gain for each, in one interleaved run
+        from specbench.errors import ConfigError
+
+        if args.medusa:
+            sys.exit("--topk/--num-draft-tokens: for Medusa give its static tree with --medusa-tree")
+        try:
+            specs += [replace(s, topk=args.topk, num_draft_tokens=args.num_draft_tokens) for s in specs]
+        except ConfigError as exc:
+            sys.exit(str(exc))
     if args.medusa_tree is not None:
         if not args.medusa:
             sys.exit("--medusa-tree needs --medusa")

@@ -49,6 +49,17 @@ def test_eagle3_vs_draft_refuses_a_bad_medusa_tree(tmp_path, monkeypatch, conten
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("extra, needle", [
+    (["--head", "H", "--topk", "0"], "--topk must be an integer >= 1"),
+    (["--head", "H", "--topk", "2", "--num-draft-tokens", "12"], "--num-draft-tokens 12 exceeds"),  # 10 nodes at k 3
+    (["--medusa", "M", "--topk", "2"], "--medusa-tree"),
+])
+def test_eagle3_vs_draft_refuses_a_bad_tree_shape(tmp_path, monkeypatch, extra, needle):
+    monkeypatch.setattr(sys, "argv", ["eagle3_vs_draft.py", *extra, "-k", "3", "--out", str(tmp_path / "run")])
+    refused(load("eagle3_vs_draft").main, needle)
+    assert not (tmp_path / "run").exists()
+
+
 def test_sweep_trust_no_run_names_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["sweep_trust.py", "--studies", "grid,model", "--out", str(tmp_path), "--no-run"])
     refused(load("sweep_trust").main, "summary.json")
