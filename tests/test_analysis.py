@@ -403,3 +403,25 @@ def test_a_configuration_measured_in_one_block_keeps_the_prompt_as_the_unit():
     base["block"], spec["block"] = 0, 0
     one = paired_bootstrap_speedup(base, spec)
     assert np.isfinite(one[1]) and one == pytest.approx(without)
+
+
+def test_a_chain_and_a_tree_of_the_same_k_get_a_verdict_each():
+    """eagle3 k=3 as a chain and as a tree in one run: two sentences, the tree's named by its
+    shape; merged, the tree's 'pays' would read as the chain's."""
+    from specbench.analysis import speedup_verdicts, where_speculation_pays
+
+    chain = SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head")
+    tree = SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head", topk=4, num_draft_tokens=8)
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(12):
+        base = 0.02 * (1 + 0.5 * rng.random())
+        rows.append(_row(f"p{i}", tpot=base, n_out=9))
+        rows.append(_row(f"p{i}", chain, tpot=base * 1.3 * (1 + 0.02 * rng.standard_normal()), n_out=9,
+                         accepted=(0, 1)))
+        rows.append(_row(f"p{i}", tree, tpot=base / 1.6 * (1 + 0.02 * rng.standard_normal()), n_out=9,
+                         accepted=(2, 1)))
+    lines = where_speculation_pays(speedup_verdicts(pd.DataFrame(rows)))
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("eagle3 k=3: does not pay at any concurrency measured"), lines
+    assert lines[1].startswith("eagle3 k=3 t4n8: pays at every concurrency measured"), lines

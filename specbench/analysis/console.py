@@ -9,6 +9,8 @@ command's.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 import numpy as np
@@ -116,12 +118,22 @@ def burst_lines(summary: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _shape(config_id: str, method: str, k) -> str:
+    """What a configuration's label adds to its method and k (a tree's `t4n8`, `dyn`,
+    `off8`), so that a chain and a tree of the same k get a sentence each."""
+    head = f"{method}-k{int(k)}"
+    rest = re.sub(r"-c\d+(-.*)?$", "", str(config_id))
+    return rest[len(head):].lstrip("-") if rest.startswith(head) else ""
+
+
 def where_speculation_pays(verdicts: pd.DataFrame) -> list[str]:
-    """One sentence per speculative method and k (from `speedup_verdicts`): at which
+    """One sentence per speculative method, k and draft shape (from `speedup_verdicts`): at which
     concurrency levels it pays (the paired TPOT speedup's whole interval above the minimum),
     and from which level on it stops."""
     lines = []
-    for (method, k), grp in verdicts.groupby(["method", "num_speculative_tokens"], sort=True):
+    verdicts = verdicts.assign(_shape=[_shape(cid, m, k) for cid, m, k in zip(
+        verdicts["config_id"], verdicts["method"], verdicts["num_speculative_tokens"])])
+    for (method, k, shape), grp in verdicts.groupby(["method", "num_speculative_tokens", "_shape"], sort=True):
         grp = grp.sort_values("concurrency")
         blocks = grp["paired_blocks"] if "paired_blocks" in grp else [None] * len(grp)
         levels = [(int(c), o, p, lo, hi, n) for c, o, p, lo, hi, n in zip(
@@ -146,5 +158,6 @@ def where_speculation_pays(verdicts: pd.DataFrame) -> list[str]:
             return f"c{c} {p:.2f}x{ci} {word}" if np.isfinite(p) else f"c{c} no baseline"
 
         detail = ", ".join(level(*x) for x in levels)
-        lines.append(f"{method} k={int(k)}: {verdict} (TPOT speedup vs baseline, 95% CI: {detail})")
+        name = f"{method} k={int(k)}" + (f" {shape}" if shape else "")
+        lines.append(f"{name}: {verdict} (TPOT speedup vs baseline, 95% CI: {detail})")
     return lines
