@@ -30,6 +30,7 @@ from rich.console import Console
 from specbench import analysis
 from specbench.backends.embedded import EmbeddedBackend
 from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
+from specbench.errors import ConfigError
 from specbench.models.eagle3 import describe, load_head
 from specbench.models.loading import check_same_tokenizer, load_model
 from specbench.records import RunMetadata, RunWriter, default_run_dir, make_run_id, read_run
@@ -74,8 +75,6 @@ def main() -> None:
     if args.topk != 1 or args.num_draft_tokens is not None:
         # the same tree shape for both drafters, beside their chains: each method's best shape
         # on this machine, and the tree's gain for each, in one interleaved run
-        from specbench.errors import ConfigError
-
         if args.medusa:
             sys.exit("--topk/--num-draft-tokens: for Medusa give its static tree with --medusa-tree")
         try:
@@ -94,8 +93,6 @@ def main() -> None:
         paths = raw.get("speculative_token_tree") if isinstance(raw, dict) else raw
         if not isinstance(paths, list) or not all(isinstance(p, list) for p in paths):
             sys.exit(f"--medusa-tree {args.medusa_tree}: expected a list of paths (or sparse_tree.json)")
-        from specbench.errors import ConfigError
-
         try:
             tree = tuple(tuple(p) for p in paths)
             specs.append(SpeculativeConfig(method="medusa", draft=head_dir, token_tree=tree)

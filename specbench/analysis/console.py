@@ -10,7 +10,6 @@ command's.
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 import numpy as np
