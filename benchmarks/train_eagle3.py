@@ -277,6 +277,17 @@ def load_examples(paths: list[Path], sequences: list[list[int]] | None = None) -
 
 # ---- phase 4: training ------------------------------------------------------------------------
 
+def learning_rate(step: int, lr: float, warmup: int, max_steps: int, decay_from: int | None) -> float:
+    """The learning rate of 0-based `step`: a linear warm-up over `warmup` steps, then `lr`; from
+    step `decay_from` on (when given) it falls linearly to lr / 10 at `max_steps`. A run continued
+    from a checkpoint with a larger --max-steps and --lr-decay-from at the step it stopped anneals
+    the head it had, instead of training on at the rate it plateaued at."""
+    rate = lr * min(1.0, (step + 1) / warmup)
+    if decay_from is not None and step >= decay_from and max_steps > decay_from:
+        rate *= 1.0 - 0.9 * min(1.0, (step - decay_from) / (max_steps - decay_from))
+    return rate
+
+
 def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: str = "",
           val_sets: dict | None = None, init: torch.nn.Module | None = None) -> dict:
     """TTT training until --budget-min or --max-steps (or --patience evaluations without a
@@ -367,9 +378,9 @@ def train(args, tgt, cfg, vocab, examples, lm_w, work: Path, clock: Clock, tag: 
             rng = random.Random(args.seed * 1_000_003 + state["step"])
             batch = make_batch(rng.sample(examples, min(args.batch_size, len(examples))), vocab_mask, norm, w_draft,
                                args.loss_on)
-            warm = min(1.0, (state["step"] + 1) / args.warmup_steps)
             for g in opt.param_groups:
-                g["lr"] = args.lr * warm
+                g["lr"] = learning_rate(state["step"], args.lr, args.warmup_steps, args.max_steps,
+                                        args.lr_decay_from)
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
                 loss, st = ttt_loss(head, *batch, steps=args.ttt_steps)
             opt.zero_grad(set_to_none=True)
@@ -444,6 +455,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup-steps", type=int, default=20)
+    ap.add_argument("--lr-decay-from", type=int, default=None, metavar="STEP",
+                    help="from this step on the learning rate falls linearly to --lr/10 at --max-steps "
+                         "(default: constant after the warm-up)")
     ap.add_argument("--max-steps", type=int, default=100_000)
     ap.add_argument("--budget-min", type=float, default=30.0, help="training minutes (quiet-lock pauses excluded)")
     ap.add_argument("--save-every", type=int, default=25)
@@ -470,6 +484,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.val_sequences < 0 or args.eval_every < 1 or args.patience < 0:
         sys.exit(f"--val-sequences and --patience must be >= 0 and --eval-every >= 1, got {args.val_sequences}, "
                  f"{args.patience} and {args.eval_every}")
+    if args.lr_decay_from is not None and not 0 <= args.lr_decay_from < args.max_steps:
+        sys.exit(f"--lr-decay-from must be in 0..--max-steps-1 ({args.max_steps - 1}), got {args.lr_decay_from}")
     try:
         resolve_device(EngineConfig(device=args.device))
     except ConfigError as e:

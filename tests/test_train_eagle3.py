@@ -152,6 +152,18 @@ def test_validation_keeps_the_best_head_and_patience_stops_training(tiny_pair, p
     assert not torch.equal(written[fc], ck["head"]["fc.weight"].cpu())  # ... not the last
 
 
+def test_the_learning_rate_warms_up_holds_and_decays_to_a_tenth_from_the_step_asked():
+    lr = load_script().learning_rate
+    assert lr(0, 1e-3, 20, 100, None) == pytest.approx(1e-3 / 20)  # warm-up
+    assert [lr(s, 1e-3, 20, 100, None) for s in (19, 50, 99)] == [1e-3] * 3  # constant without decay
+    assert lr(49, 1e-3, 20, 100, 50) == 1e-3  # untouched before the decay starts
+    assert lr(50, 1e-3, 20, 100, 50) == 1e-3
+    assert lr(75, 1e-3, 20, 100, 50) == pytest.approx(1e-3 * 0.55)  # half way down to a tenth
+    assert lr(100, 1e-3, 20, 100, 50) == pytest.approx(1e-4)
+    decayed = [lr(s, 1e-3, 20, 100, 50) for s in range(50, 101)]
+    assert all(a > b for a, b in zip(decayed, decayed[1:]))  # strictly falling
+
+
 def test_evaluate_scores_each_step_on_its_own_positions_and_chains_them(monkeypatch):
     """evaluate() weighs each step's accuracy by the positions that step is scored on (the
     loss by step 0's), turns per-step accuracies a_j into the chain's acceptance (mean over j
@@ -195,7 +207,8 @@ def test_an_unavailable_device_is_refused_in_one_line(tiny_pair, prompts, tmp_pa
 
 
 @pytest.mark.parametrize("flag, value", [("--val-sequences", "-1"), ("--patience", "-2"), ("--eval-every", "0"),
-                                         ("--answer-sharegpt", "-1"), ("--val-answers", "3")])
+                                         ("--answer-sharegpt", "-1"), ("--val-answers", "3"),
+                                         ("--lr-decay-from", "100000"), ("--lr-decay-from", "-1")])
 def test_bad_validation_flags_are_refused_in_one_line_before_anything_is_written(tiny_pair, prompts, tmp_path,
                                                                                 flag, value):
     mod = load_script()
@@ -307,3 +320,4 @@ def test_answers_added_later_extend_the_features_when_the_last_shard_was_short(t
     assert training(out)["sequences"] == 9 and training(out)["answered_sharegpt"] == 3
     assert [len(load_file(shards / f"shard-{i:05d}.safetensors")) // 5 for i in range(3)] == [4, 4, 1]
     assert (shards / "shard-00000.safetensors").stat().st_mtime_ns == full
+
