@@ -227,8 +227,12 @@ def features(args, tgt, seqs, aux, work: Path, clock: Clock) -> list[Path]:
             if path.exists() and _shard_len(path) == len(shard):
                 bar.update(task, advance=len(shard))
                 continue
-            # (a shard short of `len(shard)` was the last one of a run with fewer sequences: it is
-            # filled again here, so that sequences appended later keep their places)
+            # A shard short of `len(shard)` was the last one of a run with fewer sequences: it is
+            # filled again here, so that sequences appended later keep their places. One that holds
+            # other sequences belongs to another command's data and is never overwritten.
+            if path.exists() and _shard_ids(path) != [ids for ids, _ in shard[: _shard_len(path)]]:
+                sys.exit(f"{path} holds other sequences than this command's (were the data flags changed?): "
+                         f"remove {path.parent} or write to a new --out")
             clock.wait_if_quiet()
             out = {}
             for i, (ids, start) in enumerate(shard):
@@ -255,6 +259,14 @@ def _shard_len(path: Path) -> int:
 
     with safe_open(path, framework="pt") as fh:
         return len({k.split(".")[0] for k in fh.keys()})
+
+
+def _shard_ids(path: Path) -> list[list[int]]:
+    """The token ids of each sequence in a feature shard, in order (only the ids are read)."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as fh:
+        return [fh.get_tensor(f"{i}.ids").tolist() for i in range(_shard_len(path))]
 
 
 def load_examples(paths: list[Path], sequences: list[list[int]] | None = None) -> list[dict[str, torch.Tensor]]:

@@ -321,3 +321,19 @@ def test_answers_added_later_extend_the_features_when_the_last_shard_was_short(t
     assert [len(load_file(shards / f"shard-{i:05d}.safetensors")) // 5 for i in range(3)] == [4, 4, 1]
     assert (shards / "shard-00000.safetensors").stat().st_mtime_ns == full
 
+
+def test_a_short_shard_of_other_sequences_is_refused_and_left_as_it_was(tiny_pair, prompts, tmp_path):
+    """Refilling a short last shard is for sequences appended to the same data. A rerun whose data
+    flags changed (here: more answers and shorter prompts) must not overwrite that shard with
+    other sequences' features: it is refused in one line and the shard keeps its bytes."""
+    mod = load_script()
+    out = tmp_path / "head"
+    mod.main(argv(tiny_pair, prompts, out, "--max-steps", "1", "--answer-sharegpt", "1"))  # shards of 4, 3
+    short = out / "work" / "features" / "shard-00001.safetensors"
+    before = short.read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        mod.main(argv(tiny_pair, prompts, out, "--max-steps", "1", "--answer-sharegpt", "3",
+                      "--max-prompt-tokens", "8"))
+    msg = str(exc.value)
+    assert "holds other sequences" in msg and "shard-00001" in msg and len(msg.splitlines()) == 1, msg
+    assert short.read_bytes() == before
