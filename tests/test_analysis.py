@@ -425,3 +425,22 @@ def test_a_chain_and_a_tree_of_the_same_k_get_a_verdict_each():
     assert len(lines) == 2, lines
     assert lines[0].startswith("eagle3 k=3: does not pay at any concurrency measured"), lines
     assert lines[1].startswith("eagle3 k=3 t4n8: pays at every concurrency measured"), lines
+
+
+@pytest.mark.parametrize("request_rate, burstiness", [(None, 1.0), (2.0, 1.0), (0.5, 0.25), (1e6, 3.0)])
+def test_series_strips_exactly_the_load_a_configuration_id_carries(request_rate, burstiness):
+    """`series` undoes what runner.Configuration.config_id appends (concurrency, and in an open
+    loop the rate and a burstiness other than 1), for every drafting shape, and nothing more; the
+    report's series and the run's verdict sentences both read it."""
+    from specbench.analysis import series
+    from specbench.report.inputs import series as report_series
+    from specbench.runner import Configuration
+
+    shapes = [SpeculativeConfig(), SpeculativeConfig(method="ngram", num_speculative_tokens=4),
+              SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="h", topk=4, num_draft_tokens=8),
+              SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d", disable_by_batch_size=8)]
+    for spec in shapes:
+        for c in (1, 16):
+            cid = Configuration(spec, c, request_rate=request_rate, burstiness=burstiness).config_id
+            assert series(cid) == spec.short, cid
+    assert report_series is series  # one function, not a copy

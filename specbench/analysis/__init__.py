@@ -14,7 +14,8 @@ if TYPE_CHECKING:  # the names below, for readers and type checkers; each loads 
     from specbench.analysis.console import acceptance_cells, burst_lines, rich_summary_table, where_speculation_pays
     from specbench.analysis.paired import VERDICT_KEYS, outcome, paired_bootstrap_speedup, speedup_verdicts
     from specbench.analysis.summary import (GROUP_KEYS, MIN_DECODE_S, PERCENTILES, SUMMARY_COLUMNS, ok_mask,
-                                            per_position_acceptance, per_prompt, ratio, speedups, summarize)
+                                            per_position_acceptance, per_prompt, ratio, series, speedups,
+                                            summarize)
 
 __getattr__, __dir__ = exports(__name__, {
     "acceptance_cells": "specbench.analysis.console",
@@ -33,11 +34,12 @@ __getattr__, __dir__ = exports(__name__, {
     "per_position_acceptance": "specbench.analysis.summary",
     "per_prompt": "specbench.analysis.summary",
     "ratio": "specbench.analysis.summary",
+    "series": "specbench.analysis.summary",
     "speedups": "specbench.analysis.summary",
     "summarize": "specbench.analysis.summary",
 })
 
 __all__ = ["GROUP_KEYS", "MIN_DECODE_S", "PERCENTILES", "SUMMARY_COLUMNS", "VERDICT_KEYS", "acceptance_cells",
            "burst_lines", "ok_mask", "outcome", "paired_bootstrap_speedup", "per_position_acceptance",
-           "per_prompt", "ratio", "rich_summary_table", "speedup_verdicts", "speedups", "summarize",
+           "per_prompt", "ratio", "rich_summary_table", "series", "speedup_verdicts", "speedups", "summarize",
            "where_speculation_pays"]

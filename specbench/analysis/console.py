@@ -9,14 +9,13 @@ command's.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from rich.table import Table
 
-from specbench.analysis.summary import MIN_DECODE_S, PERCENTILES
+from specbench.analysis.summary import MIN_DECODE_S, PERCENTILES, series
 from specbench.formatting import dash_or, ms
 
 
@@ -121,7 +120,7 @@ def _shape(config_id: str, method: str, k) -> str:
     """What a configuration's label adds to its method and k (a tree's `t4n8`, `dyn`,
     `off8`), so that a chain and a tree of the same k get a sentence each."""
     head = f"{method}-k{int(k)}"
-    rest = re.sub(r"-c\d+(-.*)?$", "", str(config_id))
+    rest = series(config_id)
     return rest[len(head):].lstrip("-") if rest.startswith(head) else ""
 
 

@@ -32,6 +32,7 @@ Boundary: records frames in, summary frames out.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,17 @@ PERCENTILES = (50, 95, 99)
 _LATENCIES = ("ttft", "tpot", "e2e")
 _FAILED_REASONS = ("error", "cancelled")
 MIN_DECODE_S = 1e-3  # below this a request's decode time is a burst, not a measurable rate
+
+
+# What `runner.Configuration.config_id` appends to a configuration's label for its load: the
+# concurrency, and in an open loop the request rate and a burstiness other than 1.
+_LOAD_SUFFIX = re.compile(r"-c\d+(-r[0-9.e+-]+(-b[0-9.e+-]+)?)?$")
+
+
+def series(config_id: str) -> str:
+    """A configuration id without its load (`-c4`, `-c4-r2`, `-c4-r2-b0.5`): what drafts and how
+    (`ngram-k4`, `eagle3-k3-t4n8`), the same at every concurrency of a run."""
+    return _LOAD_SUFFIX.sub("", str(config_id)) or str(config_id)
 
 
 def ok_mask(df: pd.DataFrame) -> pd.Series:

@@ -30,7 +30,6 @@ Boundary: reads records through `specbench.records.read_run`; computes no statis
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from specbench.analysis import series
 from specbench.config import RunConfig
 from specbench.errors import ConfigError, RecordsError
 from specbench.formatting import same
@@ -148,13 +148,6 @@ def _unique_run_ids(runs: list[RunInput]) -> list[str]:
     return ids
 
 
-_CONCURRENCY_SUFFIX = re.compile(r"-c\d+(-r[0-9.e+-]+)?$")
-
-
-def _series(config_id: str) -> str:
-    return _CONCURRENCY_SUFFIX.sub("", config_id) or config_id
-
-
 def _check_mixed(runs: list[RunInput], ids: list[str]) -> None:
     """Workloads (and target models) must agree unless --allow-mixed: a speedup measured on
     one prompt set says nothing about another."""
@@ -239,7 +232,7 @@ def combine(runs: Sequence[RunInput], *, baseline: RunInput | None = None,
     shared = set(runs_per_config[runs_per_config > 1].index)
     frame["label"] = [f"{s} · {c}" if c in shared else c
                       for s, c in zip(frame["source"], frame["config_id"])]
-    frame["series"] = [f"{s} · {_series(c)}" if c in shared else _series(c)
+    frame["series"] = [f"{s} · {series(c)}" if c in shared else series(c)
                        for s, c in zip(frame["source"], frame["config_id"])]
     frame["config_id"] = frame["label"]
     pairs = _pair(frame, baseline_id, group_of)
