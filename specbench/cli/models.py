@@ -31,14 +31,14 @@ def _size(n: float) -> str:
 
 @models_app.command("list")
 def list_models() -> None:
-    """Show the catalog models, their verified size and sha256, and whether they are cached."""
+    """Show the catalog models and heads, their verified size and sha256, and whether they are cached."""
     from specbench.models import catalog, fetch
 
     # Converted models live at <cache>/models/<name>; the caption says where, so the table
     # stays narrow enough for an 80-column terminal.
     table = Table(title="catalog", caption=f"cached models: {fetch.cache_root() / 'models'}")
     table.add_column("name", no_wrap=True)
-    for col in ("role", "gguf size", "sha256", "cached"):
+    for col in ("role", "size", "sha256", "cached"):
         table.add_column(col, no_wrap=True)
     for entry in catalog.CATALOG.values():
         cached = fetch.is_converted(fetch.converted_dir(entry.name))
@@ -70,13 +70,30 @@ def pull(
             f"cannot pull {name!r}; pass a catalog name ({', '.join(catalog.names())}) or a .gguf file"
         )
     console.print(f"[green]ready[/] {dest}  ({time.perf_counter() - started:.1f} s)", highlight=False)
-    if check:
+    if check and catalog.is_catalog_name(name) and catalog.get_entry(name).is_head:
+        # Reading the head proves the directory is complete; it is checked against its target
+        # when a run loads it.
+        head = _head_summary(dest)
+        console.print(f"EAGLE-3 head for {catalog.get_entry(name).target}: {head['parameters']:,} parameters, "
+                      f"draft vocabulary {head['draft_vocab_size']:,}, feature layers {head['aux_layers']}",
+                      highlight=False)
+    elif check:
         # Loading once proves the directory is complete and shows what every run will pay.
         loaded = loading.load_model(str(dest), EngineConfig(device="cpu"))
         console.print(
             f"loads in {loaded.load_s:.1f} s ({str(loaded.dtype).removeprefix('torch.')}, cpu)",
             highlight=False,
         )
+
+
+def _head_summary(path: Path) -> dict[str, Any]:
+    """What an EAGLE-3 head directory holds (read, not fitted to a target)."""
+    from specbench.models.eagle3 import build_head, describe, read_head
+
+    cfg, weights = read_head(path)
+    summary = describe(build_head(cfg, weights, path))
+    summary["aux_layers"] = list(cfg.aux_layers or ())
+    return summary
 
 
 def _describe(path: Path, trust_remote_code: bool = False) -> dict[str, Any]:
@@ -162,7 +179,7 @@ def info(
 ) -> None:
     """Summarize a model's configuration: architecture, layers, hidden size, vocab, dtype, eos ids."""
     from specbench.errors import ModelError
-    from specbench.models import catalog, loading
+    from specbench.models import catalog, fetch, loading
 
     console = Console()
     table = Table(show_header=False, title=name_or_path)
@@ -173,10 +190,24 @@ def info(
         entry = catalog.get_entry(name_or_path)
         table.add_row("description", entry.description)
         table.add_row("role", entry.role)
-        table.add_row("packages", f"{entry.parts[0].requirement} ... ({len(entry.parts)} wheels)"
+        table.add_row("packages", f"{entry.parts[0].requirement} ... ({len(entry.parts)} parts)"
                       if len(entry.parts) > 1 else entry.parts[0].requirement)
-        table.add_row("gguf size", f"{entry.size:,} bytes")
+        table.add_row("head archive size" if entry.is_head else "gguf size", f"{entry.size:,} bytes")
         table.add_row("sha256", entry.sha256)
+        if entry.is_head:
+            for key, value in (("target", entry.target), ("trained with", entry.recipe),
+                               ("measured", entry.measured)):
+                table.add_row(key, value)
+            dest = fetch.converted_dir(name_or_path)
+            if fetch.is_converted(dest):
+                table.add_row("path", str(dest))
+                for key, value in _head_summary(dest).items():
+                    table.add_row(key.replace("_", " "), f"{value:,}" if isinstance(value, int) and not
+                                  isinstance(value, bool) else str(value))
+            else:
+                table.add_row("cached", f"no: run `specbench models pull {name_or_path}`")
+            console.print(table)
+            return
     file = Path(name_or_path).expanduser()
     try:
         path = loading.resolve_model_path(name_or_path, pull_missing=False)

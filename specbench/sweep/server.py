@@ -61,11 +61,14 @@ def speculative_config_json(spec: SpeculativeConfig) -> str:
 
 def server_model_path(model: str) -> str:
     """`model` as a server loads it: catalog names and .gguf files become their converted
-    Hugging Face directory (pulled or converted on first use, as `specbench run` does);
-    anything else (a directory, a hub id the server resolves itself) stays as given."""
-    from specbench.models import catalog
+    Hugging Face directory, a catalog head its unpacked directory (pulled or converted on first
+    use, as `specbench run` does); anything else (a directory, a hub id the server resolves
+    itself) stays as given."""
+    from specbench.models import catalog, fetch
     from specbench.models.loading import resolve_model_path
 
+    if catalog.is_catalog_name(model) and catalog.get_entry(model).is_head and not Path(model).exists():
+        return str(fetch.pull(model))
     if catalog.is_catalog_name(model) or (model.lower().endswith(".gguf") and Path(model).expanduser().is_file()):
         return str(resolve_model_path(model))
     return model

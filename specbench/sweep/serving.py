@@ -222,7 +222,8 @@ def serving_profiles(profile: dict[str, Any]) -> dict[str, Any]:
                          f"keeps K={table[-1][2]} above it: measure higher concurrency before relying on that")
         if draft and "/" not in str(draft) and not Path(str(draft)).exists():
             notes.append(f"model {draft!r} is a specbench catalog name: point vLLM/SGLang at a path "
-                         "or Hugging Face id of the same weights")
+                         f"or Hugging Face id of the same weights (`specbench models pull {draft}` prints "
+                         "the directory it fills)")
         if method == "ngram":
             notes.append("SGLang's NGRAM looks n-grams up in a trie of the requests it has served, not "
                          "only the prompt: its flags (k -> --speculative-num-draft-tokens k+1, BFS breadth "

@@ -171,9 +171,16 @@ def read_head(path: str | Path) -> tuple[HeadConfig, dict[str, torch.Tensor]]:
     """(config, weights renamed to this module's names) of a head directory, checked for
     the pieces every format needs; no target needed."""
     path = Path(path).expanduser()
+    if not path.exists():
+        from specbench.models.fetch import catalog_head
+
+        path = catalog_head(str(path)) or path
     if not path.is_dir():
+        from specbench.models.catalog import head_names
+
         what = "is a file; pass the head's directory" if path.is_file() else "no such directory"
-        raise _fail(path, f"{what} (method eagle3 reads a local EAGLE-3 head: config.json + weights)")
+        raise _fail(path, f"{what} (method eagle3 reads an EAGLE-3 head: a directory with config.json + weights, "
+                          f"or a catalog head: {', '.join(head_names()) or 'none'})")
     if not (path / "config.json").is_file():
         raise _fail(path, "no config.json; not an EAGLE-3 head")
     cfg = _read_json(path, path / "config.json")
@@ -285,6 +292,9 @@ def fit_to_target(head: Eagle3Head, target: Any, *, path: Path | str, target_nam
 def load_head(spec: str | Path, target: Any, *, target_name: str = "target") -> Eagle3Head:
     """Read the head directory `spec`, check it against `target` (a transformers causal LM)
     and return it on the target's device and dtype, in eval mode."""
+    from specbench.models.fetch import check_head_target
+
+    check_head_target(str(spec), target_name)
     cfg, weights = read_head(spec)
     head = build_head(cfg, weights, spec)
     return fit_to_target(head, target, path=spec, target_name=target_name)
