@@ -9,6 +9,7 @@ method's paired TPOT speedup with its 95% interval (whether it pays), and what
 drafting costs per step for each method. The configurations run interleaved (ABBA blocks), as
 `specbench run` runs them. With --pause-while PATH it waits to start while PATH exists.
 
+    python benchmarks/eagle3_vs_draft.py                 # the catalog's head of the default target
     python benchmarks/eagle3_vs_draft.py --head /work/heads/qwen2.5-coder-1.5b-eagle3
     python benchmarks/eagle3_vs_draft.py --head DIR -k 3 --num-prompts 6 --max-new-tokens 64 --out runs/e3-vs-dm
     python benchmarks/eagle3_vs_draft.py --medusa /work/heads/qwen2.5-coder-1.5b-medusa -k 3
@@ -29,7 +30,7 @@ from rich.console import Console
 
 from specbench import analysis
 from specbench.backends.embedded import EmbeddedBackend
-from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig
+from specbench.config import EngineConfig, SamplingParams, SpeculativeConfig, default_draft
 from specbench.errors import ConfigError
 from specbench.models.eagle3 import describe, load_head
 from specbench.models.loading import check_same_tokenizer, load_model
@@ -41,8 +42,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     ap.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
-    heads = ap.add_mutually_exclusive_group(required=True)
-    heads.add_argument("--head", help="EAGLE-3 head directory")
+    heads = ap.add_mutually_exclusive_group()
+    heads.add_argument("--head", help="EAGLE-3 head directory or catalog head (default: the catalog's head of the "
+                                      "default target, with that target)")
     heads.add_argument("--medusa", help="Medusa heads directory (vLLM or FasterDecoding layout)")
     ap.add_argument("--medusa-tree", type=Path, default=None, metavar="JSON",
                     help="with --medusa, also a static tree: train_medusa.py's sparse_tree.json (or a JSON "
@@ -70,6 +72,10 @@ def main() -> None:
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     k = args.num_speculative_tokens
     method, head_dir = ("medusa", args.medusa) if args.medusa else ("eagle3", args.head)
+    if head_dir is None:
+        head_dir = default_draft(args.target, "eagle3", None)
+        if head_dir is None:
+            sys.exit(f"--head: the catalog has no EAGLE-3 head for {args.target}; pass a head directory")
     specs = [SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft=args.draft),
              SpeculativeConfig(method=method, num_speculative_tokens=k, draft=head_dir)]
     if args.topk != 1 or args.num_draft_tokens is not None:

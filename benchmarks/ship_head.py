@@ -12,6 +12,7 @@ shows them without unpacking anything).
 
     python benchmarks/ship_head.py --head /work/heads/eagle3-answers3 \\
         --name qwen2.5-coder-1.5b-instruct-eagle3 --recipe "..." --measured "..."
+    python benchmarks/ship_head.py --head DIR --name NAME   # the texts of NAME's catalog entry
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--head", type=Path, required=True, help="the trained head's directory")
     ap.add_argument("--name", required=True, help="its catalog name, e.g. qwen2.5-coder-1.5b-instruct-eagle3")
-    ap.add_argument("--recipe", required=True, help="how it was trained (the commands)")
-    ap.add_argument("--measured", required=True, help="what it measured on held-out prompts, with the command "
-                                                      "and the machine")
+    ap.add_argument("--recipe", help="how it was trained (the commands); default: the catalog entry's")
+    ap.add_argument("--measured", help="what it measured on held-out prompts, with the command and the machine; "
+                                       "default: the catalog entry's")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     ap.add_argument("--part-mb", type=int, default=40, help="largest part, MiB (git hosts warn above 50)")
     args = ap.parse_args(argv)
@@ -66,6 +67,14 @@ def main(argv: list[str] | None = None) -> None:
                  f"under specbench/models/heads/), got {args.name!r}")
     if not 1 <= args.part_mb <= 95:
         sys.exit(f"--part-mb must be in 1..95, got {args.part_mb}")
+    if args.recipe is None or args.measured is None:  # the texts the entry already carries
+        from specbench.models import catalog
+
+        if not catalog.is_catalog_name(args.name) or not catalog.get_entry(args.name).is_head:
+            sys.exit(f"--recipe and --measured: {args.name!r} is no catalog head yet, so give both")
+        entry = catalog.get_entry(args.name)
+        args.recipe = entry.recipe if args.recipe is None else args.recipe
+        args.measured = entry.measured if args.measured is None else args.measured
     parts, size, sha = ship(args.head, args.name, args.recipe, args.measured, args.dtype, args.part_mb)
     print(f"{len(parts)} parts in {parts[0].parent}: size={size:_}, sha256={sha!r}")
 

@@ -29,6 +29,7 @@ from specbench.errors import ConfigError
 # Defaults of `specbench run`, `serve` and `sweep`, here once so they cannot drift apart.
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"  # the draft of the default target
+DEFAULT_EAGLE3_HEAD = "qwen2.5-coder-1.5b-instruct-eagle3"  # the catalog's EAGLE-3 head of the default target
 DEFAULT_NUM_SPECULATIVE_TOKENS = 4  # k when no -k is given
 DEFAULT_MAX_NEW_TOKENS = 64  # new tokens per request unless --max-new-tokens says otherwise
 DEFAULT_NAMED_PROMPTS = 6  # a named prompt set is sampled down to this many unless told otherwise
@@ -93,10 +94,10 @@ def parse_int_list(values: Sequence[str] | None, flag: str) -> list[int] | None:
 
 
 def default_draft(target: str, method: str, draft: str | None) -> str | None:
-    """The draft model a method uses: the one named, else for draft_model on the default
-    target the catalog's draft of it (other targets must name theirs)."""
-    if method == "draft_model" and draft is None and target == DEFAULT_TARGET:
-        return DEFAULT_DRAFT
+    """The draft a method uses: the one named, else on the default target the catalog's draft
+    model of it (draft_model) or its EAGLE-3 head (eagle3); other targets must name theirs."""
+    if draft is None and target == DEFAULT_TARGET:
+        return {"draft_model": DEFAULT_DRAFT, "eagle3": DEFAULT_EAGLE3_HEAD}.get(method)
     return draft
 
 
@@ -178,8 +179,9 @@ class SpeculativeConfig:
         if self.method == "draft_model" and self.num_speculative_tokens > 0 and not self.draft:
             raise ConfigError("method 'draft_model' needs a draft model (--draft)")
         if self.method == "eagle3" and self.num_speculative_tokens > 0 and not self.draft:
-            raise ConfigError("method 'eagle3' needs an EAGLE-3 head directory (--draft PATH, or \"model\" "
-                              "in --speculative-config)")
+            raise ConfigError("method 'eagle3' needs an EAGLE-3 head directory (--draft PATH or a catalog head, "
+                              "or \"model\" in --speculative-config); --method eagle3 without --draft drafts with "
+                              f"{DEFAULT_EAGLE3_HEAD} on the default target ({DEFAULT_TARGET}) only")
         if self.method == "medusa" and self.num_speculative_tokens > 0 and not self.draft:
             raise ConfigError("method 'medusa' needs the Medusa heads' directory (--draft PATH, or \"model\" "
                               "in --speculative-config)")

@@ -33,6 +33,7 @@ from rich.markup import escape
 
 from specbench.config import (
     DEFAULT_DRAFT,  # noqa: F401 - the sweep spec reads the run defaults from here
+    DEFAULT_EAGLE3_HEAD,  # noqa: F401
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_NAMED_PROMPTS,
     DEFAULT_TARGET,  # noqa: F401

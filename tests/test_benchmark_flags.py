@@ -66,3 +66,10 @@ def test_sweep_trust_no_run_names_what_is_missing(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == []
     (tmp_path / "summary.json").write_text(json.dumps({"walls": [1.0, 1.0]}))
     refused(load("sweep_trust").main, "grid0.db")
+
+
+def test_eagle3_vs_draft_without_a_head_needs_a_target_the_catalog_has_a_head_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["eagle3_vs_draft.py", "--target", str(tmp_path / "other"),
+                                      "--out", str(tmp_path / "run")])
+    refused(load("eagle3_vs_draft").main, "--head: the catalog has no EAGLE-3 head for")
+    assert not (tmp_path / "run").exists()

@@ -96,7 +96,7 @@ class RunFlags:
 def run(
     ctx: typer.Context,
     target: Annotated[str, typer.Option(help=HELP["target"])] = DEFAULT_TARGET,
-    draft: Annotated[Optional[str], typer.Option(help="Draft model for method draft_model (default: the catalog's 0.5B when the target is the default); for method eagle3, the EAGLE-3 head's directory (speculators or original EAGLE-3 format); for method medusa, the Medusa heads' directory (vLLM or FasterDecoding layout).")] = None,
+    draft: Annotated[Optional[str], typer.Option(help="Draft model for method draft_model (default: the catalog's 0.5B when the target is the default); for method eagle3, the EAGLE-3 head's directory (speculators or original EAGLE-3 format) or a catalog head (default: the catalog's head when the target is the default); for method medusa, the Medusa heads' directory (vLLM or FasterDecoding layout).")] = None,
     method: Annotated[str, typer.Option(help="Speculative method: none | draft_model | ngram | eagle3 | medusa | suffix (suffix decoding's knobs: --speculative-config).")] = "draft_model",
     num_speculative_tokens: Annotated[Optional[list[str]], typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step; a list (1,2,4) runs one configuration each.")] = None,
     speculative_config: Annotated[Optional[str], typer.Option(help=HELP["speculative_config"])] = None,

@@ -51,7 +51,7 @@ def _check_can_listen(host: str, port: int) -> None:
 
 def serve(
     target: Annotated[str, typer.Option(help=HELP["target"])] = DEFAULT_TARGET,
-    draft: Annotated[Optional[str], typer.Option(help="Draft model (implies --method draft_model), or with --method eagle3 the EAGLE-3 head's directory, with --method medusa the Medusa heads' directory.")] = None,
+    draft: Annotated[Optional[str], typer.Option(help="Draft model (implies --method draft_model), or with --method eagle3 the EAGLE-3 head's directory or a catalog head (default on the default target: its catalog head), with --method medusa the Medusa heads' directory.")] = None,
     method: Annotated[Optional[str], typer.Option(help="none | draft_model | ngram | eagle3 | medusa | suffix (default: none, or draft_model with --draft; suffix decoding's knobs: --speculative-config).")] = None,
     num_speculative_tokens: Annotated[int, typer.Option("--num-speculative-tokens", "-k", help="Draft tokens per step.")] = DEFAULT_NUM_SPECULATIVE_TOKENS,
     speculative_config: Annotated[Optional[str], typer.Option(help=HELP["speculative_config"])] = None,

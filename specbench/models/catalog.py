@@ -84,6 +84,37 @@ def _split(package: str, module: str, version: str, count: int) -> tuple[WheelPa
     )
 
 
+def _shipped(name: str, count: int) -> tuple[PackagePart, ...]:
+    # A head shipped inside specbench: `specbench/models/heads/<name>/partNN.bin`, in order.
+    return tuple(PackagePart(HEADS_PACKAGE, f"{name}/part{i:02d}.bin") for i in range(1, count + 1))
+
+
+# How the default target's head was trained (benchmarks/train_eagle3.py, three runs, each
+# continuing the last) and what it measured on the 30 `real` prompts `specbench run
+# --num-prompts 30 --seed 0` samples, which no run trained on. Both texts are also in the
+# head's config.json ("specbench_catalog"), written by benchmarks/ship_head.py.
+_QWEN_1_5B_HEAD_RECIPE = (
+    "benchmarks/train_eagle3.py --target qwen2.5-coder-1.5b-instruct (bf16, 2-core Intel Xeon), three runs: "
+    "(1) --out A --sharegpt 1600 --curve 1600 --holdout 6 --num-train-prompts 0 --answer-prompts 0 "
+    "--max-steps 600 --eval-every 50 --patience 3 (ShareGPT conversations only); "
+    "(2) --out B --init-head A/curve-1600 --holdout 30 --num-train-prompts 400 --answer-prompts 400 "
+    "--answer-sharegpt 2600 --val-answers 40 --sharegpt 1600 --val-sequences 64 --max-new-tokens 192 "
+    "--concurrency 64 --max-steps 992 --eval-every 150 (adds the target's own greedy answers to 364 `real` "
+    "prompts and 2,560 ShareGPT first turns: 414,003 answer tokens; 4,524 sequences, 1,097,935 positions); "
+    "(3) run 2's command continued with --max-steps 2100 --lr-decay-from 992 --patience 0 (lr 1e-3 annealed "
+    "to 1e-4). Batch 4, 3 TTT steps, draft vocabulary 8,192 tokens (92.3% of the target's choices); the "
+    "best-validated step is kept (2100: accuracy per step 0.537 / 0.456 / 0.415 on 40 held-back answers)."
+)
+_QWEN_1_5B_HEAD_MEASURED = (
+    "held-out: the 30 `real` prompts of --num-prompts 30 --seed 0, k=3, greedy, 64 new tokens, concurrency 1, "
+    "bf16 on a 2-core Intel Xeon, in one interleaved run with the baseline and draft_model "
+    "(qwen2.5-coder-0.5b-instruct), `python benchmarks/eagle3_vs_draft.py -k 3 --topk 4 --num-draft-tokens 8 "
+    "--num-prompts 30 --max-new-tokens 64`. Chain: acceptance 0.233 (accepted at position 1/2/3: 0.394 / 0.191 / "
+    "0.090), 1.69 tokens per step, TPOT 1.58x the baseline (paired 95% CI [1.44, 1.68]); draft_model k=3 1.53x "
+    "[1.41, 1.63]; eagle3 over draft_model per prompt 1.10x [1.01, 1.21]. EAGLE-2 tree (topk 4, 8 tokens "
+    "verified): 1.93 tokens per step, 1.81x [1.61, 1.93]; over draft_model's tree 1.14x [1.06, 1.24]."
+)
+
 CATALOG: dict[str, CatalogEntry] = {
     e.name: e
     for e in (
@@ -114,6 +145,19 @@ CATALOG: dict[str, CatalogEntry] = {
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             role="target",
             family="smollm2",
+        ),
+        CatalogEntry(
+            name="qwen2.5-coder-1.5b-instruct-eagle3",
+            description="EAGLE-3 head (speculators format, bf16, 37.8M parameters) for Qwen2.5-Coder 1.5B "
+            "Instruct, trained by specbench on the target's own answers; `--method eagle3` on the default target",
+            parts=_shipped("qwen2.5-coder-1.5b-instruct-eagle3", 2),
+            size=53_037_644,
+            sha256="e8fa1fc46daf0e66940d5c3dad0e3c763aabb0a728e7e275627fbf7965b9cf5d",
+            role="eagle3",
+            family="qwen2.5",
+            target="qwen2.5-coder-1.5b-instruct",
+            recipe=_QWEN_1_5B_HEAD_RECIPE,
+            measured=_QWEN_1_5B_HEAD_MEASURED,
         ),
     )
 }

@@ -172,7 +172,7 @@ class ModelsOptions:
     draft: Any = option(
         "--draft", NAMES,
         "Draft model(s) for method draft_model; several (a,b) make the draft a search dimension.")
-    head: str | None = option("--head", PATH_AS_GIVEN, "EAGLE-3 head directory for method eagle3.")
+    head: str | None = option("--head", PATH_AS_GIVEN, "EAGLE-3 head directory or catalog head for method eagle3 (default: the catalog's head of the default target).")
     device: str = option("--device", STRING, HELP["device"], "auto")
     dtype: str = option("--dtype", STRING, HELP["dtype"], "auto")
     compile: str = option("--compile", STRING, HELP["compile"], "auto")

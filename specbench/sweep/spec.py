@@ -25,7 +25,7 @@ from typing import Any
 from specbench import limits
 from specbench.config import METHODS, TREE_METHODS, EngineConfig
 from specbench.errors import ConfigError
-from specbench.session import DEFAULT_DRAFT, DEFAULT_TARGET
+from specbench.session import DEFAULT_DRAFT, DEFAULT_EAGLE3_HEAD, DEFAULT_TARGET
 from specbench.sweep.options import (
     DEFAULT_N_TRIALS,
     DEFAULT_SERVER_BASE_URL,
@@ -280,7 +280,9 @@ def _space(opts: SpaceOptions, models: ModelsOptions, where: str) -> Space:
         drafts = ()
     head = models.head
     if "eagle3" in methods and not head:
-        raise ConfigError(f"{where}method eagle3 needs an EAGLE-3 head directory: set {label('models.head')}")
+        if models.target != DEFAULT_TARGET:
+            raise ConfigError(f"{where}method eagle3 needs an EAGLE-3 head directory: set {label('models.head')}")
+        head = DEFAULT_EAGLE3_HEAD  # the catalog's head of the default target
     if "eagle3" not in methods:
         head = None  # a spec naming a head, run with --method draft_model (flags win): not an error
     topk = _ints("space.topk", _as_list("space.topk", opts.topk, where), where, 1)

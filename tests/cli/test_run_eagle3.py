@@ -78,3 +78,36 @@ def test_the_hf_backend_refuses_eagle3(tiny_pair, head_dir, prompts_file, tmp_pa
     res = specbench("run", "--target", tiny_pair[0], "--method", "eagle3", "--draft", head_dir, "--backend", "hf",
                     "--workload", prompts_file, *FAST, "--out", tmp_path / "x")
     assert_refused(res, "--backend hf", "eagle3")
+
+
+def test_a_catalog_head_runs_by_name_and_the_run_records_which_release(tiny_pair, head_dir, prompts_file, tmp_path,
+                                                                       monkeypatch):
+    """`--draft NAME` of a catalog head: pulled (unpacked) on first use, drafted with exactly as
+    its directory, and run.json records the entry's sha256 beside the head's shape."""
+    import sys
+
+    from specbench.models import catalog, fetch
+    from specbench.models.catalog import CatalogEntry, PackagePart
+
+    pkg = tmp_path / "site" / "specbench_test_run_heads"
+    parts, size, sha = fetch.pack_head(head_dir, pkg / "tiny-head", part_bytes=50_000)
+    (pkg / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "specbench_test_run_heads", raising=False)
+    monkeypatch.setenv(fetch.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setitem(catalog.CATALOG, "tiny-head", CatalogEntry(
+        name="tiny-head", description="d", role="eagle3", target="tiny", size=size, sha256=sha,
+        parts=tuple(PackagePart("specbench_test_run_heads", f"tiny-head/{p.name}") for p in parts)))
+    runs = {}
+    for name, draft in (("by-name", "tiny-head"), ("by-dir", head_dir)):
+        res = specbench("run", "--target", tiny_pair[0], "--method", "eagle3", "--draft", draft, "-k", "3",
+                        "--workload", prompts_file, *FAST, "--out", tmp_path / name)
+        assert res.code == 0, res.output
+        runs[name] = read_run(tmp_path / name)
+    (named, meta), (direct, meta_dir) = runs["by-name"], runs["by-dir"]
+    assert meta["config"]["draft"] == "tiny-head" and meta["config"]["eagle3_head"]["catalog_sha256"] == sha
+    assert "catalog_sha256" not in meta_dir["config"]["eagle3_head"]
+    key = ["config_id", "prompt_id"]
+    a, b = (d.sort_values(key).reset_index(drop=True) for d in (named, direct))
+    assert [list(x) for x in a["output_token_ids"]] == [list(x) for x in b["output_token_ids"]]
+    assert a["step_accepted"].map(list).tolist() == b["step_accepted"].map(list).tolist()  # the same drafts

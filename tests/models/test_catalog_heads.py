@@ -2,7 +2,7 @@
 parts that ship inside a package; a pull joins, verifies and unpacks them into the cache, and the
 head loads by its catalog name and drafts exactly as the directory it was packed from. Corrupt
 parts and archives holding anything but the head's two files are refused in one line, with
-nothing left behind."""
+nothing left behind. The head the default target ships with is checked against its entry."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import tiny
-from specbench.config import DEFAULT_TARGET
+from specbench.config import DEFAULT_EAGLE3_HEAD, DEFAULT_TARGET, default_draft
 from specbench.errors import ModelError
 from specbench.models import catalog, fetch, loading
 from specbench.models.catalog import CatalogEntry, PackagePart
@@ -243,7 +243,7 @@ def test_a_head_is_not_a_model_and_a_model_is_not_a_head(head_dir, cache, tmp_pa
     with pytest.raises(ModelError) as exc:  # refused before anything is fetched
         read_head(DEFAULT_TARGET)
     msg = str(exc.value)
-    assert "catalog target model, not an EAGLE-3 head" in msg and "tiny-eagle3" in msg
+    assert "catalog target model, not an EAGLE-3 head" in msg and DEFAULT_EAGLE3_HEAD in msg
     assert not (cache / "wheels").exists() and not (cache / "models" / "tiny-eagle3").exists()
 
 
@@ -303,3 +303,59 @@ def test_models_pull_and_info_describe_a_catalog_head(head_dir, cache, tmp_path,
     after = runner.invoke(app, ["models", "info", "tiny-head"])
     assert after.exit_code == 0 and str(cache / "models" / "tiny-head") in after.output.replace("\n", "")
     assert "draft vocab size" in after.output and "120" in after.output
+
+
+def test_method_eagle3_on_the_default_target_drafts_with_the_catalogs_head():
+    assert default_draft(DEFAULT_TARGET, "eagle3", None) == DEFAULT_EAGLE3_HEAD
+    assert default_draft(DEFAULT_TARGET, "eagle3", "/heads/mine") == "/heads/mine"
+    assert default_draft("/models/other", "eagle3", None) is None  # other targets name their head
+    assert default_draft(DEFAULT_TARGET, "ngram", None) is None
+    assert catalog.heads_for(DEFAULT_TARGET) == (DEFAULT_EAGLE3_HEAD,)
+    from specbench.config import SpeculativeConfig
+    from specbench.plan import RunPlan, _settle
+
+    settled = _settle(RunPlan(speculative=SpeculativeConfig(method="eagle3"), ks=(2, 3)))  # `run --method eagle3`
+    assert [(s.method, s.num_speculative_tokens, s.draft) for s in settled.specs] == [
+        ("eagle3", 2, DEFAULT_EAGLE3_HEAD), ("eagle3", 3, DEFAULT_EAGLE3_HEAD)]
+
+
+def test_the_shipped_head_matches_its_entry_and_is_the_default_targets(cache):
+    """The real parts inside this installation: their bytes hash to the entry's sha256, each is
+    small enough for any git host, and the head they unpack to was trained for the default
+    target, on its layers, and says so (its training record and held-out figures)."""
+    entry = catalog.get_entry(DEFAULT_EAGLE3_HEAD)
+    assert entry.is_head and entry.target == DEFAULT_TARGET and entry.family == "qwen2.5"
+    assert "train_eagle3.py" in entry.recipe and "held-out" in entry.measured
+    from importlib import resources
+
+    files = [resources.files(p.package).joinpath(p.member) for p in entry.parts]
+    assert all(f.is_file() and len(f.read_bytes()) < 50 << 20 for f in files)
+    assert hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest() == entry.sha256
+    dest = fetch.pull(DEFAULT_EAGLE3_HEAD, progress=False)
+    cfg, weights = read_head(dest)
+    raw = json.loads((dest / "config.json").read_text())
+    assert raw["speculators_config"]["verifier"]["name_or_path"] == DEFAULT_TARGET
+    assert list(cfg.aux_layers) == [2, 14, 25] and cfg.target_hidden_size == 1536
+    assert weights["fc.weight"].dtype == torch.bfloat16  # shipped in the dtype it trained under
+    shipped = raw["specbench_catalog"]
+    assert shipped["name"] == DEFAULT_EAGLE3_HEAD and shipped["measured"] == entry.measured
+    assert shipped["recipe"] == entry.recipe
+    assert len(raw["specbench_training"]["held_out"]) == 30  # the prompts `--num-prompts 30` measures
+
+
+def test_every_shipped_part_is_package_data_and_the_wheel_stays_small():
+    """A part that pyproject's package-data glob misses would be in the git tree but not in the
+    wheel: an installed specbench could not pull its head. All parts together must leave the
+    wheel under PyPI's default limit of 100 MB a file."""
+    from fnmatch import fnmatch
+    from importlib import resources
+
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert '"models/heads/*/part*.bin"' in pyproject
+    shipped = [p for e in catalog.CATALOG.values() for p in e.parts if isinstance(p, PackagePart)]
+    assert shipped  # the default target's head, at least
+    for part in shipped:
+        assert part.package == catalog.HEADS_PACKAGE and fnmatch(part.member, "*/part*.bin"), part
+        assert part.member.count("/") == 1, part  # one directory per head, as the glob reads it
+    total = sum(len(resources.files(p.package).joinpath(p.member).read_bytes()) for p in shipped)
+    assert total < 90 << 20, f"{total:,} bytes of heads in the wheel"

@@ -11,6 +11,7 @@ import pytest
 
 import tiny
 from cli_harness import specbench
+from specbench.config import DEFAULT_EAGLE3_HEAD
 from specbench.errors import ConfigError
 from specbench.models.eagle3 import save_head
 from specbench.records import read_run
@@ -29,9 +30,11 @@ def head_dir(tiny_pair, tmp_path_factory) -> Path:
     return save_head(tiny.make_head(target, draft_vocab_size=100, seed=3), tmp_path_factory.mktemp("h") / "head")
 
 
-def test_eagle3_needs_a_head():
+def test_eagle3_needs_a_head_except_on_the_default_target_whose_head_is_in_the_catalog():
     with pytest.raises(ConfigError, match=r"method eagle3 needs an EAGLE-3 head directory: set models.head \(--head\)"):
-        build_spec(None, {"space.method": ["eagle3"]})
+        build_spec(None, {"space.method": ["eagle3"], "models.target": "/models/other"})
+    assert build_spec(None, {"space.method": ["eagle3"]}).space.head == DEFAULT_EAGLE3_HEAD
+    assert build_spec(None, {"space.method": ["eagle3"], "models.head": "/heads/h"}).space.head == "/heads/h"
 
 
 def test_the_head_is_part_of_each_eagle3_configuration_not_of_the_key(tmp_path):
