@@ -17,7 +17,9 @@ def test_missing_path_names_it_and_lists_what_is_valid():
         loading.resolve_model_path("/no/such/model")
     msg = str(err.value)
     assert msg.startswith("model '/no/such/model': no such file or directory; pass a catalog name (")
-    assert all(n in msg for n in catalog.names())
+    models = [n for n in catalog.names() if n not in catalog.head_names()]
+    assert models and all(n in msg for n in models)
+    assert not any(n in msg for n in catalog.head_names())  # a head is no model: it is not offered as one
     assert "Hugging Face model directory or a .gguf file" in msg
 
 
