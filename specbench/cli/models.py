@@ -190,8 +190,12 @@ def info(
         entry = catalog.get_entry(name_or_path)
         table.add_row("description", entry.description)
         table.add_row("role", entry.role)
-        table.add_row("packages", f"{entry.parts[0].requirement} ... ({len(entry.parts)} parts)"
-                      if len(entry.parts) > 1 else entry.parts[0].requirement)
+        shipped = {p.package for p in entry.parts if isinstance(p, catalog.PackagePart)}
+        if shipped and len(shipped) == len(set(p.package for p in entry.parts)):  # inside installed packages
+            table.add_row("shipped in", f"{', '.join(sorted(shipped))} ({len(entry.parts)} parts)")
+        else:
+            table.add_row("packages", f"{entry.parts[0].requirement} ... ({len(entry.parts)} parts)"
+                          if len(entry.parts) > 1 else entry.parts[0].requirement)
         table.add_row("head archive size" if entry.is_head else "gguf size", f"{entry.size:,} bytes")
         table.add_row("sha256", entry.sha256)
         if entry.is_head:

@@ -291,7 +291,8 @@ def test_models_pull_and_info_describe_a_catalog_head(head_dir, cache, tmp_path,
     runner = CliRunner()
     before = runner.invoke(app, ["models", "info", "tiny-head"])
     assert before.exit_code == 0, before.output
-    for text in ("eagle3", "tiny-target", "tiny.make_head(seed=1)", "nothing", "specbench models pull tiny-head"):
+    for text in ("eagle3", "tiny-target", "tiny.make_head(seed=1)", "nothing", "specbench models pull tiny-head",
+                 f"{PKG} ("):
         assert text in before.output, text
     listed = runner.invoke(app, ["models", "list"])
     row = next(line for line in listed.output.splitlines() if "tiny-head" in line)
