@@ -224,13 +224,14 @@ def features(args, tgt, seqs, aux, work: Path, clock: Clock) -> list[Path]:
         for s, shard in enumerate(shards):
             path = shard_dir / f"shard-{s:05d}.safetensors"
             paths.append(path)
-            if path.exists() and _shard_len(path) == len(shard):
+            have = _shard_len(path) if path.exists() else 0
+            if have == len(shard):
                 bar.update(task, advance=len(shard))
                 continue
             # A shard short of `len(shard)` was the last one of a run with fewer sequences: it is
             # filled again here, so that sequences appended later keep their places. One that holds
             # other sequences belongs to another command's data and is never overwritten.
-            if path.exists() and _shard_ids(path) != [ids for ids, _ in shard[: _shard_len(path)]]:
+            if have and _shard_ids(path, have) != [ids for ids, _ in shard[:have]]:
                 sys.exit(f"{path} holds other sequences than this command's (were the data flags changed?): "
                          f"remove {path.parent} or write to a new --out")
             clock.wait_if_quiet()
@@ -261,12 +262,12 @@ def _shard_len(path: Path) -> int:
         return len({k.split(".")[0] for k in fh.keys()})
 
 
-def _shard_ids(path: Path) -> list[list[int]]:
-    """The token ids of each sequence in a feature shard, in order (only the ids are read)."""
+def _shard_ids(path: Path, count: int) -> list[list[int]]:
+    """The token ids of the `count` sequences in a feature shard, in order (only the ids are read)."""
     from safetensors import safe_open
 
     with safe_open(path, framework="pt") as fh:
-        return [fh.get_tensor(f"{i}.ids").tolist() for i in range(_shard_len(path))]
+        return [fh.get_tensor(f"{i}.ids").tolist() for i in range(count)]
 
 
 def load_examples(paths: list[Path], sequences: list[list[int]] | None = None) -> list[dict[str, torch.Tensor]]:
