@@ -230,12 +230,12 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
     draft = sp.draft if drafted else None
     if draft is not None and sp.method == "eagle3":
         from specbench.models.eagle3 import describe
-
-        from specbench.models import catalog
+        from specbench.models.fetch import named_head
 
         head = describe(sess.eagle3_head(draft))  # before the engine packs it
-        if catalog.is_catalog_name(draft) and not Path(draft).exists():  # which release of a catalog head
-            head["catalog_sha256"] = catalog.get_entry(draft).sha256
+        entry = named_head(draft)
+        if entry is not None:  # which release of a catalog head
+            head["catalog_sha256"] = entry.sha256
         metadata.note(eagle3_head=head)
     if draft is not None and sp.method == "medusa":
         from specbench.models.medusa import describe as describe_medusa

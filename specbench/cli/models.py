@@ -70,11 +70,12 @@ def pull(
             f"cannot pull {name!r}; pass a catalog name ({', '.join(catalog.names())}) or a .gguf file"
         )
     console.print(f"[green]ready[/] {dest}  ({time.perf_counter() - started:.1f} s)", highlight=False)
-    if check and catalog.is_catalog_name(name) and catalog.get_entry(name).is_head:
+    entry = fetch.named_head(name)
+    if check and entry is not None:
         # Reading the head proves the directory is complete; it is checked against its target
         # when a run loads it.
         head = _head_summary(dest)
-        console.print(f"EAGLE-3 head for {catalog.get_entry(name).target}: {head['parameters']:,} parameters, "
+        console.print(f"EAGLE-3 head for {entry.target}: {head['parameters']:,} parameters, "
                       f"draft vocabulary {head['draft_vocab_size']:,}, feature layers {head['aux_layers']}",
                       highlight=False)
     elif check:
@@ -190,9 +191,9 @@ def info(
         entry = catalog.get_entry(name_or_path)
         table.add_row("description", entry.description)
         table.add_row("role", entry.role)
-        shipped = {p.package for p in entry.parts if isinstance(p, catalog.PackagePart)}
-        if shipped and len(shipped) == len(set(p.package for p in entry.parts)):  # inside installed packages
-            table.add_row("shipped in", f"{', '.join(sorted(shipped))} ({len(entry.parts)} parts)")
+        if all(isinstance(p, catalog.PackagePart) for p in entry.parts):  # inside installed packages
+            shipped = sorted({p.package for p in entry.parts})
+            table.add_row("shipped in", f"{', '.join(shipped)} ({len(entry.parts)} parts)")
         else:
             table.add_row("packages", f"{entry.parts[0].requirement} ... ({len(entry.parts)} parts)"
                           if len(entry.parts) > 1 else entry.parts[0].requirement)

@@ -168,11 +168,6 @@ def head_names() -> tuple[str, ...]:
     return tuple(n for n, e in CATALOG.items() if e.is_head)
 
 
-def heads_for(target: str) -> tuple[str, ...]:
-    """The catalog's EAGLE-3 heads for catalog target `target`."""
-    return tuple(e.name for e in CATALOG.values() if e.is_head and e.target == target)
-
-
 def names() -> tuple[str, ...]:
     return tuple(CATALOG)
 

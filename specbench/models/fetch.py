@@ -551,6 +551,15 @@ def _pull_head(entry: CatalogEntry, dest: Path, progress: bool) -> Path:
     return dest
 
 
+def named_head(spec: str) -> CatalogEntry | None:
+    """The catalog entry of the head `spec` names, or None: not a catalog head's name, or a path
+    of that name exists (a path wins over a catalog name, for heads as for models)."""
+    if Path(spec).expanduser().exists() or not catalog.is_catalog_name(spec):
+        return None
+    entry = catalog.get_entry(spec)
+    return entry if entry.is_head else None
+
+
 def catalog_head(spec: str) -> Path | None:
     """The unpacked directory of catalog head `spec` (pulled on first use); None when `spec` is
     not a catalog name. A catalog model that is not a head is refused in one line."""
@@ -566,12 +575,10 @@ def catalog_head(spec: str) -> Path | None:
 def check_head_target(spec: str, target_name: str) -> None:
     """Refuse catalog head `spec` on a catalog target other than the one it was trained for (a
     target given as a path is left to the shape checks: it may be a copy of the same model)."""
-    if not (catalog.is_catalog_name(spec) and catalog.is_catalog_name(target_name)) or Path(spec).exists():
-        return
-    meant = catalog.get_entry(spec).target
-    if meant and meant != target_name:
-        raise ModelError(f"EAGLE-3 head {spec!r} was trained for {meant}, not for the target {target_name}; "
-                         f"pass --target {meant}, or a head of {target_name} (--draft DIR)")
+    entry = named_head(spec)
+    if entry is not None and catalog.is_catalog_name(target_name) and entry.target != target_name:
+        raise ModelError(f"EAGLE-3 head {spec!r} was trained for {entry.target}, not for the target {target_name}; "
+                         f"pass --target {entry.target}, or a head of {target_name} (--draft DIR)")
 
 
 def pull(name: str, progress: bool = True) -> Path:

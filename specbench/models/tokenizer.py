@@ -45,8 +45,8 @@ def load_tokenizer_only(source: str | None, *, fallbacks: Sequence[str | None] =
     from specbench.models.loading import check_tokenizer, eos_ids, resolve_model_path
 
     def usable(spec: str | None) -> bool:
-        return bool(spec) and (Path(spec).expanduser().exists() or (catalog.is_catalog_name(spec) and not
-                                                                      catalog.get_entry(spec).is_head))
+        return bool(spec) and (Path(spec).expanduser().exists()
+                               or (catalog.is_catalog_name(spec) and fetch.named_head(spec) is None))
 
     if source is None:
         source = next((s for s in fallbacks if usable(s)), None)

@@ -67,7 +67,7 @@ def server_model_path(model: str) -> str:
     from specbench.models import catalog, fetch
     from specbench.models.loading import resolve_model_path
 
-    if catalog.is_catalog_name(model) and catalog.get_entry(model).is_head and not Path(model).exists():
+    if fetch.named_head(model) is not None:
         return str(fetch.pull(model))
     if catalog.is_catalog_name(model) or (model.lower().endswith(".gguf") and Path(model).expanduser().is_file()):
         return str(resolve_model_path(model))

