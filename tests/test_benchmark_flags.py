@@ -73,3 +73,20 @@ def test_eagle3_vs_draft_without_a_head_needs_a_target_the_catalog_has_a_head_fo
                                       "--out", str(tmp_path / "run")])
     refused(load("eagle3_vs_draft").main, "--head: the catalog has no EAGLE-3 head for")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--name", "../escape", "--recipe", "r", "--measured", "m"], "--name must be a catalog name"),
+    (["--name", "Tiny Head", "--recipe", "r", "--measured", "m"], "--name must be a catalog name"),
+    (["--name", "tiny-head", "--recipe", "r", "--measured", "m", "--part-mb", "0"], "--part-mb must be in 1..95"),
+    (["--name", "tiny-head", "--recipe", "r", "--measured", "m", "--part-mb", "200"], "--part-mb must be in 1..95"),
+    (["--name", "tiny-head"], "--recipe and --measured: 'tiny-head' is no catalog head yet"),
+])
+def test_ship_head_refuses_bad_flags_before_writing_anything(tmp_path, extra, needle):
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text("{}")
+    (head / "model.safetensors").write_bytes(b"")
+    before = sorted(p.name for p in (REPO / "specbench" / "models" / "heads").iterdir())
+    refused(lambda: load("ship_head").main(["--head", str(head), *extra]), needle)
+    assert sorted(p.name for p in (REPO / "specbench" / "models" / "heads").iterdir()) == before
