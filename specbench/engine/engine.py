@@ -30,9 +30,7 @@ verify, accept, roll back, emit), with the per-row bookkeeping it updates beside
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -44,105 +42,15 @@ from specbench.engine.drafters.suffix import SuffixCache
 from specbench.engine.fused import can_fuse, fuse_layers
 from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner, can_pack, pack_linears
+from specbench.engine.rows import BatchStats, Generation, Row
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
 from specbench.engine.tree import gather_paths, path_features, tree_batch
+from specbench.engine.static import StaticBatch, spec_reason
+from specbench.engine.static_lm import StaticLM, model_reason
 from specbench.engine.verify import verify_tree
 from specbench.types import StepEvent
 
-
-@dataclass
-class Generation:
-    output_ids: list[int]
-    token_times: list[float]  # perf_counter at emission; one step's tokens share one time
-    start_time: float  # perf_counter when the prefill began
-    prefill_time_s: float
-    finish_reason: str  # stop | length | cancelled
-    steps: list[StepEvent] = field(default_factory=list)
-    target_forward_passes: int = 0
-    arrival_time: float = 0.0  # perf_counter when the request entered the queue
-    tag: Any = None  # the caller's handle for the request
-
-
-@dataclass
-class BatchStats:
-    """What one batch did, for run.json (times in s, memory in bytes)."""
-
-    wall_s: float = 0.0
-    steps: int = 0
-    batch_sizes: Counter = field(default_factory=Counter)  # rows in the target pass -> steps
-    step_s: float = 0.0  # sum of step wall times (draft + verify + per-step bookkeeping)
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    prefill_s: float = 0.0
-    target_kv_allocated_bytes: int = 0
-    target_kv_peak_bytes: int = 0  # max over steps of the KV positions in use, all rows
-    draft_kv_allocated_bytes: int = 0
-    draft_kv_peak_bytes: int = 0
-    target_weight_bytes: int = 0
-    draft_weight_bytes: int = 0
-    # rows in the target pass -> [steps, step_s, draft_s, verify_s]: where each batch size's time went
-    by_batch_size: dict = field(default_factory=dict)
-
-    @property
-    def overhead_s(self) -> float:
-        return self.step_s - self.draft_s - self.verify_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "wall_s": self.wall_s, "steps": self.steps,
-            "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
-            "step_s": self.step_s, "draft_s": self.draft_s, "verify_s": self.verify_s,
-            "overhead_s": self.overhead_s, "prefill_s": self.prefill_s,
-            "by_batch_size": {str(b): dict(zip(("steps", "step_s", "draft_s", "verify_s"), v))
-                              for b, v in sorted(self.by_batch_size.items())},
-            "memory": {
-                "target_weight_bytes": self.target_weight_bytes,
-                "draft_weight_bytes": self.draft_weight_bytes,
-                "target_kv_allocated_bytes": self.target_kv_allocated_bytes,
-                "target_kv_peak_bytes": self.target_kv_peak_bytes,
-                "draft_kv_allocated_bytes": self.draft_kv_allocated_bytes,
-                "draft_kv_peak_bytes": self.draft_kv_peak_bytes,
-            },
-        }
-
-
-@dataclass
-class _Row:
-    ids: list[int]  # prompt + output so far; the target cache holds all but the last
-    sampling: SamplingParams
-    gen: torch.Generator
-    stops: frozenset[int]
-    budget: int
-    k: int  # draft length this row asks for next (changes with dynamic_k)
-    arrival: float
-    start: float
-    tag: Any = None
-    on_tokens: Callable[[list[int], float], None] | None = None
-    prefill_s: float = 0.0
-    out: list[int] = field(default_factory=list)
-    times: list[float] = field(default_factory=list)
-    steps: list[StepEvent] = field(default_factory=list)
-    done: bool = False
-    finish: str = "length"
-    cancelled: bool = False
-
-    def emit(self, tokens: list[int], t: float) -> int:
-        """Append tokens, stopping at a stop id or the budget; returns how many were kept."""
-        kept = 0
-        for tok in tokens:
-            self.out.append(tok)
-            self.ids.append(tok)
-            self.times.append(t)
-            kept += 1
-            if tok in self.stops:
-                self.done, self.finish = True, "stop"
-                break
-            if len(self.out) >= self.budget:
-                self.done, self.finish = True, "length"
-                break
-        if self.on_tokens is not None and kept:
-            self.on_tokens(tokens[:kept], t)
-        return kept
+__all__ = ["Batch", "BatchStats", "Engine", "Generation", "Row"]
 
 
 class Engine:
@@ -151,11 +59,19 @@ class Engine:
     `pack` (CPU): reorder every linear layer's weights into oneDNN's blocked layout once, in
     place (specbench.engine.model.pack_linears), and fuse the decoder layers of the
     architectures specbench.engine.fused knows; None = wherever it applies. One batch runs
-    at a time per engine: the runners' KV slots are shared."""
+    at a time per engine: the runners' KV slots are shared.
+
+    `static` (None: the eager step): run every batch on the static step
+    (specbench.engine.static) in that mode: "static" (fixed shapes, run op by op),
+    "compile" (torch.compile, fullgraph, no dynamic shapes) or "cudagraph" (captured CUDA
+    graphs; `compile_backend` is torch.compile's backend, "inductor" unless a test checks
+    the graphs alone). It runs the models' own linear layers, so it excludes `pack`; a model or a
+    configuration it does not run is a ValueError saying why (`static_reason`)."""
 
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None = None, *,
                  eos_token_ids: Sequence[int] = (), max_context: int | None = None,
-                 pack: bool | None = None, head: torch.nn.Module | None = None):
+                 pack: bool | None = None, head: torch.nn.Module | None = None, static: str | None = None,
+                 compile_backend: str = "inductor"):
         self.target = target
         self.draft = draft
         self.head = head  # an EAGLE-3 head fitted to `target` (specbench.models.eagle3), method eagle3
@@ -163,6 +79,17 @@ class Engine:
         self.eos_token_ids = frozenset(eos_token_ids)
         self.max_context = max_context or getattr(target.config.get_text_config(), "max_position_embeddings", None)
         self._sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
+        self.static, self.compile_backend = static, compile_backend
+        self._static_lms: dict[str, StaticLM] = {}
+        self._static_batches: dict[SpeculativeConfig, StaticBatch] = {}
+        if static is not None:
+            if pack:
+                raise ValueError("the static step runs the models' own linear layers: prepacking is for the eager step")
+            pack = False
+            for role, model in (("target", target), ("draft", draft)):
+                why = model_reason(model) if model is not None else ""
+                if why:
+                    raise ValueError(f"the static step does not run the {role}: {why}")
         applicable, self.pack_reason = can_pack(target)
         if pack and not applicable:
             raise ValueError(f"the fast path does not apply here: {self.pack_reason}")
@@ -190,6 +117,9 @@ class Engine:
     @property
     def forward_path(self) -> str:
         """The target's forward path, as run.json names it."""
+        if self.static is not None:
+            return {"static": "static step, op by op", "compile": "static step, torch.compile",
+                    "cudagraph": "static step, CUDA graphs"}[self.static]
         if not self.packed:
             return "transformers eager"
         return "prepacked oneDNN linears" if "target" in self.unfused else "fused oneDNN layers"
@@ -232,10 +162,40 @@ class Engine:
     def batch(self, spec: SpeculativeConfig, *, drafter: Drafter | None = None) -> "Batch":
         """A new, empty continuous batch for `spec` (`drafter` replaces the one `spec.method`
         would build: custom or test drafters)."""
+        if self.static is not None:
+            if drafter is not None:
+                raise ValueError("the static step drafts with its own draft-model chain: no custom drafter")
+            return self._static_batch(spec)
         if drafter is None and spec.speculative:
             drafter = make_drafter(spec, target_runner=self.target_runner, draft_runner=lambda: self.draft_runner,
                                    head=self.head, suffix_cache=self.suffix_cache)
         return Batch(self, spec, drafter)
+
+    def static_reason(self, spec: SpeculativeConfig) -> str:
+        """Why `spec` cannot run on the static step with these models ('' when it can)."""
+        why = model_reason(self.target) or spec_reason(spec)
+        if not why and spec.speculative and spec.method == "draft_model":
+            if self.draft is None:
+                return "no draft model loaded"
+            why = model_reason(self.draft)
+        return why
+
+    def _static_batch(self, spec: SpeculativeConfig) -> StaticBatch:
+        """The static step of `spec`, kept for the engine's life so its graphs are built once
+        (a new batch is the same step emptied)."""
+        why = self.static_reason(spec)
+        if why:
+            raise ValueError(f"the static step does not run {spec.method}: {why}")
+        if spec not in self._static_batches:
+            for role, model in (("target", self.target), ("draft", self.draft if spec.speculative else None)):
+                if model is not None and role not in self._static_lms:
+                    self._static_lms[role] = StaticLM(model)
+            self._static_batches[spec] = StaticBatch(self, spec, self._static_lms["target"],
+                                                     self._static_lms.get("draft") if spec.speculative else None,
+                                                     self.static, self.compile_backend)
+        batch = self._static_batches[spec]
+        batch.reset()
+        return batch
 
     def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, spec: SpeculativeConfig, *,
                  seed: int | None = None, on_tokens: Callable[[list[int], float], None] | None = None,
@@ -262,7 +222,7 @@ class Batch:
         # slot positions a step may write past a row's context: its verify feed (a tree's
         # nodes lie at consecutive positions, then move onto the accepted path's)
         self.scratch = max(self.k, spec.draft_nodes if drafter is not None else 0) + 1
-        self.rows: list[_Row] = []
+        self.rows: list[Row] = []
         self.stats = BatchStats(target_weight_bytes=self.target.weight_bytes,
                                 draft_weight_bytes=drafter.weight_bytes if drafter is not None else 0)
 
@@ -285,7 +245,7 @@ class Batch:
         stops, budget = e.limits(prompt, sampling)
         b = len(self.rows)
         start = e.now()
-        row = _Row(prompt, sampling, make_generator(sampling.seed or 0, e.device), stops, budget, self.k,
+        row = Row(prompt, sampling, make_generator(sampling.seed or 0, e.device), stops, budget, self.k,
                    start if arrival is None else arrival, start, tag=tag, on_tokens=on_tokens)
         self.target.reserve(b + 1, len(prompt) + budget + self.scratch)
         # Prefill: the first token comes from the prompt's last position alone.
@@ -418,6 +378,6 @@ class Batch:
             self.drafter.retain(keep)
         self.rows = [self.rows[i] for i in keep]
 
-    def _generation(self, r: _Row, reason: str | None = None) -> Generation:
+    def _generation(self, r: Row, reason: str | None = None) -> Generation:
         return Generation(r.out, r.times, r.start, r.prefill_s, reason or r.finish, r.steps,
                           target_forward_passes=1 + len(r.steps), arrival_time=r.arrival, tag=r.tag)

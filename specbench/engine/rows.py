@@ -1,0 +1,114 @@
+"""What a running batch keeps per request and per batch, shared by the eager step
+(specbench.engine.engine.Batch) and the static step (specbench.engine.static.StaticBatch):
+`Row` (one running request), `Generation` (a finished one) and `BatchStats` (run.json's
+figures of one batch).
+
+Boundary: token ids and timestamps.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specbench.config import SamplingParams
+from specbench.types import StepEvent
+
+
+@dataclass
+class Generation:
+    output_ids: list[int]
+    token_times: list[float]  # perf_counter at emission; one step's tokens share one time
+    start_time: float  # perf_counter when the prefill began
+    prefill_time_s: float
+    finish_reason: str  # stop | length | cancelled
+    steps: list[StepEvent] = field(default_factory=list)
+    target_forward_passes: int = 0
+    arrival_time: float = 0.0  # perf_counter when the request entered the queue
+    tag: Any = None  # the caller's handle for the request
+
+
+@dataclass
+class BatchStats:
+    """What one batch did, for run.json (times in s, memory in bytes)."""
+
+    wall_s: float = 0.0
+    steps: int = 0
+    batch_sizes: Counter = field(default_factory=Counter)  # rows in the target pass -> steps
+    step_s: float = 0.0  # sum of step wall times (draft + verify + per-step bookkeeping)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    prefill_s: float = 0.0
+    target_kv_allocated_bytes: int = 0
+    target_kv_peak_bytes: int = 0  # max over steps of the KV positions in use, all rows
+    draft_kv_allocated_bytes: int = 0
+    draft_kv_peak_bytes: int = 0
+    target_weight_bytes: int = 0
+    draft_weight_bytes: int = 0
+    # rows in the target pass -> [steps, step_s, draft_s, verify_s]: where each batch size's time went
+    by_batch_size: dict = field(default_factory=dict)
+
+    @property
+    def overhead_s(self) -> float:
+        return self.step_s - self.draft_s - self.verify_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "wall_s": self.wall_s, "steps": self.steps,
+            "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
+            "step_s": self.step_s, "draft_s": self.draft_s, "verify_s": self.verify_s,
+            "overhead_s": self.overhead_s, "prefill_s": self.prefill_s,
+            "by_batch_size": {str(b): dict(zip(("steps", "step_s", "draft_s", "verify_s"), v))
+                              for b, v in sorted(self.by_batch_size.items())},
+            "memory": {
+                "target_weight_bytes": self.target_weight_bytes,
+                "draft_weight_bytes": self.draft_weight_bytes,
+                "target_kv_allocated_bytes": self.target_kv_allocated_bytes,
+                "target_kv_peak_bytes": self.target_kv_peak_bytes,
+                "draft_kv_allocated_bytes": self.draft_kv_allocated_bytes,
+                "draft_kv_peak_bytes": self.draft_kv_peak_bytes,
+            },
+        }
+
+
+@dataclass
+class Row:
+    ids: list[int]  # prompt + output so far; the target cache holds all but the last
+    sampling: SamplingParams
+    gen: torch.Generator
+    stops: frozenset[int]
+    budget: int
+    k: int  # draft length this row asks for next (changes with dynamic_k)
+    arrival: float
+    start: float
+    tag: Any = None
+    on_tokens: Callable[[list[int], float], None] | None = None
+    prefill_s: float = 0.0
+    out: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    steps: list[StepEvent] = field(default_factory=list)
+    done: bool = False
+    finish: str = "length"
+    cancelled: bool = False
+
+    def emit(self, tokens: list[int], t: float) -> int:
+        """Append tokens, stopping at a stop id or the budget; returns how many were kept."""
+        kept = 0
+        for tok in tokens:
+            self.out.append(tok)
+            self.ids.append(tok)
+            self.times.append(t)
+            kept += 1
+            if tok in self.stops:
+                self.done, self.finish = True, "stop"
+                break
+            if len(self.out) >= self.budget:
+                self.done, self.finish = True, "length"
+                break
+        if self.on_tokens is not None and kept:
+            self.on_tokens(tokens[:kept], t)
+        return kept

@@ -1,0 +1,400 @@
+"""The static step: every shape fixed, everything on the device, one device-to-host transfer.
+
+The eager step (specbench.engine.engine.Batch) is honest on a CPU, where a decode step's time
+is its arithmetic. On a GPU its time would be its host work: some two thousand dispatched ops
+for a plain decode step of a 28-layer model, five times that for a k=4 draft-model step, and
+eight host syncs, where vLLM replays one captured graph. This module is the step as a GPU
+wants it, proven on the CPU:
+
+- static shapes: KV buffers preallocated per layer (specbench.engine.static_lm), lengths
+  as data, the batch padded to a bucket (1, 2, 4, ...: vLLM's capture sizes), one verify
+  width (k + 1) per configuration; budget caps, `dynamic_k` and the confidence threshold are
+  a per-row draft length inside that shape; a step where no row drafts runs the baseline's;
+- a device-resident step: drafting, verification, rejection sampling and roll-back are
+  tensor code over all rows (no loop over rows), sampling uses counter-based random numbers
+  (specbench.engine.sampling.counter_uniform: a request's samples depend only on its seed),
+  and the step's one device-to-host transfer is what it emitted;
+- two pure functions per step (draft chain; verify and accept) run as they are, compiled or
+  captured (specbench.engine.graphs); on CUDA the draft/verify split comes from CUDA events.
+
+What it runs: the baseline and draft-model chains (greedy, and sampled with temperature,
+top-k and top-p, mixed in one batch), on Llama-family models (Llama, Mistral, Qwen2) with
+plain linear layers. Trees, EAGLE-3, Medusa, n-gram and suffix drafting run on the eager step;
+`static_reason` says why a configuration or a model cannot run here, for run.json.
+
+Lossless as the eager step is (docs/engine.md, "The rule"): a greedy row accepts drafts while
+they equal the target's argmax and emits the argmax; a sampled row accepts draft x with
+probability min(1, p(x)/q(x)) and on the first rejection draws from norm(max(p - q, 0)) (p
+where that is zero), or draws the bonus token from p after a fully accepted chain.
+
+Boundary: token ids and tensors; the same Batch interface as the eager step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from specbench.config import SamplingParams, SpeculativeConfig
+from specbench.engine.graphs import Graphs
+from specbench.engine.rows import BatchStats, Generation, Row
+from specbench.engine.sampling import (SALT_ACCEPT, SALT_DRAFT, SALT_TOKEN, counter_uniform, row_probs,
+                                       sample_inverse_cdf)
+from specbench.engine.static_lm import StaticLM
+from specbench.types import StepEvent
+
+
+def bucket(n: int) -> int:
+    """The padded batch size of n rows: the next power of two (vLLM's capture sizes)."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def spec_reason(spec: SpeculativeConfig) -> str:
+    """Why a configuration cannot run on the static step ('' when it can)."""
+    if not spec.speculative:
+        return ""
+    if spec.method != "draft_model":
+        return f"method {spec.method} (the static step runs the baseline and draft_model chains)"
+    if spec.is_tree:
+        return "a draft tree (the static step runs chains)"
+    return ""
+
+
+class StaticBatch:
+    """The running requests of one configuration on the static step (the interface of
+    specbench.engine.engine.Batch: admit, step, cancel, rows, tags, stats, reserve)."""
+
+    def __init__(self, engine: Any, spec: SpeculativeConfig, target: StaticLM, draft: StaticLM | None, mode: str,
+                 backend: str = "inductor"):
+        self.engine, self.spec = engine, spec
+        self.target, self.draft = target, draft
+        self.graphs = Graphs(mode, target.device, backend)
+        self.k = min(spec.num_speculative_tokens, spec.draft_nodes) if spec.speculative else 0
+        if self.k and draft is None:
+            raise ValueError("method draft_model needs an engine built with a draft model")
+        if self.k and draft.vocab_size != target.vocab_size:
+            raise ValueError(f"the static step needs one vocabulary: draft {draft.vocab_size}, "
+                             f"target {target.vocab_size}")
+        self.threshold = spec.draft_confidence_threshold
+        self.scratch = self.k + 1
+        self.dev = target.device
+        self._state_rows = self._state_gen = 0
+        self._alloc_state(max(1, target.rows))
+        if self.dev.type == "cuda":
+            self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+            self._ks_host = torch.zeros(self._state_rows, dtype=torch.long).pin_memory()
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty: no rows, fresh statistics (buffers and built graphs are kept)."""
+        self.rows: list[Row] = []
+        self.draft_valid: list[int] = []  # per row: positions of its sequence the draft cache holds
+        self.stats = BatchStats(target_weight_bytes=self.target.weight_bytes,
+                                draft_weight_bytes=self.draft.weight_bytes if self.k else 0)
+        self.padded_rows = 0  # rows computed only to fill a bucket, summed over steps
+        self.live.fill_(False)
+        self.ctx.fill_(2)
+
+    # ---- persistent device state ----------------------------------------------------------
+
+    def _alloc_state(self, rows: int) -> None:
+        """Per-slot state the step reads and updates on the device."""
+        dev, old = self.dev, self._state_rows
+        state = {
+            "ctx": torch.full((rows,), 2, dtype=torch.long, device=dev),  # tokens in the sequence
+            "last": torch.zeros(rows, 2, dtype=torch.long, device=dev),  # its last two tokens
+            "live": torch.zeros(rows, dtype=torch.bool, device=dev),
+            "seed": torch.zeros(rows, dtype=torch.long, device=dev),
+            "greedy": torch.ones(rows, dtype=torch.bool, device=dev),
+            "temperature": torch.ones(rows, dtype=torch.float32, device=dev),
+            "top_k": torch.zeros(rows, dtype=torch.long, device=dev),
+            "top_p": torch.ones(rows, dtype=torch.float32, device=dev),
+            "ks": torch.zeros(rows, dtype=torch.long, device=dev),  # this step's draft length per row
+        }
+        if old:
+            for name, t in state.items():
+                t[:old].copy_(getattr(self, name)[:old])
+        for name, t in state.items():
+            setattr(self, name, t)
+        self._state_rows = rows
+        self._state_gen += 1
+        if self.dev.type == "cuda":
+            self._ks_host = torch.zeros(rows, dtype=torch.long).pin_memory()
+
+    def reserve(self, rows: int, capacity: int) -> None:
+        """Allocate KV slots and state up front (`scheduler.run` knows every request)."""
+        slots = bucket(rows)
+        grown = self.target.reserve(slots, capacity + self.scratch)
+        if self.k:
+            grown |= self.draft.reserve(slots, capacity + self.scratch)
+        if grown or slots > self._state_rows:
+            self._alloc_state(max(slots, self._state_rows))
+
+    # ---- admission --------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def admit(self, prompt_ids: Sequence[int], sampling: SamplingParams, *, arrival: float | None = None,
+              on_tokens: Callable[[list[int], float], None] | None = None, tag: Any = None):
+        """Prefill one request into the next slot and emit its first token (eager: a prefill's
+        shape is its prompt's). Returns its Generation when that token ends it, else None."""
+        e = self.engine
+        prompt = list(prompt_ids)
+        stops, budget = e.limits(prompt, sampling)
+        b = len(self.rows)
+        start = e.now()
+        seed = sampling.seed or 0
+        row = Row(prompt, sampling, None, stops, budget, self.k, start if arrival is None else arrival, start,
+                   tag=tag, on_tokens=on_tokens)
+        self.reserve(b + 1, len(prompt) + budget)
+        ids = torch.tensor([prompt], dtype=torch.long, device=self.dev)
+        zero = torch.zeros(1, dtype=torch.long, device=self.dev)
+        logits = self.target.forward(ids, zero, row0=b, last_only=True)
+        if sampling.greedy:
+            first = int(logits[0].argmax())
+        else:
+            probs = row_probs(logits, torch.tensor([sampling.temperature], device=self.dev),
+                              torch.tensor([sampling.top_k], device=self.dev),
+                              torch.tensor([sampling.top_p], device=self.dev))
+            u = counter_uniform(torch.tensor([seed], device=self.dev), SALT_TOKEN,
+                                torch.tensor([len(prompt)], device=self.dev))
+            first = int(sample_inverse_cdf(probs, u)[0])
+        ends = first in stops or budget <= 1
+        if self.k and not ends:
+            self.draft.forward(ids, zero, row0=b, last_only=True)  # the draft's prefill counts as prefill
+        t = e.now()
+        row.prefill_s = t - start
+        self.stats.prefill_s += row.prefill_s
+        n, tail = len(prompt), prompt[-1]
+        row.emit([first], t)  # (row.ids is `prompt`: it grows here)
+        if row.done:
+            return self._generation(row)
+        self.ctx[b] = n + 1
+        self.last[b, 0], self.last[b, 1] = tail, first
+        self.live[b] = True
+        self.seed[b] = seed
+        self.greedy[b] = sampling.greedy
+        self.temperature[b] = sampling.temperature if not sampling.greedy else 1.0
+        self.top_k[b] = sampling.top_k
+        self.top_p[b] = sampling.top_p
+        self.rows.append(row)
+        self.draft_valid.append(n)
+        return None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def tags(self) -> list[Any]:
+        return [r.tag for r in self.rows]
+
+    def cancel(self, tag: Any) -> None:
+        for r in self.rows:
+            if r.tag is tag:
+                r.cancelled = True
+
+    # ---- the step -----------------------------------------------------------------------------
+
+    def _draft_chain(self, B: int, K: int, sampled: bool, top_k: bool, top_p: bool):
+        """[B, K] draft tokens, their distributions q [B, K, V] (sampled batches; else None)
+        and each row's draft length (ks, cut after the first node below the confidence
+        threshold): the draft catches up on the row's last two tokens, then drafts K deep."""
+        ctx, last, greedy = self.ctx[:B], self.last[:B], self.greedy[:B]
+        logits = self.draft.forward(last, ctx - 2, last_only=True)
+        toks, qs, probs = [], [], []
+        for j in range(K):
+            if sampled:
+                q = row_probs(logits, self.temperature[:B], self.top_k[:B], self.top_p[:B],
+                              use_top_k=top_k, use_top_p=top_p)
+                drawn = sample_inverse_cdf(q, counter_uniform(self.seed[:B], SALT_DRAFT, ctx + j))
+                tok = torch.where(greedy, logits.argmax(-1), drawn)
+                qs.append(q)
+            else:
+                tok = logits.argmax(-1)
+            if self.threshold > 0:
+                conf = torch.softmax(logits.float(), -1)
+                if sampled:
+                    conf = torch.where(greedy.view(B, 1), conf, q)
+                probs.append(conf.gather(1, tok.view(B, 1)).view(B))
+            toks.append(tok)
+            if j + 1 < K:
+                logits = self.draft.forward(tok.view(B, 1), ctx + j, last_only=True)
+        drafts = torch.stack(toks, dim=1)
+        q = torch.stack(qs, dim=1) if sampled else None
+        ks = self.ks[:B]
+        if self.threshold > 0:  # a node below the threshold is not expanded: the chain ends there
+            low = torch.stack(probs, dim=1) < self.threshold
+            low[:, -1] = True
+            ks = torch.minimum(ks, low.long().argmax(dim=1) + 1)
+        return drafts, q, ks
+
+    def _verify(self, B: int, K: int, sampled: bool, top_k: bool, top_p: bool, drafts: torch.Tensor | None,
+                q: torch.Tensor | None, ks: torch.Tensor) -> torch.Tensor:
+        """One target pass over [last token, drafts] of every row, acceptance, the extra token
+        and the cache roll-back (lengths); returns [B, K + 3] long: drafted, accepted, the K
+        drafts, the extra token."""
+        ctx, last, greedy, live = self.ctx[:B], self.last[:B], self.greedy[:B], self.live[:B]
+        feed = last[:, 1:] if K == 0 else torch.cat([last[:, 1:], drafts], dim=1)
+        logits = self.target.forward(feed, ctx - 1)  # [B, K + 1, V]
+        top = logits.argmax(-1)
+        at = torch.arange(K, device=self.dev).view(1, K)
+        ok = (drafts == top[:, :K]) & (at < ks.view(B, 1)) if K else top[:, :0].bool()
+        if sampled:
+            p = row_probs(logits, self.temperature[:B], self.top_k[:B], self.top_p[:B],
+                          use_top_k=top_k, use_top_p=top_p)
+        if sampled and K:
+            p_x = p[:, :K].gather(2, drafts.unsqueeze(-1)).squeeze(-1)
+            q_x = q.gather(2, drafts.unsqueeze(-1)).squeeze(-1)
+            u = counter_uniform(self.seed[:B], SALT_ACCEPT, ctx.view(B, 1) + at)
+            taken = (u * q_x < p_x) & (q_x > 0) & (at < ks.view(B, 1))
+            ok = torch.where(greedy.view(B, 1), ok, taken)
+        n = ok.long().cumprod(dim=1).sum(dim=1) if K else torch.zeros(B, dtype=torch.long, device=self.dev)
+        extra = top.gather(1, n.view(B, 1)).view(B)
+        if sampled:
+            dist = p.gather(1, n.view(B, 1, 1).expand(B, 1, p.shape[-1])).squeeze(1)  # p at the stop
+            if K:  # a rejection (n < ks): the residual norm(max(p - q, 0)), p where it is all zero
+                q_n = q.gather(1, n.clamp(max=K - 1).view(B, 1, 1).expand(B, 1, q.shape[-1])).squeeze(1)
+                residual = torch.clamp(dist - q_n, min=0.0)
+                total = residual.sum(dim=-1, keepdim=True)
+                residual = torch.where(total > 0, residual / total.clamp_min(1e-30), dist)
+                dist = torch.where((n < ks).view(B, 1), residual, dist)
+            drawn = sample_inverse_cdf(dist, counter_uniform(self.seed[:B], SALT_TOKEN, ctx + n))
+            extra = torch.where(greedy, extra, drawn)
+        # roll back by length: the accepted drafts' entries are in place, the rest past the end
+        before = drafts.gather(1, (n - 1).clamp(min=0).view(B, 1)).view(B) if K else last[:, 1]
+        self.last[:B] = torch.stack([torch.where(n > 0, before, last[:, 1]), extra], dim=1)
+        self.ctx[:B] = torch.where(live, ctx + n + 1, ctx)
+        drafted = ks if K else torch.zeros_like(n)
+        cols = [drafted.view(B, 1), n.view(B, 1)] + ([drafts] if K else []) + [extra.view(B, 1)]
+        return torch.cat(cols, dim=1)
+
+    def _catch_up_draft(self) -> None:
+        """Rows whose draft lags more than the step's two-token catch-up (steps that did not
+        draft) feed the tokens it missed, eagerly: only after a step that did not draft."""
+        for b, r in enumerate(self.rows):
+            lag = len(r.ids) - 2 - self.draft_valid[b]
+            if lag > 0:
+                toks = torch.tensor([r.ids[self.draft_valid[b]:len(r.ids) - 2]], dtype=torch.long, device=self.dev)
+                start = torch.tensor([self.draft_valid[b]], dtype=torch.long, device=self.dev)
+                self.draft.forward(toks, start, row0=b, last_only=True)
+                self.draft_valid[b] = len(r.ids) - 2
+
+    @torch.inference_mode()
+    def step(self) -> list:
+        """One step for every row; returns the requests that finished."""
+        finished = [self._generation(r, "cancelled") for r in self.rows if r.cancelled]
+        if finished:
+            self._compact()
+        rows, spec = self.rows, self.spec
+        if not rows:
+            return finished
+        B = len(rows)
+        Bb = bucket(B)
+        if Bb > self._state_rows or Bb > self.target.rows:
+            self.reserve(Bb, self.target.capacity - self.scratch)
+        off = spec.disable_by_batch_size is not None and B > spec.disable_by_batch_size
+        ks = [0 if off else max(0, min(r.k, r.budget - len(r.out) - 1)) for r in rows]
+        K = self.k if any(ks) else 0
+        if K:
+            self._catch_up_draft()
+            host = torch.tensor(ks + [0] * (Bb - B))
+            if self.dev.type == "cuda":  # from pinned memory: an asynchronous copy, no sync
+                host = self._ks_host[:Bb].copy_(host)
+            self.ks[:Bb].copy_(host, non_blocking=True)
+        sampled = not all(r.sampling.greedy for r in rows)
+        top_k = sampled and any(0 < r.sampling.top_k for r in rows)
+        top_p = sampled and any(r.sampling.top_p < 1.0 for r in rows)
+        key = (Bb, K, sampled, top_k, top_p,
+               (self.target.allocations, self.draft.allocations if self.k else 0, self._state_gen))
+        cuda = self.dev.type == "cuda"
+        t0 = time.perf_counter()
+        if cuda:
+            self._events[0].record()
+        drafts = q = None
+        eff = self.ks[:Bb]
+        if K:
+            drafts, q, eff = self.graphs.run(("draft",) + key, lambda: self._draft_chain(Bb, K, sampled, top_k, top_p))
+        t1 = time.perf_counter()
+        if cuda:
+            self._events[1].record()
+        out = self.graphs.run(("verify",) + key,
+                              lambda d, q_, e: self._verify(Bb, K, sampled, top_k, top_p, d, q_, e),
+                              drafts, q, eff, state=(self.ctx, self.last))
+        table = out.cpu().tolist()  # the step's one device-to-host transfer (and its one sync)
+        t2 = time.perf_counter()
+        if cuda:  # the split from the device's own clock, read after the sync
+            self._events[2].record()
+            self._events[2].synchronize()
+            draft_s = self._events[0].elapsed_time(self._events[1]) / 1000
+            t1 = t2 - self._events[1].elapsed_time(self._events[2]) / 1000
+            t1 = max(t0 + draft_s, t1) if K else t0
+        context = [len(r.ids) for r in rows]
+        accepted = []
+        for b, r in enumerate(rows):
+            drafted, n = table[b][0], table[b][1]
+            d = table[b][2:2 + K][:drafted] if K else []
+            accepted.append(n)
+            leaf = not d or n == len(d)
+            emitted = r.emit([*d[:n], table[b][-1]], t2)
+            r.steps.append(StepEvent(drafted=len(d), accepted=n, first_rejection=-1 if leaf else n,
+                                     emitted=emitted, draft_time_s=t1 - t0, verify_time_s=t2 - t1,
+                                     batch_size=B, context_tokens=context[b], draft_depth=len(d),
+                                     accepted_ranks=(0,) * n))
+            if K:
+                self.draft_valid[b] = context[b] + n - 1
+            if spec.dynamic_k and d:
+                r.k = min(r.k + 2, self.k) if leaf else max(1, r.k - 1)
+        self.padded_rows += Bb - B
+        done = [r for r in rows if r.done]
+        if done:
+            finished += [self._generation(r) for r in done]
+            self._compact()
+        self._account(B, sum(context) + sum(accepted), t0, t1, t2)
+        return finished
+
+    # ---- bookkeeping ----------------------------------------------------------------------------
+
+    def _account(self, batch_size: int, target_tokens: int, t0: float, t1: float, t2: float) -> None:
+        s = self.stats
+        step = time.perf_counter() - t0
+        s.steps += 1
+        s.batch_sizes[batch_size] += 1
+        s.draft_s += t1 - t0
+        s.verify_s += t2 - t1
+        s.step_s += step
+        acc = s.by_batch_size.setdefault(batch_size, [0, 0.0, 0.0, 0.0])
+        acc[0] += 1
+        acc[1] += step
+        acc[2] += t1 - t0
+        acc[3] += t2 - t1
+        s.target_kv_allocated_bytes = max(s.target_kv_allocated_bytes, self.target.allocated_bytes)
+        s.target_kv_peak_bytes = max(s.target_kv_peak_bytes, target_tokens * self.target.bytes_per_token)
+        if self.k:
+            s.draft_kv_allocated_bytes = max(s.draft_kv_allocated_bytes, self.draft.allocated_bytes)
+            s.draft_kv_peak_bytes = max(s.draft_kv_peak_bytes, target_tokens * self.draft.bytes_per_token)
+
+    @torch.inference_mode()
+    def _compact(self) -> None:
+        """Drop finished rows; survivors from the end move into the freed slots."""
+        alive = [not (r.done or r.cancelled) for r in self.rows]
+        n = sum(alive)
+        movers = iter([i for i in range(n, len(self.rows)) if alive[i]])
+        keep = [i if alive[i] else next(movers) for i in range(n)]
+        moves = [(src, dst) for dst, src in enumerate(keep) if src != dst]
+        if moves:
+            src, dst = (torch.tensor(x, dtype=torch.long, device=self.dev) for x in zip(*moves))
+            for model in (self.target, self.draft) if self.k else (self.target,):
+                model.move_rows(src, dst)
+            for name in ("ctx", "last", "seed", "greedy", "temperature", "top_k", "top_p"):
+                t = getattr(self, name)
+                t.index_copy_(0, dst, t.index_select(0, src))
+        self.live[n:] = False
+        self.ctx[n:] = 2
+        self.rows = [self.rows[i] for i in keep]
+        self.draft_valid = [self.draft_valid[i] for i in keep]
+
+    def _generation(self, r: Row, reason: str | None = None) -> Generation:
+        return Generation(r.out, r.times, r.start, r.prefill_s, reason or r.finish, r.steps,
+                          target_forward_passes=1 + len(r.steps), arrival_time=r.arrival, tag=r.tag)
