@@ -10,7 +10,8 @@ sampling kind, and the allocation of the buffers it reads):
 - "cudagraph": fn captured once as a `torch.cuda.CUDAGraph` over static copies of its tensor
   arguments, then replayed (its warm-up runs fn; the buffers fn updates are put back).
 
-`built` holds one entry per key built and `build_s` the time spent building them, for
+`built` holds one entry per live key, `builds` counts every graph built (those dropped when
+their buffers were reallocated included) and `build_s` the time spent building them, for
 run.json and the host-overhead benchmark.
 
 Boundary: callables and tensors; nothing here knows requests.
@@ -38,6 +39,7 @@ class Graphs:
             raise ValueError(f"cudagraph capture needs a CUDA device, the models are on {device.type}")
         self.mode, self.device, self.backend = mode, device, backend
         self.built: dict[tuple, Any] = {}
+        self.builds = 0  # graphs built, those since dropped with their buffers included
         self.build_s = 0.0
         if mode == "compile":
             # one compiled graph per (bucket, width, sampling kind) of each step function: more
@@ -57,6 +59,7 @@ class Graphs:
         for stale in [k for k in self.built if k[-1] != key[-1]]:
             del self.built[stale]
         t = time.perf_counter()
+        self.builds += 1
         if self.mode == "compile":  # compiled by its first call, which is this step's
             self.built[key] = torch.compile(fn, fullgraph=True, dynamic=False, backend=self.backend)
             out = self.built[key](*args)

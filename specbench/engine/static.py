@@ -63,6 +63,14 @@ def spec_reason(spec: SpeculativeConfig) -> str:
     return ""
 
 
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """What a row draws from after its draft x ~ q was rejected against p ([B, V] each):
+    norm(max(p - q, 0)), or p where that is all zero."""
+    r = torch.clamp(p - q, min=0.0)
+    total = r.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, r / total.clamp_min(1e-30), p)
+
+
 class StaticBatch:
     """The running requests of one configuration on the static step (the interface of
     specbench.engine.engine.Batch: admit, step, cancel, rows, tags, stats, reserve)."""
@@ -256,10 +264,7 @@ class StaticBatch:
             dist = p.gather(1, n.view(B, 1, 1).expand(B, 1, p.shape[-1])).squeeze(1)  # p at the stop
             if K:  # a rejection (n < ks): the residual norm(max(p - q, 0)), p where it is all zero
                 q_n = q.gather(1, n.clamp(max=K - 1).view(B, 1, 1).expand(B, 1, q.shape[-1])).squeeze(1)
-                residual = torch.clamp(dist - q_n, min=0.0)
-                total = residual.sum(dim=-1, keepdim=True)
-                residual = torch.where(total > 0, residual / total.clamp_min(1e-30), dist)
-                dist = torch.where((n < ks).view(B, 1), residual, dist)
+                dist = torch.where((n < ks).view(B, 1), residual(dist, q_n), dist)
             drawn = sample_inverse_cdf(dist, counter_uniform(self.seed[:B], SALT_TOKEN, ctx + n))
             extra = torch.where(greedy, extra, drawn)
         # roll back by length: the accepted drafts' entries are in place, the rest past the end
@@ -322,7 +327,7 @@ class StaticBatch:
         out = self.graphs.run(("verify",) + key,
                               lambda d, q_, e: self._verify(Bb, K, sampled, top_k, top_p, d, q_, e),
                               drafts, q, eff, state=(self.ctx, self.last))
-        table = out.cpu().tolist()  # the step's one device-to-host transfer (and its one sync)
+        table = out.tolist()  # the step's one device-to-host transfer (and its one sync)
         t2 = time.perf_counter()
         if cuda:  # the split from the device's own clock, read after the sync
             self._events[2].record()

@@ -1,0 +1,225 @@
+"""The static step (specbench.engine.static) decodes what the eager step decodes.
+
+- greedy: token for token and step for step (drafted, accepted, first rejection) equal to the
+  eager step on tiny float32 models, for the baseline and draft-model chains of every k, alone
+  and in continuous batches whose rows join, finish and pad a bucket, with dynamic k,
+  disable_by_batch_size, a confidence threshold, stop tokens and budget caps;
+- compiled (torch.compile, fullgraph, no dynamic shapes): the same outputs, and one graph per
+  (bucket, width, sampling kind) however long the contexts grow (no recompile per KV length);
+- sampling: the first three tokens follow the target's exact joint distribution (chi-square,
+  enumerated on a 6-token vocabulary), with sampled chains at concurrency 4 among ragged
+  companions, and the same test rejects a verifier that draws from p after a rejection;
+- the counter-based random numbers are uniform, and depend on (seed, decision, position) only.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import tiny
+from gof import gof_pvalue
+from specbench.config import SamplingParams, SpeculativeConfig
+from specbench.engine import Engine, scheduler
+from specbench.engine import static as static_mod
+from specbench.engine.sampling import SALT_ACCEPT, SALT_TOKEN, counter_uniform, probs_from_logits, row_probs
+from specbench.engine.static import bucket
+from test_lossless_sampling import PROMPT, SAMPLINGS, V, exact_joint, joint_counts, sample_outputs
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = tiny.make_model(vocab_size=300, layers=2, seed=0, eos_token_id=3)
+    return target, tiny.perturbed_copy(target, 0.05)
+
+
+def ragged_requests(n: int = 9, seed: int = 0, **sampling) -> list:
+    rnd = random.Random(seed)
+    return [([rnd.randrange(300) for _ in range(rnd.randint(2, 20))],
+             SamplingParams(max_new_tokens=rnd.randint(1, 30), seed=i, **sampling)) for i in range(n)]
+
+
+def chain(k: int, **kw) -> SpeculativeConfig:
+    return SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft="draft", **kw)
+
+
+def trace(results) -> list:
+    return [(g.output_ids, g.finish_reason, [(s.drafted, s.accepted, s.first_rejection, s.emitted) for s in g.steps])
+            for g in results]
+
+
+SPECS = [SpeculativeConfig(), chain(1), chain(2), chain(4), chain(3, dynamic_k=True),
+         chain(3, disable_by_batch_size=2), chain(4, draft_confidence_threshold=0.6),
+         chain(4, num_draft_tokens=3)]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.method}-k{s.num_speculative_tokens}")
+@pytest.mark.parametrize("concurrency", [1, 3, 4])
+def test_greedy_static_step_equals_the_eager_step(models, spec, concurrency):
+    target, draft = models
+    reqs = ragged_requests()
+    eager, _ = scheduler.run(Engine(target, draft, pack=False, eos_token_ids=[3]), reqs, spec, concurrency=concurrency)
+    static, stats = scheduler.run(Engine(target, draft, static="static", eos_token_ids=[3]), reqs, spec,
+                                  concurrency=concurrency)
+    assert trace(static) == trace(eager)
+    assert stats.steps == sum(len(g.steps) for g in static) or concurrency > 1
+
+
+def test_the_static_step_refuses_what_it_does_not_run(models):
+    target, draft = models
+    engine = Engine(target, draft, static="static")
+    for spec, why in [(SpeculativeConfig(method="ngram", num_speculative_tokens=2), "method ngram"),
+                      (chain(2, topk=2), "a draft tree")]:
+        assert why in engine.static_reason(spec)
+        with pytest.raises(ValueError, match=why):
+            engine.batch(spec)
+    with pytest.raises(ValueError, match="prepacking"):
+        Engine(target, static="static", pack=True)
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        Engine(target, static="cudagraph").batch(SpeculativeConfig())
+
+
+def test_buckets_are_powers_of_two():
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 33)] == [1, 2, 4, 4, 8, 8, 16, 64]
+
+
+class CountingBackend:
+    """A torch.compile backend that counts the graphs dynamo hands it (each compile or
+    recompile) and runs them as they are."""
+
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return gm.forward
+
+
+def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
+    target, draft = models
+    backend = CountingBackend()
+    engine = Engine(target, draft, static="compile", compile_backend=backend, eos_token_ids=[3])
+    eager = Engine(target, draft, pack=False, eos_token_ids=[3])
+    # one request whose context runs from 60 to 100 tokens: one graph for the whole run
+    long = [([7] * 60, SamplingParams(max_new_tokens=40, seed=1, ignore_eos=True))]
+    assert trace(scheduler.run(engine, long, SpeculativeConfig())[0]) == \
+        trace(scheduler.run(eager, long, SpeculativeConfig())[0])
+    assert backend.graphs == 1
+    # other prompts and lengths on the same buffers: nothing is compiled again
+    reqs = ragged_requests(5, seed=1)
+    assert trace(scheduler.run(engine, reqs, SpeculativeConfig())[0]) == \
+        trace(scheduler.run(eager, reqs, SpeculativeConfig())[0])
+    assert backend.graphs == 1
+    for spec, concurrency in [(chain(3), 1), (chain(3), 3)]:
+        reqs = ragged_requests(5, seed=concurrency)
+        assert trace(scheduler.run(engine, reqs, spec, concurrency=concurrency)[0]) == \
+            trace(scheduler.run(eager, reqs, spec, concurrency=concurrency)[0])
+    graphs = [b.graphs for b in engine._static_batches.values()]
+    # every graph dynamo built is one the step asked for (a new key, or a key again over
+    # buffers that grew): no guard failed and recompiled; and the keys are bounded by
+    # (draft, verify) x (bucket, width): the chain at c1 its drafting and non-drafting
+    # (budget) widths, at c3 those at buckets 1, 2 and 4
+    assert backend.graphs == sum(g.builds for g in graphs)
+    assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3
+
+
+def test_the_graph_counter_sees_a_recompile():
+    """The count above can fail: a function specialised on a Python int recompiles per value."""
+    backend = CountingBackend()
+    f = torch.compile(lambda x, n: x + n, backend=backend, dynamic=False)
+    for n in range(3):
+        f(torch.ones(2), n)
+    assert backend.graphs == 3
+
+
+def test_inductor_compiles_the_whole_step_without_a_graph_break():
+    """With Inductor itself (fullgraph: a break would raise), on a one-layer model."""
+    target = tiny.make_model(vocab_size=64, layers=1, hidden=32, seed=2)
+    draft = tiny.perturbed_copy(target, 0.1)
+    reqs = [([1, 2, 3, 4], SamplingParams(max_new_tokens=8, seed=0)),
+            ([5, 6], SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=6, seed=1))]
+    eager = scheduler.run(Engine(target, draft, pack=False), reqs[:1], chain(2), concurrency=1)[0]
+    engine = Engine(target, draft, static="compile")
+    out, _ = scheduler.run(engine, reqs, chain(2), concurrency=2)
+    assert out[0].output_ids == eager[0].output_ids
+    assert len(out[1].output_ids) == 6
+    graphs = engine._static_batches[chain(2)].graphs
+    assert graphs.built and graphs.build_s > 0
+
+
+# ---- sampling -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_target():
+    return tiny.make_model(vocab_size=V, hidden=16, layers=1, init_range=0.5, seed=3)
+
+
+@pytest.fixture(scope="module")
+def static_engine(tiny_target):
+    return Engine(tiny_target, tiny.perturbed_copy(tiny_target, 0.5, seed=9), static="static")
+
+
+CASES = [  # (concurrency, sampling, k, dynamic_k)
+    (1, "temperature", 3, False),
+    (1, "top_p", 2, False),
+    (4, "all", 3, True),
+    (4, "top_k", 1, False),
+]
+
+
+@pytest.mark.parametrize("concurrency,sampling,k,dynamic_k", CASES)
+def test_static_sampling_follows_the_target_distribution(static_engine, tiny_target, concurrency, sampling, k,
+                                                         dynamic_k):
+    sp = SAMPLINGS[sampling]
+    outputs = sample_outputs(static_engine, sp, chain(k, dynamic_k=dynamic_k), None, concurrency)
+    counts, expected = joint_counts(outputs), exact_joint(tiny_target, sp)
+    assert counts[expected == 0].sum() == 0, "emitted a sequence the target can never produce"
+    assert gof_pvalue(counts, expected) > 1e-3
+
+
+def test_static_baseline_sampling_follows_the_target_distribution(static_engine, tiny_target):
+    sp = SAMPLINGS["top_k"]
+    outputs = sample_outputs(static_engine, sp, SpeculativeConfig(), None, 4)
+    assert gof_pvalue(joint_counts(outputs), exact_joint(tiny_target, sp)) > 1e-3
+
+
+def test_the_same_test_rejects_a_verifier_that_draws_from_p_after_a_rejection(static_engine, tiny_target,
+                                                                              monkeypatch):
+    monkeypatch.setattr(static_mod, "residual", lambda p, q: p)  # the classic bug: resample from p
+    sp = SAMPLINGS["temperature"]
+    engine = Engine(tiny_target, static_engine.draft, static="static")
+    counts = joint_counts(sample_outputs(engine, sp, chain(3), None, 4))
+    assert gof_pvalue(counts, exact_joint(tiny_target, sp)) < 1e-3
+
+
+def test_row_probs_is_probs_from_logits_per_row():
+    logits = torch.randn(4, 3, 50, generator=torch.Generator().manual_seed(0)) * 3
+    params = [SamplingParams(temperature=0.7), SamplingParams(temperature=1.2, top_k=5),
+              SamplingParams(temperature=0.9, top_p=0.8), SamplingParams(temperature=1.0, top_k=7, top_p=0.6)]
+    got = row_probs(logits, torch.tensor([p.temperature for p in params]), torch.tensor([p.top_k for p in params]),
+                    torch.tensor([p.top_p for p in params]))
+    for b, p in enumerate(params):
+        torch.testing.assert_close(got[b], probs_from_logits(logits[b], p))
+
+
+def test_counter_uniforms_are_uniform_and_keyed_by_seed_salt_and_position():
+    seeds = torch.arange(-2000, 2000, dtype=torch.long) * 7919
+    pos = torch.arange(16).repeat(len(seeds), 1)
+    u = counter_uniform(seeds, SALT_TOKEN, pos)
+    assert u.dtype == torch.float64 and bool(((u > 0) & (u < 1)).all())
+    counts = np.histogram(u.numpy().ravel(), bins=64, range=(0, 1))[0]
+    assert gof_pvalue(counts, np.full(64, 1 / 64)) > 1e-3
+    # a broken variant (the low 8 bits only) fails the same test
+    assert gof_pvalue(np.histogram((u.numpy().ravel() * 256 % 1) ** 2, bins=64, range=(0, 1))[0],
+                      np.full(64, 1 / 64)) < 1e-3
+    again = counter_uniform(seeds[5:6], SALT_TOKEN, pos[:1])
+    torch.testing.assert_close(again, u[5:6])  # a row's numbers do not depend on its batch
+    assert not torch.equal(counter_uniform(seeds, SALT_ACCEPT, pos), u)
+    assert len(set(u[:, 0].tolist())) == len(seeds)
+    # neighbouring positions of one seed are not correlated
+    x = u[:, :-1].numpy().ravel() - 0.5
+    y = u[:, 1:].numpy().ravel() - 0.5
+    assert abs(np.corrcoef(x, y)[0, 1]) < 0.02
