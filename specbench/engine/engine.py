@@ -226,8 +226,9 @@ class Batch:
         self.stats = BatchStats(target_weight_bytes=self.target.weight_bytes,
                                 draft_weight_bytes=drafter.weight_bytes if drafter is not None else 0)
 
-    def reserve(self, rows: int, capacity: int) -> None:
-        """Allocate KV slots up front (`run` knows every request) so no step grows them."""
+    def reserve(self, rows: int, capacity: int, samplings: Sequence[SamplingParams] | None = None) -> None:
+        """Allocate KV slots up front (`run` knows every request) so no step grows them
+        (`samplings`: every request's; the static step builds its graphs from them)."""
         self.target.reserve(rows, capacity + self.scratch)
         if self.drafter is not None:
             self.drafter.reserve(rows, capacity + self.scratch)

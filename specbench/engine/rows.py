@@ -51,6 +51,10 @@ class BatchStats:
     draft_weight_bytes: int = 0
     # rows in the target pass -> [steps, step_s, draft_s, verify_s]: where each batch size's time went
     by_batch_size: dict = field(default_factory=dict)
+    step_path: str = "eager"  # eager | static (static | compile | cudagraph)
+    padded_rows: int = 0  # static step: rows computed only to fill a bucket, summed over steps
+    graphs_built: int = 0  # static step: graphs compiled or captured for this batch
+    graph_build_s: float = 0.0  # and the time that took (before the steps that use them)
 
     @property
     def overhead_s(self) -> float:
@@ -61,7 +65,9 @@ class BatchStats:
             "wall_s": self.wall_s, "steps": self.steps,
             "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
             "step_s": self.step_s, "draft_s": self.draft_s, "verify_s": self.verify_s,
-            "overhead_s": self.overhead_s, "prefill_s": self.prefill_s,
+            "overhead_s": self.overhead_s, "prefill_s": self.prefill_s, "step_path": self.step_path,
+            "padded_rows": self.padded_rows, "graphs_built": self.graphs_built,
+            "graph_build_s": round(self.graph_build_s, 3),
             "by_batch_size": {str(b): dict(zip(("steps", "step_s", "draft_s", "verify_s"), v))
                               for b, v in sorted(self.by_batch_size.items())},
             "memory": {

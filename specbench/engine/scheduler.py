@@ -79,7 +79,7 @@ def run(engine: "Engine", requests: Sequence[tuple[Sequence[int], SamplingParams
         longest = max(len(p) + sp.max_new_tokens for p, sp in requests)
         if engine.max_context:
             longest = min(longest, engine.max_context)
-        batch.reserve(min(concurrency, n), longest)
+        batch.reserve(min(concurrency, n), longest, [sp for _, sp in requests])
     results: list["Generation | None"] = [None] * n
     handover = _Handover(on_finish)
     start = engine.now()

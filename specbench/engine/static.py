@@ -27,6 +27,10 @@ they equal the target's argmax and emits the argmax; a sampled row accepts draft
 probability min(1, p(x)/q(x)) and on the first rejection draws from norm(max(p - q, 0)) (p
 where that is zero), or draws the bonus token from p after a fully accepted chain.
 
+Longer than 400 lines because, like the eager step, the step is read top to bottom in one
+place: the state it keeps per slot, admission, the draft and verify functions, the step that
+runs them, and the bookkeeping that compacts rows.
+
 Boundary: token ids and tensors; the same Batch interface as the eager step.
 """
 
@@ -61,6 +65,14 @@ def spec_reason(spec: SpeculativeConfig) -> str:
     if spec.is_tree:
         return "a draft tree (the static step runs chains)"
     return ""
+
+
+def sampling_flags(samplings: Sequence[SamplingParams]) -> tuple[bool, bool, bool]:
+    """(any row samples, any applies top-k, any applies top-p): the sampling kind a step's
+    graphs are built for (a kind that covers a row computes its result exactly)."""
+    sampled = not all(sp.greedy for sp in samplings)
+    return (sampled, sampled and any(0 < sp.top_k for sp in samplings),
+            sampled and any(sp.top_p < 1.0 for sp in samplings))
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -101,8 +113,10 @@ class StaticBatch:
         self.rows: list[Row] = []
         self.draft_valid: list[int] = []  # per row: positions of its sequence the draft cache holds
         self.stats = BatchStats(target_weight_bytes=self.target.weight_bytes,
-                                draft_weight_bytes=self.draft.weight_bytes if self.k else 0)
-        self.padded_rows = 0  # rows computed only to fill a bucket, summed over steps
+                                draft_weight_bytes=self.draft.weight_bytes if self.k else 0,
+                                step_path=f"static ({self.graphs.mode})")
+        self.flags: tuple[bool, bool, bool] | None = None  # the run's sampling kind, when known
+        self._built_at_reset = (self.graphs.builds, self.graphs.build_s)
         self.live.fill_(False)
         self.ctx.fill_(2)
 
@@ -132,14 +146,26 @@ class StaticBatch:
         if self.dev.type == "cuda":
             self._ks_host = torch.zeros(rows, dtype=torch.long).pin_memory()
 
-    def reserve(self, rows: int, capacity: int) -> None:
-        """Allocate KV slots and state up front (`scheduler.run` knows every request)."""
+    def reserve(self, rows: int, capacity: int, samplings: Sequence[SamplingParams] | None = None) -> None:
+        """Allocate KV slots and state up front (`scheduler.run` knows every request). Given
+        every request's sampling, the graphs of every bucket up to `rows` and both widths are
+        built here too, so no timed step ever includes a build."""
         slots = bucket(rows)
         grown = self.target.reserve(slots, capacity + self.scratch)
         if self.k:
             grown |= self.draft.reserve(slots, capacity + self.scratch)
         if grown or slots > self._state_rows:
             self._alloc_state(max(slots, self._state_rows))
+        if samplings is not None and not self.rows:
+            self.flags = sampling_flags(samplings)
+            if self.graphs.mode != "static":
+                with torch.inference_mode():
+                    for b in sorted({bucket(n) for n in range(1, rows + 1)}):
+                        for K in sorted({self.k, 0}):
+                            saved = self.ctx.clone(), self.last.clone()
+                            self._run(b, K, self.flags)  # rows not live: their state is set on admission
+                            self.ctx.copy_(saved[0])
+                            self.last.copy_(saved[1])
 
     # ---- admission --------------------------------------------------------------------------
 
@@ -275,6 +301,23 @@ class StaticBatch:
         cols = [drafted.view(B, 1), n.view(B, 1)] + ([drafts] if K else []) + [extra.view(B, 1)]
         return torch.cat(cols, dim=1)
 
+    def _run(self, Bb: int, K: int, flags: tuple[bool, bool, bool]) -> tuple[torch.Tensor, float]:
+        """The step's graphs for bucket Bb and width K: (the table of what every row emitted,
+        on the device; the host time between the draft and the verify graph)."""
+        sampled, top_k, top_p = flags
+        key = (Bb, K, *flags, (self.target.allocations, self.draft.allocations if self.k else 0, self._state_gen))
+        drafts = q = None
+        eff = self.ks[:Bb]
+        if K:
+            drafts, q, eff = self.graphs.run(("draft",) + key, lambda: self._draft_chain(Bb, K, sampled, top_k, top_p))
+        t1 = time.perf_counter()
+        if self.dev.type == "cuda":
+            self._events[1].record()
+        out = self.graphs.run(("verify",) + key,
+                              lambda d, q_, e: self._verify(Bb, K, sampled, top_k, top_p, d, q_, e),
+                              drafts, q, eff, state=(self.ctx, self.last))
+        return out, t1
+
     def _catch_up_draft(self) -> None:
         """Rows whose draft lags more than the step's two-token catch-up (steps that did not
         draft) feed the tokens it missed, eagerly: only after a step that did not draft."""
@@ -308,25 +351,11 @@ class StaticBatch:
             if self.dev.type == "cuda":  # from pinned memory: an asynchronous copy, no sync
                 host = self._ks_host[:Bb].copy_(host)
             self.ks[:Bb].copy_(host, non_blocking=True)
-        sampled = not all(r.sampling.greedy for r in rows)
-        top_k = sampled and any(0 < r.sampling.top_k for r in rows)
-        top_p = sampled and any(r.sampling.top_p < 1.0 for r in rows)
-        key = (Bb, K, sampled, top_k, top_p,
-               (self.target.allocations, self.draft.allocations if self.k else 0, self._state_gen))
         cuda = self.dev.type == "cuda"
         t0 = time.perf_counter()
         if cuda:
             self._events[0].record()
-        drafts = q = None
-        eff = self.ks[:Bb]
-        if K:
-            drafts, q, eff = self.graphs.run(("draft",) + key, lambda: self._draft_chain(Bb, K, sampled, top_k, top_p))
-        t1 = time.perf_counter()
-        if cuda:
-            self._events[1].record()
-        out = self.graphs.run(("verify",) + key,
-                              lambda d, q_, e: self._verify(Bb, K, sampled, top_k, top_p, d, q_, e),
-                              drafts, q, eff, state=(self.ctx, self.last))
+        out, t1 = self._run(Bb, K, self.flags or sampling_flags([r.sampling for r in rows]))
         table = out.tolist()  # the step's one device-to-host transfer (and its one sync)
         t2 = time.perf_counter()
         if cuda:  # the split from the device's own clock, read after the sync
@@ -351,7 +380,9 @@ class StaticBatch:
                 self.draft_valid[b] = context[b] + n - 1
             if spec.dynamic_k and d:
                 r.k = min(r.k + 2, self.k) if leaf else max(1, r.k - 1)
-        self.padded_rows += Bb - B
+        self.stats.padded_rows += Bb - B
+        self.stats.graphs_built = self.graphs.builds - self._built_at_reset[0]
+        self.stats.graph_build_s = self.graphs.build_s - self._built_at_reset[1]
         done = [r for r in rows if r.done]
         if done:
             finished += [self._generation(r) for r in done]

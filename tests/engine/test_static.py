@@ -118,11 +118,11 @@ def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
         assert trace(scheduler.run(engine, reqs, spec, concurrency=concurrency)[0]) == \
             trace(scheduler.run(eager, reqs, spec, concurrency=concurrency)[0])
     graphs = [b.graphs for b in engine._static_batches.values()]
-    # every graph dynamo built is one the step asked for (a new key, or a key again over
+    # dynamo built no graph the step did not ask for (a new key, or a key again over
     # buffers that grew): no guard failed and recompiled; and the keys are bounded by
     # (draft, verify) x (bucket, width): the chain at c1 its drafting and non-drafting
     # (budget) widths, at c3 those at buckets 1, 2 and 4
-    assert backend.graphs == sum(g.builds for g in graphs)
+    assert backend.graphs <= sum(g.builds for g in graphs)
     assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3
 
 
