@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per request")
     ap.add_argument("--batch", default="1,4", help="batch sizes")
     ap.add_argument("-k", type=int, default=4, help="draft tokens per step")
+    ap.add_argument("--configs", default="baseline,greedy,sampled",
+                    help="of baseline, greedy (draft_model k, greedy), sampled (draft_model k, T=0.8, top-p 0.95)")
     ap.add_argument("--steps", type=int, default=24, help="timed steps per point (in blocks of 4, ABBA)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--device", default="cpu")
@@ -157,6 +159,10 @@ def main(argv: list[str] | None = None) -> None:
                 SamplingParams()),
                ("draft_model sampled", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d"),
                 SamplingParams(temperature=0.8, top_p=0.95))]
+    wanted = {c.strip() for c in args.configs.split(",")}
+    if wanted - {"baseline", "greedy", "sampled"}:
+        ap.error(f"--configs: unknown {', '.join(sorted(wanted - {'baseline', 'greedy', 'sampled'}))}")
+    configs = [c for c in configs if c[0].split()[-1] in wanted]
     points = []
     with torch.inference_mode():
         for path in paths:

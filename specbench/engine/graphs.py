@@ -6,7 +6,8 @@ sampling kind, and the allocation of the buffers it reads):
 
 - "static": fn(*args), op by op: the reference;
 - "compile": `torch.compile(fn, fullgraph=True, dynamic=False)`, built by its first call: a
-  graph break is an error, and since lengths are data, a KV length never recompiles;
+  graph break is an error, and since lengths are data, a KV length never recompiles; on a
+  CPU with Inductor's C++ wrapper (about twice the compile time, a third less host time);
 - "cudagraph": fn captured once as a `torch.cuda.CUDAGraph` over static copies of its tensor
   arguments, then replayed (its warm-up runs fn; the buffers fn updates are put back).
 
@@ -61,7 +62,9 @@ class Graphs:
         t = time.perf_counter()
         self.builds += 1
         if self.mode == "compile":  # compiled by its first call, which is this step's
-            self.built[key] = torch.compile(fn, fullgraph=True, dynamic=False, backend=self.backend)
+            # on a CPU, Inductor's C++ wrapper calls the kernels without Python in between
+            options = {"cpp_wrapper": True} if self.backend == "inductor" and self.device.type == "cpu" else None
+            self.built[key] = torch.compile(fn, fullgraph=True, dynamic=False, backend=self.backend, options=options)
             out = self.built[key](*args)
             self.build_s += time.perf_counter() - t
             return out

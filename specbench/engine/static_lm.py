@@ -61,6 +61,30 @@ def model_reason(model: torch.nn.Module) -> str:
     return ""
 
 
+@torch.no_grad()
+def _stack(module: torch.nn.Module, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight, bias) of `module`'s linear layers `names` as one layer: stacked along the
+    outputs once, each layer's own parameters then views of the stack (idempotent)."""
+    linears = [getattr(module, n) for n in names]
+    stacked = getattr(module, "_specbench_stacked", {}).get(names)
+    if stacked is not None and all(lin.weight.data_ptr() == v.data_ptr() for lin, v in zip(linears, stacked[2])):
+        return stacked[0], stacked[1]
+    weight = torch.cat([lin.weight for lin in linears])
+    has_bias = any(lin.bias is not None for lin in linears)
+    bias = torch.cat([lin.bias if lin.bias is not None else weight.new_zeros(lin.out_features)
+                      for lin in linears]) if has_bias else None
+    views, at = [], 0
+    for lin in linears:
+        n = lin.out_features
+        lin.weight = torch.nn.Parameter(weight[at:at + n], requires_grad=False)
+        if lin.bias is not None:
+            lin.bias = torch.nn.Parameter(bias[at:at + n], requires_grad=False)
+        views.append(lin.weight)
+        at += n
+    module.__dict__.setdefault("_specbench_stacked", {})[names] = (weight, bias, views)
+    return weight, bias
+
+
 def _rms(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
     """transformers' Llama-family RMSNorm, op for op (float32 inside, rounded once)."""
     dtype = x.dtype
@@ -99,6 +123,10 @@ class StaticLM:
         self.windows = [getattr(layer.self_attn, "sliding_window", None) or layer_window(layer.self_attn)
                         for layer in self.layers]
         self.max_position = getattr(cfg, "max_position_embeddings", None)
+        # q, k, v and gate, up as one GEMM each: their weights stacked once, and the modules'
+        # own weights made views of the stacks (no second copy; the eager step reads the same)
+        self.qkv = [_stack(layer.self_attn, ("q_proj", "k_proj", "v_proj")) for layer in self.layers]
+        self.gate_up = [_stack(layer.mlp, ("gate_proj", "up_proj")) for layer in self.layers]
         self.rows = self.capacity = 0
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
@@ -163,9 +191,10 @@ class StaticLM:
         for i, layer in enumerate(self.layers):
             attn, mlp = layer.self_attn, layer.mlp
             y = _rms(x, layer.input_layernorm)
-            q = _rotate(attn.q_proj(y).view(B, W, h, d).transpose(1, 2), cos, sin)
-            k = _rotate(attn.k_proj(y).view(B, W, hkv, d).transpose(1, 2), cos, sin)
-            v = attn.v_proj(y).view(B, W, hkv, d).transpose(1, 2)
+            qkv = F.linear(y, *self.qkv[i])
+            q = _rotate(qkv[..., :h * d].view(B, W, h, d).transpose(1, 2), cos, sin)
+            k = _rotate(qkv[..., h * d:(h + hkv) * d].view(B, W, hkv, d).transpose(1, 2), cos, sin)
+            v = qkv[..., (h + hkv) * d:].view(B, W, hkv, d).transpose(1, 2)
             kbuf, vbuf = self.keys[i], self.values[i]
             kbuf[rows, :, pos] = k.transpose(1, 2).to(self.dtype)
             vbuf[rows, :, pos] = v.transpose(1, 2).to(self.dtype)
@@ -175,6 +204,7 @@ class StaticLM:
             out = out.view(B, h, W, d).transpose(1, 2).reshape(B, W, h * d)
             x = x + attn.o_proj(out)
             y = _rms(x, layer.post_attention_layernorm)
-            x = x + mlp.down_proj(mlp.act_fn(mlp.gate_proj(y)) * mlp.up_proj(y))
+            gate, up = F.linear(y, *self.gate_up[i]).chunk(2, dim=-1)
+            x = x + mlp.down_proj(mlp.act_fn(gate) * up)
         x = _rms(x[:, -1] if last_only else x, self.decoder.norm)
         return self.lm_head(x)
