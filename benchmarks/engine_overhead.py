@@ -100,7 +100,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--compile", default="auto", choices=["off", "auto"], help="the engine's fast path")
+    ap.add_argument("--onednn", default="auto", choices=["off", "auto"], help="the eager step's CPU kernels")
     ap.add_argument("--reps", type=int, default=3, help="bare passes per measurement (median)")
     args = ap.parse_args()
     concurrencies = [int(x) for x in args.concurrency.split(",")]
@@ -111,7 +111,7 @@ def main() -> None:
     target, draft = load_model(args.target, cfg), load_model(args.draft, cfg)
     check_same_tokenizer(target, draft)
     engine = Engine(target.model, draft.model, eos_token_ids=target.eos_token_ids,
-                    max_context=target.max_context, pack=args.compile == "auto")
+                    max_context=target.max_context, pack=args.onednn == "auto")
     console.print(f"{target.name} + {draft.name} on {target.device} ({str(target.dtype).replace('torch.', '')}, "
                   f"{torch.get_num_threads()} threads, linears prepacked: {engine.packed})")
     wl = load_workload(args.workload, num_prompts=2 * max(concurrencies), seed=0)

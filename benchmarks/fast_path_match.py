@@ -2,7 +2,7 @@
 
 The same model is loaded twice: once left as loaded, decoded by transformers' `generate()`
 (its own layers, cache, attention and masks: nothing of the engine's), and once converted for
-the engine's fast path (`--compile auto`: prepacked linears, fused decoder layers where the
+the engine's fast path (`--onednn auto`: prepacked linears, fused decoder layers where the
 architecture is fused, the slot cache and its attention). Both decode the same prompts
 greedily (baseline, no speculation, no logits processors). Printed per
 prompt: the token match rate and, at the first divergence, the logit gap between the token

@@ -322,11 +322,11 @@ def cases(fx: dict[str, Path], scratch: Path) -> list[Case]:
     for v in ["", ",", "ttft", "ttft:", ":5", "ttft:abc", "ttft:-1", "ttft:nan", "ttft:inf", "ttft:" + HUGE,
               "nosuch:5", "ttft:5,,tpot:5", "ttft:5:6", "TTFT:5", "ttft:5,ttft:6", "ttft=5"]:
         run("--goodput", v, needles=("--goodput",))
-    for flag, choices in (("--method", "ngram"), ("--device", "cpu"), ("--dtype", "float32"), ("--compile", "off"),
-                          ("--backend", "embedded"), ("--endpoint", "chat")):
+    for flag, choices in (("--method", "ngram"), ("--device", "cpu"), ("--dtype", "float32"), ("--onednn", "off"),
+                          ("--capture", "off"), ("--backend", "embedded"), ("--endpoint", "chat")):
         for v in STRING_BAD:
             extra = ["--backend", "openai", "--base-url", "http://127.0.0.1:9"] if flag == "--endpoint" else []
-            run(*extra, flag, v, needles=(flag, "method", "device", "dtype", "compile", "backend", "endpoint"))
+            run(*extra, flag, v, needles=(flag, "method", "device", "dtype", "onednn", "capture", "backend", "endpoint"))
     for v in ["", "{", "[]", "3", "null", '"ngram"', '{"method": 3}', '{"method": "warp"}',
               '{"num_speculative_tokens": "4"}', '{"num_speculative_tokens": 1e400}', '{"num_speculative_tokens": NaN}',
               '{"num_speculative_tokens": ' + HUGE + '}', '{"method": "ngram", "nosuch": 1}',
@@ -429,7 +429,7 @@ def cases(fx: dict[str, Path], scratch: Path) -> list[Case]:
             if flag == "--port" and v == "0":
                 continue
             serve(flag, v, needles=(name, flag), expect="either" if (flag, v) == ("-k", "0") else "error")
-    for flag in ("--method", "--device", "--dtype", "--compile"):
+    for flag in ("--method", "--device", "--dtype", "--onednn", "--capture"):
         for v in STRING_BAD:
             serve(flag, v, needles=(flag, flag[2:]))
     for v in ["", " ", "not a host", "999.1.1.1", "::gg", "x" * 300, "a\nb", "-1"]:

@@ -45,7 +45,9 @@ _NGRAM_NO_DRAFT = _NO_DRAFT.format(method="ngram", why=_NO_DRAFT_WHY["ngram"])
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 INT32_MAX = limits.INT32_MAX  # the records store counts such as top_k as int32
-COMPILE_MODES = ("off", "auto", "on")
+ONEDNN_MODES = ("off", "auto", "on")
+# the decode step: auto | off (the eager step) | the static step run op by op, compiled or captured
+CAPTURE_MODES = ("auto", "off", "static", "compile", "cudagraph")
 
 
 def finite(flag: str, value: float | None, *, minimum: float | None = None, above: float | None = None,
@@ -327,23 +329,56 @@ class EngineConfig:
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto = bf16 on CUDA and on CPUs with avx512_bf16, else float32
     trust_remote_code: bool = False  # never run a model repo's own code unless asked
-    # The engine's fast forward path: off = transformers' forward with the weights as loaded;
-    # auto = the fast path wherever it applies (CPU: linear layers prepacked for oneDNN);
-    # on = the fast path or a one-line error saying why it does not apply here.
-    compile: str = "auto"
+    # The eager step's CPU kernels: off = transformers' forward with the weights as loaded;
+    # auto = wherever they apply (linear layers prepacked for oneDNN, Llama-family layers
+    # fused); on = those kernels or a one-line error saying why they do not apply here.
+    onednn: str = "auto"
+    # The decode step (specbench.engine.static): off = the eager step; static = fixed shapes,
+    # one device-to-host transfer per step, run op by op; compile = that step through
+    # torch.compile; cudagraph = captured as CUDA graphs; auto = cudagraph on CUDA wherever
+    # the run's configurations allow it, else off.
+    capture: str = "auto"
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise ConfigError(f"--device must be one of {', '.join(DEVICES)} (or cuda:N), got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.compile not in COMPILE_MODES:
-            raise ConfigError(f"--compile must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
+        if self.onednn not in ONEDNN_MODES:
+            raise ConfigError(f"--onednn must be one of {', '.join(ONEDNN_MODES)}, got {self.onednn!r}")
+        if self.capture not in CAPTURE_MODES:
+            raise ConfigError(f"--capture must be one of {', '.join(CAPTURE_MODES)}, got {self.capture!r}")
+        if self.onednn == "on" and self.capture not in ("auto", "off"):
+            raise ConfigError(f"--onednn on and --capture {self.capture} exclude each other: the static step "
+                              "runs the models' own linear layers (use --onednn auto or off)")
+        if self.capture == "cudagraph" and self.device == "cpu":
+            raise ConfigError("--capture cudagraph needs --device cuda (on a CPU: --capture compile)")
 
     @property
     def pack(self) -> bool | None:
         """What the engine's `pack` argument is for this mode (None = where it applies)."""
-        return {"off": False, "auto": None, "on": True}[self.compile]
+        if self.capture in ("static", "compile", "cudagraph"):
+            return False
+        return {"off": False, "auto": None, "on": True}[self.onednn]
+
+    def static_mode(self, device_type: str, why_not: str) -> tuple[str | None, str]:
+        """(the engine's `static` mode or None for the eager step, why not the static step)
+        on a `device_type` device, where `why_not` says why the models or configurations of the
+        run cannot take the static step ('' when they can). An explicit mode they cannot
+        take is a ConfigError."""
+        if self.capture == "off":
+            return None, "--capture off"
+        if self.capture != "auto":
+            if why_not:
+                raise ConfigError(f"--capture {self.capture}: {why_not} (use --capture off or auto)")
+            if self.capture == "cudagraph" and device_type != "cuda":
+                raise ConfigError(f"--capture cudagraph needs a CUDA device, the models are on {device_type}")
+            return self.capture, ""
+        if device_type != "cuda":
+            return None, "auto: on a CPU the eager step on oneDNN kernels is the faster one"
+        if why_not:
+            return None, f"auto: {why_not}"
+        return "cudagraph", ""
 
 
 _VLLM_METHOD_ALIASES = {
@@ -504,7 +539,8 @@ class RunConfig:
     time_budget_s: float | None = None  # measuring time after which no prompt starts; None = none
     device: str | None = None  # as asked: auto | cpu | cuda | cuda:N
     dtype: str | None = None  # as asked: auto | bfloat16 | float16 | float32
-    compile: str | None = None  # the engine's forward path: off | auto | on
+    onednn: str | None = None  # the eager step's CPU kernels: off | auto | on
+    capture: str | None = None  # the decode step asked for: auto | off | static | compile | cudagraph
     backend: str | None = None  # embedded | hf | openai
     baseline: bool | None = None  # paired with the non-speculative baseline
     chat_template: bool | None = None

@@ -180,7 +180,7 @@ def _run_config(plan: RunPlan, s: _Settled, wl: Any) -> RunConfig:
         disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
         warmup=plan.warmup, repeats=plan.repeats, interleave=plan.interleave,
         time_budget_s=plan.time_budget_s or None, device=plan.engine.device, dtype=plan.engine.dtype,
-        compile=plan.engine.compile, backend=plan.backend, baseline=s.baseline,
+        onednn=plan.engine.onednn, capture=plan.engine.capture, backend=plan.backend, baseline=s.baseline,
         chat_template=plan.chat_template, truncate=plan.truncate,
         configurations=tuple(c.config_id for c in s.configs),
         extra={k: v for k, v in (("request_rates", list(plan.request_rates) if len(plan.request_rates) > 1 else None),
@@ -244,7 +244,7 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
     if sp.method == "suffix":
         metadata.note(suffix_decoding={k: getattr(s.specs[0], k) for k in SUFFIX_KNOBS} if s.specs else {})
     if plan.backend == "embedded":
-        backend = sess.backend_for(draft, sp.method)
+        backend = sess.backend_for(draft, sp.method, s.specs)
         metadata.note(engine=backend.describe())
     else:
         backend = sess.hf_backend(draft)

@@ -168,19 +168,26 @@ class Session:
         (medusa) or the draft model."""
         return self.head(draft, method) if method in HEAD_METHODS else self.draft_model(draft)
 
-    def backend_for(self, draft: str | None, method: str = "draft_model") -> Any:
+    def backend_for(self, draft: str | None, method: str = "draft_model", specs: Sequence[Any] = ()) -> Any:
         """The embedded backend for the target with `draft` (None: baseline and n-gram): a
-        draft model, or for method eagle3 the directory of an EAGLE-3 head."""
-        key = ("embedded", method if draft is not None else None, draft)
-        if key not in self._backends:
-            from specbench.backends.embedded import EmbeddedBackend
+        draft model, or for method eagle3 the directory of an EAGLE-3 head. `specs`: the
+        configurations it will run, which decide whether --capture auto takes the static step."""
+        from specbench.backends.embedded import EmbeddedBackend, static_reason
 
+        drafter = None
+        if draft is not None:
+            drafter = self.drafter(draft, method)
+        why = static_reason(self.target, drafter if method == "draft_model" else None, specs)
+        if not why and not specs and self.engine_cfg.capture == "auto":
+            why = "the configurations this engine will run were not given"  # a sweep's: each trial its own
+        static, why = self.engine_cfg.static_mode(self.device_type, why)
+        key = ("embedded", method if draft is not None else None, draft, static)
+        if key not in self._backends:
             pack = self.engine_cfg.pack
             if draft is not None and method in HEAD_METHODS:
-                backend = EmbeddedBackend(self.target, head=self.head(draft, method), pack=pack)
+                backend = EmbeddedBackend(self.target, head=drafter, pack=pack, static=static, static_why=why)
             else:
-                backend = EmbeddedBackend(self.target, self.draft_model(draft) if draft is not None else None,
-                                          pack=pack)
+                backend = EmbeddedBackend(self.target, drafter, pack=pack, static=static, static_why=why)
             self._backends[key] = backend
         return self._backends[key]
 
@@ -193,6 +200,11 @@ class Session:
 
             self._backends[key] = HFBackend(self.target, self.draft_model(draft) if draft is not None else None)
         return self._backends[key]
+
+    @property
+    def device_type(self) -> str:
+        """Where the target's weights are: cpu or cuda."""
+        return next(self.target.model.parameters()).device.type
 
     @property
     def device_name(self) -> str:
@@ -212,13 +224,15 @@ def load_target(target: str, engine_cfg: EngineConfig, log: Log | None = None) -
 def open_engine(target: str, spec: Any, engine_cfg: EngineConfig, log: Log | None = None) -> tuple[Any, Any]:
     """(target `LoadedModel`, `Engine`) speculating as `spec` (a `SpeculativeConfig`), with its
     draft model or EAGLE-3 head loaded and checked: what `specbench serve` puts behind its API."""
-    from specbench.backends.embedded import make_engine
+    from specbench.backends.embedded import make_engine, static_reason
 
     session = load_target(target, engine_cfg, log)
     drafting = spec.draft if spec.speculative and spec.method in DRAFTED_METHODS else None
     drafter = session.drafter(drafting, spec.method) if drafting is not None else None
-    engine = make_engine(session.target, drafter if spec.method == "draft_model" else None,
-                         head=drafter if spec.method in HEAD_METHODS else None, pack=engine_cfg.pack)
+    draft_model = drafter if spec.method == "draft_model" else None
+    static, _ = engine_cfg.static_mode(session.device_type, static_reason(session.target, draft_model, [spec]))
+    engine = make_engine(session.target, draft_model, head=drafter if spec.method in HEAD_METHODS else None,
+                         pack=engine_cfg.pack, static=static)
     return session.target, engine
 
 

@@ -129,7 +129,8 @@ RUN_JSON = {
     "num_speculative_tokens": [2, 4], "ngram": [1, 4], "workload": "regression", "workload_kind": "regression",
     "num_prompts": 2, "sampling": {"max_new_tokens": 12}, "seed": 0, "ignore_eos": False,
     "concurrency": [1, 4], "request_rate": None, "disable_by_batch_size": None, "dynamic_k": False,
-    "warmup": 0, "repeats": 1, "interleave": True, "device": "cpu", "dtype": "float32", "compile": "auto",
+    "warmup": 0, "repeats": 1, "interleave": True, "device": "cpu", "dtype": "float32", "onednn": "auto",
+    "capture": "auto",
     "backend": "embedded", "baseline": True, "chat_template": True, "truncate": False,
     "configurations": ["baseline-c1", "draft_model-k2-c1"],
     "engine": {"forward_path": "prepacked oneDNN linears", "fast_path_setup_s": 0.1},
@@ -164,7 +165,7 @@ def test_a_sweep_trials_config_reads_and_its_own_keys_survive():
              "sweep": {"study": "s", "trial": 4}, "dtype_resolved": "bfloat16", "future_key": {"x": 1}}
     cfg = RunConfig.from_dict(trial)
     assert cfg.sweep == {"study": "s", "trial": 4} and cfg.dtype_used == "bfloat16"
-    assert cfg.repeats is None and cfg.time_budget_s is None and cfg.compile is None  # a sweep writes none
+    assert cfg.repeats is None and cfg.time_budget_s is None and cfg.onednn is None  # a sweep writes none
     assert cfg.extra == {"future_key": {"x": 1}}
     assert cfg.to_dict()["future_key"] == {"x": 1}
 

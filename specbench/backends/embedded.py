@@ -1,7 +1,7 @@
 """The embedded backend: specbench's own engine on locally loaded models.
 
 `make_engine` is the one place an `Engine` is built from loaded models (the backend and
-`specbench serve` use it), so `--compile on` fails the same way everywhere."""
+`specbench serve` use it), so `--onednn on` and `--capture` fail the same way everywhere."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import torch
 
 from specbench.config import SpeculativeConfig
 from specbench.engine import Engine, scheduler
+from specbench.engine.static import spec_reason
+from specbench.engine.static_lm import model_reason
 from specbench.errors import ConfigError
 from specbench.memory import peak_bytes, reset_peak
 from specbench.types import Request, Result
@@ -22,29 +24,48 @@ def describe_device(device: torch.device) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def make_engine(target, draft=None, *, head=None, pack: bool | None = None) -> Engine:
+def make_engine(target, draft=None, *, head=None, pack: bool | None = None, static: str | None = None) -> Engine:
     """The engine for `target` (and `draft`, or an EAGLE-3 `head`), `specbench.models`
     `LoadedModel`s. The engine converts the models for its fast path in place (see
-    specbench.engine.model); where `pack=True` (--compile on) cannot apply, or a model's
-    attention is of a kind the engine does not run, a ConfigError."""
+    specbench.engine.model); where `pack=True` (--onednn on) cannot apply, or a model's
+    attention is of a kind the engine does not run, a ConfigError. `static`: the static
+    step's mode (--capture, resolved: `EngineConfig.static_mode`), None for the eager step."""
     try:
         return Engine(target.model, draft.model if draft is not None else None,
-                      eos_token_ids=target.eos_token_ids, max_context=target.max_context, pack=pack, head=head)
+                      eos_token_ids=target.eos_token_ids, max_context=target.max_context, pack=pack, head=head,
+                      static=static)
     except ValueError as exc:
-        raise ConfigError(f"--compile on: {exc}" if pack else str(exc)) from None
+        flag = f"--capture {static}" if static else "--onednn on" if pack else ""
+        raise ConfigError(f"{flag}: {exc}" if flag else str(exc)) from None
+
+
+def static_reason(target, draft, specs) -> str:
+    """Why the static step cannot run these `LoadedModel`s (`draft` for method draft_model, or
+    None) in these `SpeculativeConfig`s ('' when it can)."""
+    for role, loaded in (("target", target), ("draft", draft)):
+        why = model_reason(loaded.model) if loaded is not None else ""
+        if why:
+            return f"the {role}: {why}"
+    for spec in specs:
+        why = spec_reason(spec)
+        if why:
+            return why
+    return ""
 
 
 class EmbeddedBackend:
     name = "embedded"
 
-    def __init__(self, target, draft=None, *, head=None, pack: bool | None = None):
+    def __init__(self, target, draft=None, *, head=None, pack: bool | None = None, static: str | None = None,
+                 static_why: str = ""):
         """`target`/`draft`: `specbench.models.LoadedModel`s (draft optional); `head`: an
         EAGLE-3 head fitted to the target (specbench.models.eagle3.load_head), for method
         eagle3 (see `make_engine`)."""
         self.target = target
         self.draft = draft
         self.head = head
-        self.engine = make_engine(target, draft, head=head, pack=pack)
+        self.engine = make_engine(target, draft, head=head, pack=pack, static=static)
+        self.static_why = static_why
         self.device = self.engine.device
         self.device_name = describe_device(self.device)
 
@@ -53,7 +74,10 @@ class EmbeddedBackend:
         e = self.engine
         why = ({"fast_path_unavailable": e.pack_reason} if not e.packed and e.pack_reason else
                {"layers_unfused": e.unfused} if e.unfused else {})
-        return {"forward_path": e.forward_path, "fast_path_setup_s": round(e.setup_s, 3), **why}
+        step = {"capture": e.static or "off"}
+        if self.static_why:
+            step["capture_off_reason"] = self.static_why
+        return {"forward_path": e.forward_path, "fast_path_setup_s": round(e.setup_s, 3), **step, **why}
 
     def _result(self, request: Request, g) -> Result:
         return Result(

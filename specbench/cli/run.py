@@ -76,7 +76,8 @@ class RunFlags:
     interleave: bool
     device: str
     dtype: str
-    compile: str
+    onednn: str
+    capture: str
     backend: str
     base_url: Optional[str]
     model: Optional[str]
@@ -124,7 +125,8 @@ def run(
     interleave: Annotated[bool, typer.Option("--interleave/--no-interleave", help="Alternate configurations request by request (blocks of one wave above concurrency 1) in ABBA order, so a drifting machine hits all alike.")] = True,
     device: Annotated[str, typer.Option(help=HELP["device"])] = "auto",
     dtype: Annotated[str, typer.Option(help=HELP["dtype"])] = "auto",
-    compile: Annotated[str, typer.Option("--compile", help=HELP["compile"])] = "auto",
+    onednn: Annotated[str, typer.Option("--onednn", help=HELP["onednn"])] = "auto",
+    capture: Annotated[str, typer.Option("--capture", help=HELP["capture"])] = "auto",
     backend: Annotated[str, typer.Option(help="embedded (specbench's engine) | hf (transformers generate(), the reference) | openai (an OpenAI-compatible server: vLLM, SGLang, specbench serve).")] = "embedded",
     base_url: Annotated[Optional[str], typer.Option(help="openai: server URL, e.g. http://127.0.0.1:8000 (with or without /v1).")] = None,
     model: Annotated[Optional[str], typer.Option(help="openai: served model name (default: the server's only model).")] = None,
@@ -168,7 +170,7 @@ def build_plan(f: RunFlags, given: set[str]) -> Any:
     if f.num_prompts is not None and f.num_prompts < 1:
         raise ConfigError(f"--num-prompts must be >= 1, got {f.num_prompts}")
     engine = EngineConfig(device=f.device, dtype=f.dtype, trust_remote_code=f.trust_remote_code,
-                          compile=f.compile)
+                          onednn=f.onednn, capture=f.capture)
     speculative, ks, declared = _speculation(f, given)
     server = None
     openai_flags = (f.base_url, f.model, f.api_key_env, f.tokenizer)

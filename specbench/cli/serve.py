@@ -57,7 +57,8 @@ def serve(
     speculative_config: Annotated[Optional[str], typer.Option(help=HELP["speculative_config"])] = None,
     device: Annotated[str, typer.Option(help=HELP["device"])] = "auto",
     dtype: Annotated[str, typer.Option(help=HELP["dtype"])] = "auto",
-    compile: Annotated[str, typer.Option("--compile", help=HELP["compile"])] = "auto",
+    onednn: Annotated[str, typer.Option("--onednn", help=HELP["onednn"])] = "auto",
+    capture: Annotated[str, typer.Option("--capture", help=HELP["capture"])] = "auto",
     trust_remote_code: Annotated[bool, typer.Option(help=HELP["trust_remote_code"])] = False,
     host: Annotated[str, typer.Option(help="Address to listen on; loopback by default (the API has no authentication).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0 = any free port; the chosen one is printed).")] = 8000,
@@ -83,7 +84,8 @@ def serve(
         raise ConfigError(f"--served-model-name {served_model_name!r}: give a name of printable characters "
                           "(clients send it as \"model\"), or leave it out for --target")
     spec = resolve_spec(target, draft, method, num_speculative_tokens, speculative_config)
-    engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code, compile=compile)
+    engine_cfg = EngineConfig(device=device, dtype=dtype, trust_remote_code=trust_remote_code, onednn=onednn,
+                              capture=capture)
     _check_limits(port, max_concurrency, max_num_seqs, read_timeout)
     if not host.strip() or any(c.isspace() or not c.isprintable() for c in host):
         raise ConfigError(f"--host {host!r} must name an address, e.g. 127.0.0.1 (loopback) or 0.0.0.0 "

@@ -175,7 +175,8 @@ class ModelsOptions:
     head: str | None = option("--head", PATH_AS_GIVEN, "EAGLE-3 head directory or catalog head for method eagle3 (default: the catalog's head of the default target).")
     device: str = option("--device", STRING, HELP["device"], "auto")
     dtype: str = option("--dtype", STRING, HELP["dtype"], "auto")
-    compile: str = option("--compile", STRING, HELP["compile"], "auto")
+    onednn: str = option("--onednn", STRING, HELP["onednn"], "auto")
+    capture: str = option("--capture", STRING, HELP["capture"], "auto")
     trust_remote_code: bool = option("--trust-remote-code", SWITCH, HELP["trust_remote_code"], False)
 
 

@@ -305,10 +305,10 @@ def _engine(models: ModelsOptions, where: str) -> EngineConfig:
     """EngineConfig validates device, dtype and the fast path; its message names the spec key as well."""
     try:
         return EngineConfig(device=models.device, dtype=models.dtype, trust_remote_code=models.trust_remote_code,
-                            compile=models.compile)
+                            onednn=models.onednn, capture=models.capture)
     except ConfigError as exc:
         message = str(exc)
-        for key in ("models.device", "models.dtype", "models.compile"):
+        for key in ("models.device", "models.dtype", "models.onednn", "models.capture"):
             flag = OPTIONS[key].flag
             if message.startswith(flag + " "):
                 message = label(key) + message[len(flag):]

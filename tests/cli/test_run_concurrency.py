@@ -1,6 +1,6 @@
 """`specbench run` at concurrency 1..8 on tiny float32 models: every greedy speculative sample
 equals the non-speculative baseline token for token, at every concurrency and method, on the
-engine's fast path and on transformers' forward as loaded (`--compile off`), and the records
+engine's fast path and on transformers' forward as loaded (`--onednn off`) and on the static step (`--capture static`), and the records
 carry the per-step facts (batch size, context, drafted/accepted) and the per-configuration
 statistics (batch sizes reached, memory)."""
 
@@ -26,12 +26,17 @@ def prompts_file(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("method,compile_mode", [("draft_model", "auto"), ("ngram", "auto"), ("draft_model", "off")])
-def test_greedy_outputs_equal_the_baseline_at_every_concurrency(tiny_pair, prompts_file, tmp_path, method, compile_mode):
+PATHS = {"auto": (["--onednn", "auto"], "fused oneDNN layers"), "off": (["--onednn", "off"], "transformers eager"),
+         "static": (["--capture", "static"], "static step, op by op")}
+
+
+@pytest.mark.parametrize("method,path", [("draft_model", "auto"), ("ngram", "auto"), ("draft_model", "off"),
+                                         ("draft_model", "static")])
+def test_greedy_outputs_equal_the_baseline_at_every_concurrency(tiny_pair, prompts_file, tmp_path, method, path):
     out = tmp_path / "run"
     draft = ["--draft", str(tiny_pair[1])] if method == "draft_model" else []
     res = specbench("run", "--target", str(tiny_pair[0]), *draft, "--method", method, "-k", "3",
-                    "--concurrency", "1,2,4,8", "--workload", str(prompts_file), "--compile", compile_mode,
+                    "--concurrency", "1,2,4,8", "--workload", str(prompts_file), *PATHS[path][0],
                     *FAST, "--out", str(out))
     assert res.code == 0, res.output
     df = pd.read_parquet(out / "samples.parquet")
@@ -43,8 +48,8 @@ def test_greedy_outputs_equal_the_baseline_at_every_concurrency(tiny_pair, promp
         assert r.tokens_per_target_pass == pytest.approx(r.output_tokens / r.target_forward_passes)
     assert (df.loc[~df.is_baseline, "token_match_rate"] == 1.0).all()
     run = json.loads((out / "run.json").read_text())
-    assert run["config"]["engine"]["forward_path"] == (
-        "transformers eager" if compile_mode == "off" else "fused oneDNN layers")
+    assert run["config"]["engine"]["forward_path"] == PATHS[path][1]
+    assert run["config"]["engine"]["capture"] == ("static" if path == "static" else "off")
     stats = run["config"]["configuration_stats"]
     for cid, s in stats.items():
         c = int(cid.rsplit("-c", 1)[1])

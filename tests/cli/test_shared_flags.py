@@ -10,7 +10,7 @@ import typer
 from specbench.cli import app
 from specbench.flags import HELP
 
-SHARED = {"target": "--target", "device": "--device", "dtype": "--dtype", "compile": "--compile",
+SHARED = {"target": "--target", "device": "--device", "dtype": "--dtype", "onednn": "--onednn", "capture": "--capture",
           "trust_remote_code": "--trust-remote-code"}
 COMMANDS = ("run", "serve", "sweep")
 

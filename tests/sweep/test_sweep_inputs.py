@@ -304,7 +304,8 @@ def test_tree_flags_refuse_bad_values(flags, needle, storage, tmp_path):
 
 
 @pytest.mark.parametrize("flags, needle", [
-    (["--compile", "fast"], "models.compile (--compile) must be one of off, auto, on, got 'fast'"),
+    (["--onednn", "fast"], "models.onednn (--onednn) must be one of off, auto, on, got 'fast'"),
+    (["--capture", "graphs"], "models.capture (--capture) must be one of auto, off, static, compile, cudagraph"),
     (["--server-command", "x --port {port}", "--server-blocks", "1"],
      "server.blocks (--server-blocks) must be >= 2, got 1"),
     (["--batch", "wave"], "budget.batch (--batch) must be one of level, trial, got 'wave'"),
