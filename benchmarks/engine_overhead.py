@@ -64,12 +64,13 @@ def measure_point(engine: Engine, pairs: list, c: int, k: int, reps: int) -> dic
     full = stats.by_batch_size.get(c)
     if not full:
         return None
-    n, step_s, draft_s, verify_s = full
+    n, step_s, draft_s, verify_s = full.steps, full.step_s, full.draft_s, full.verify_s
     t_ctx = int(statistics.mean(s.context_tokens for r in results for s in r.steps if s.batch_size == c))
     before = bare_step(engine.target, engine.draft, c, k, t_ctx, t_ctx, reps)
     again = scheduler.run(engine, reqs, spec, concurrency=c)[1].by_batch_size[c]
     after = bare_step(engine.target, engine.draft, c, k, t_ctx, t_ctx, reps)
-    n, step_s, draft_s, verify_s = n + again[0], step_s + again[1], draft_s + again[2], verify_s + again[3]
+    n, step_s = n + again.steps, step_s + again.step_s
+    draft_s, verify_s = draft_s + again.draft_s, verify_s + again.verify_s
     return {"c": c, "k": k, "steps": n, "context": t_ctx, "step_s": step_s / n, "draft_s": draft_s / n,
             "verify_s": verify_s / n, "bare_s": (before + after) / 2,
             "bare_spread": abs(before - after) / ((before + after) / 2)}

@@ -10,7 +10,12 @@ or hub), so it needs only torch and transformers:
    speculative step (goal: a couple per step);
 3. the overhead benchmark (benchmarks/engine_overhead.py's measurement) on bf16 random models
    with the default pair's shapes (Qwen2.5-Coder 1.5B target, 0.5B draft);
-4. EAGLE-3 training throughput for the default target's shapes, with benchmarks/train_eagle3.py's
+4. the static step captured as CUDA graphs (`--capture cudagraph`; `static` op by op on the
+   CPU): greedy outputs equal the eager step's, a sampled request the same alone and in a batch,
+   host syncs per step (goal: 1), host work per step with compute removed
+   (benchmarks/host_overhead.py, eager against captured), and per-step time of the default
+   pair's shapes, eager against captured, at concurrency 1, 4 and 16;
+5. EAGLE-3 training throughput for the default target's shapes, with benchmarks/train_eagle3.py's
    pieces: one target prefill capturing the head's features (a sequence of --train-tokens), and
    one training-time-test step (forward, backward, AdamW) of its default head at batch 4 and 16.
    The weights are random, so no head worth keeping comes out: this is what a GPU run of
@@ -34,6 +39,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_overhead import add_row, measure_point, overhead_table  # noqa: E402
+import host_overhead  # noqa: E402
 
 from specbench.config import SamplingParams, SpeculativeConfig  # noqa: E402
 from specbench.engine import Engine  # noqa: E402
@@ -92,12 +98,58 @@ def check_lossless(device: str, console: Console) -> bool:
     return ok and alone == together
 
 
-def count_syncs(device: str, console: Console) -> None:
+def captured_mode(device: str) -> str:
+    return "cudagraph" if device == "cuda" else "static"
+
+
+def check_captured(device: str, console: Console) -> bool:
+    """The static step (captured on CUDA) decodes what the eager step decodes."""
+    target = random_model("tiny", device, torch.float32)
+    draft = perturbed(target, 0.05)
+    eager, captured = Engine(target, draft, pack=False), Engine(target, draft, static=captured_mode(device))
+    prompts = [[(7 * i + j) % 290 + 3 for j in range(5 + 4 * i)] for i in range(8)]
+    reqs = [(p, SamplingParams(max_new_tokens=24 + i)) for i, p in enumerate(prompts)]
+    ok = True
+    for spec in (SpeculativeConfig(), SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d")):
+        for c in (1, 4, 8):
+            a = [(g.output_ids, [s.accepted for s in g.steps]) for g in scheduler.run(eager, reqs, spec, concurrency=c)[0]]
+            b = [(g.output_ids, [s.accepted for s in g.steps])
+                 for g in scheduler.run(captured, reqs, spec, concurrency=c)[0]]
+            ok &= a == b
+            console.print(f"{captured_mode(device)} greedy {spec.short} c={c}: "
+                          f"{'equal to the eager step' if a == b else 'DIFFERS'}")
+    sampled = [(p, SamplingParams(max_new_tokens=20, temperature=0.8, top_p=0.9, seed=i)) for i, p in enumerate(prompts)]
+    spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=3, draft="d")
+    alone = [scheduler.run(captured, [r], spec)[0][0].output_ids for r in sampled]
+    together = [g.output_ids for g in scheduler.run(captured, sampled, spec, concurrency=8)[0]]
+    console.print(f"{captured_mode(device)} sampled: alone == in a batch of 8: {alone == together}")
+    return ok and alone == together
+
+
+def step_times(target, draft, device: str, console: Console) -> None:
+    """Median step time (ms) of the default pair's shapes, eager against captured: baseline and
+    draft_model k=4 (random weights: acceptance means nothing here, the cost of a step does)."""
+    engines = {"eager": Engine(target, draft, pack=False), captured_mode(device): Engine(target, draft,
+                                                                                       static=captured_mode(device))}
+    pairs = [([(11 * i + j) % 1000 + 10 for j in range(128)], SamplingParams(max_new_tokens=32, ignore_eos=True))
+             for i in range(32)]
+    for c in (1, 4, 16):
+        for spec in (SpeculativeConfig(), SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d")):
+            line = []
+            for path, engine in engines.items():
+                scheduler.run(engine, pairs[:c], spec, concurrency=c)  # warm (and build the graphs)
+                _, stats = scheduler.run(engine, pairs[:2 * c], spec, concurrency=c)
+                full = stats.by_batch_size.get(c)
+                line.append(f"{path} {1e3 * full.step_s / full.steps:.2f} ms" if full else f"{path} -")
+            console.print(f"step time c={c} {spec.short}: " + ", ".join(line))
+
+
+def count_syncs(device: str, console: Console, static: str | None = None) -> None:
     if device != "cuda":
         console.print("host syncs: CUDA only")
         return
     target = random_model("tiny", device, torch.float32)
-    engine = Engine(target, perturbed(target, 0.05))
+    engine = Engine(target, perturbed(target, 0.05), pack=False if static else None, static=static)
     batch = engine.batch(SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d"))
     for i in range(4):
         batch.admit([5 + i, 6, 7, 8], SamplingParams(max_new_tokens=64, ignore_eos=True))
@@ -108,7 +160,8 @@ def count_syncs(device: str, console: Console) -> None:
         batch.step()
         torch.cuda.set_sync_debug_mode(0)
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
-    console.print(f"host syncs in one speculative step (4 rows, k=4, greedy): {len(syncs)}")
+    console.print(f"host syncs in one speculative step (4 rows, k=4, greedy, {static or 'eager'} step): "
+                  f"{len(syncs)}")
 
 
 def timed(fn, device: str, reps: int):
@@ -183,7 +236,11 @@ def main() -> None:
     console.print(f"device {name}, torch {torch.__version__}")
     t = time.perf_counter()
     ok = check_lossless(args.device, console)
+    ok &= check_captured(args.device, console)
     count_syncs(args.device, console)
+    count_syncs(args.device, console, static=captured_mode(args.device))
+    host_overhead.main(["--device", args.device, "--paths", f"eager,{captured_mode(args.device)}", "--steps", "16"]
+                       + (["--layers", "4,3"] if args.quick else []))
     shape_t, shape_d = ("tiny", "tiny") if args.quick else ("1.5b", "0.5b")
     dtype = torch.float32 if args.quick else torch.bfloat16
     target = random_model(shape_t, args.device, dtype, init=0.02)
@@ -199,6 +256,7 @@ def main() -> None:
             if point:
                 add_row(table, point)
     console.print(table)
+    step_times(target, draft, args.device, console)
     training_throughput(target, args.device, args.train_tokens, console)
     if args.device == "cuda":
         console.print(f"peak CUDA memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")

@@ -176,3 +176,21 @@ def test_an_old_or_empty_config_reads_as_unknowns_not_guesses():
         assert cfg.method is None and cfg.backend is None and cfg.warmup is None
         assert cfg.configuration_stats == {} and cfg.concurrency == ()
     assert RunConfig.from_dict({"dtype": "float16"}).dtype_used == "float16"
+
+
+def test_capture_resolves_per_device_and_per_run():
+    from specbench.config import EngineConfig
+
+    auto = EngineConfig()
+    assert auto.static_mode("cpu", "")[0] is None and "CPU" in auto.static_mode("cpu", "")[1]
+    assert auto.static_mode("cuda", "") == ("cudagraph", "")
+    # a run with a configuration the static step does not run keeps every configuration eager
+    mode, why = auto.static_mode("cuda", "method ngram (the static step runs the baseline and draft_model chains)")
+    assert mode is None and "method ngram" in why
+    assert EngineConfig(capture="off").static_mode("cuda", "") == (None, "--capture off")
+    assert EngineConfig(capture="compile").static_mode("cpu", "") == ("compile", "")
+    assert EngineConfig(capture="compile").pack is False and EngineConfig().pack is None
+    with pytest.raises(ConfigError, match=r"--capture static: method ngram .*--capture off or auto"):
+        EngineConfig(capture="static").static_mode("cpu", "method ngram (...)")
+    with pytest.raises(ConfigError, match="needs a CUDA device"):
+        EngineConfig(capture="cudagraph").static_mode("cpu", "")

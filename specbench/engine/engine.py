@@ -347,25 +347,10 @@ class Batch:
     # ---- bookkeeping ----------------------------------------------------------------------
 
     def _account(self, batch_size: int, target_tokens: int, t0: float, t1: float, t2: float) -> None:
-        s = self.stats
-        step = time.perf_counter() - t0
-        s.steps += 1
-        s.batch_sizes[batch_size] += 1
-        s.draft_s += t1 - t0
-        s.verify_s += t2 - t1
-        s.step_s += step
-        acc = s.by_batch_size.setdefault(batch_size, [0, 0.0, 0.0, 0.0])
-        acc[0] += 1
-        acc[1] += step
-        acc[2] += t1 - t0
-        acc[3] += t2 - t1
         cache = self.target.cache
-        s.target_kv_allocated_bytes = max(s.target_kv_allocated_bytes, cache.allocated_bytes)
-        s.target_kv_peak_bytes = max(s.target_kv_peak_bytes, target_tokens * cache.bytes_per_token)
-        if self.drafter is not None:
-            allocated, live = self.drafter.kv_bytes()
-            s.draft_kv_allocated_bytes = max(s.draft_kv_allocated_bytes, allocated)
-            s.draft_kv_peak_bytes = max(s.draft_kv_peak_bytes, live)
+        self.stats.record_step(batch_size, t0, t1, t2,
+                               target_kv=(cache.allocated_bytes, target_tokens * cache.bytes_per_token),
+                               draft_kv=self.drafter.kv_bytes() if self.drafter is not None else None)
 
     def _compact(self) -> None:
         """Drop finished rows; survivors from the end fill their slots (one copy per move)."""

@@ -8,6 +8,7 @@ Boundary: token ids and timestamps.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,19 @@ class Generation:
 
 
 @dataclass
+class BatchSizeTime:
+    """Where the steps of one batch size went (times in s, summed over its steps)."""
+
+    steps: int = 0
+    step_s: float = 0.0  # draft + verify + per-step bookkeeping
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "step_s": self.step_s, "draft_s": self.draft_s, "verify_s": self.verify_s}
+
+
+@dataclass
 class BatchStats:
     """What one batch did, for run.json (times in s, memory in bytes)."""
 
@@ -49,12 +63,33 @@ class BatchStats:
     draft_kv_peak_bytes: int = 0
     target_weight_bytes: int = 0
     draft_weight_bytes: int = 0
-    # rows in the target pass -> [steps, step_s, draft_s, verify_s]: where each batch size's time went
-    by_batch_size: dict = field(default_factory=dict)
+    # rows in the target pass -> where that batch size's time went
+    by_batch_size: dict[int, BatchSizeTime] = field(default_factory=dict)
     step_path: str = "eager"  # eager | static (static | compile | cudagraph)
     padded_rows: int = 0  # static step: rows computed only to fill a bucket, summed over steps
     graphs_built: int = 0  # static step: graphs compiled or captured for this batch
     graph_build_s: float = 0.0  # and the time that took (before the steps that use them)
+
+    def record_step(self, batch_size: int, t0: float, t1: float, t2: float, *, target_kv: tuple[int, int],
+                    draft_kv: tuple[int, int] | None) -> None:
+        """One step of `batch_size` rows that began at t0, drafted until t1 and verified until
+        t2 (perf_counter; the step ends now); KV bytes (allocated, in use) of target and drafter."""
+        step = time.perf_counter() - t0
+        self.steps += 1
+        self.batch_sizes[batch_size] += 1
+        self.draft_s += t1 - t0
+        self.verify_s += t2 - t1
+        self.step_s += step
+        acc = self.by_batch_size.setdefault(batch_size, BatchSizeTime())
+        acc.steps += 1
+        acc.step_s += step
+        acc.draft_s += t1 - t0
+        acc.verify_s += t2 - t1
+        self.target_kv_allocated_bytes = max(self.target_kv_allocated_bytes, target_kv[0])
+        self.target_kv_peak_bytes = max(self.target_kv_peak_bytes, target_kv[1])
+        if draft_kv is not None:
+            self.draft_kv_allocated_bytes = max(self.draft_kv_allocated_bytes, draft_kv[0])
+            self.draft_kv_peak_bytes = max(self.draft_kv_peak_bytes, draft_kv[1])
 
     @property
     def overhead_s(self) -> float:
@@ -68,8 +103,7 @@ class BatchStats:
             "overhead_s": self.overhead_s, "prefill_s": self.prefill_s, "step_path": self.step_path,
             "padded_rows": self.padded_rows, "graphs_built": self.graphs_built,
             "graph_build_s": round(self.graph_build_s, 3),
-            "by_batch_size": {str(b): dict(zip(("steps", "step_s", "draft_s", "verify_s"), v))
-                              for b, v in sorted(self.by_batch_size.items())},
+            "by_batch_size": {str(b): v.to_dict() for b, v in sorted(self.by_batch_size.items())},
             "memory": {
                 "target_weight_bytes": self.target_weight_bytes,
                 "draft_weight_bytes": self.draft_weight_bytes,

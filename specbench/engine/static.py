@@ -393,23 +393,10 @@ class StaticBatch:
     # ---- bookkeeping ----------------------------------------------------------------------------
 
     def _account(self, batch_size: int, target_tokens: int, t0: float, t1: float, t2: float) -> None:
-        s = self.stats
-        step = time.perf_counter() - t0
-        s.steps += 1
-        s.batch_sizes[batch_size] += 1
-        s.draft_s += t1 - t0
-        s.verify_s += t2 - t1
-        s.step_s += step
-        acc = s.by_batch_size.setdefault(batch_size, [0, 0.0, 0.0, 0.0])
-        acc[0] += 1
-        acc[1] += step
-        acc[2] += t1 - t0
-        acc[3] += t2 - t1
-        s.target_kv_allocated_bytes = max(s.target_kv_allocated_bytes, self.target.allocated_bytes)
-        s.target_kv_peak_bytes = max(s.target_kv_peak_bytes, target_tokens * self.target.bytes_per_token)
-        if self.k:
-            s.draft_kv_allocated_bytes = max(s.draft_kv_allocated_bytes, self.draft.allocated_bytes)
-            s.draft_kv_peak_bytes = max(s.draft_kv_peak_bytes, target_tokens * self.draft.bytes_per_token)
+        draft = self.draft if self.k else None
+        self.stats.record_step(batch_size, t0, t1, t2,
+                               target_kv=(self.target.allocated_bytes, target_tokens * self.target.bytes_per_token),
+                               draft_kv=(draft.allocated_bytes, target_tokens * draft.bytes_per_token) if draft else None)
 
     @torch.inference_mode()
     def _compact(self) -> None:
