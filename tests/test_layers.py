@@ -186,3 +186,23 @@ def test_a_module_over_400_lines_says_why_in_its_docstring():
     long = '"""A module."""\n' + "x = 1\n" * (MAX_LINES + 1)
     assert long_without_reason({"m.py": long}) == ["m.py"]
     assert long_without_reason({"m.py": long.replace("A module.", "Longer than 400 lines because x.")}) == []
+
+
+# The engine core: what runs a step, verifies and samples. The drafters import it, never the
+# other way round (engine.engine builds drafters through their factory and is not core).
+ENGINE_CORE = ("specbench.engine.tree", "specbench.engine.verify", "specbench.engine.sampling", "specbench.engine.kv",
+               "specbench.engine.model", "specbench.engine.fused", "specbench.engine.rows",
+               "specbench.engine.static", "specbench.engine.static_lm", "specbench.engine.graphs")
+
+
+def drafter_imports(module: str, source: str) -> list[str]:
+    return [f"{module}:{line} imports {target}" for target, line in imported(source)
+            if target.startswith("specbench.engine.drafters")]
+
+
+def test_the_engine_core_never_imports_the_drafters():
+    found = [hit for m, p in modules().items() if m in ENGINE_CORE for hit in drafter_imports(m, p.read_text())]
+    assert not found, "\n".join(found)
+    assert set(ENGINE_CORE) <= set(modules())
+    # the check can fail
+    assert drafter_imports("specbench.engine.tree", "from specbench.engine.drafters.base import Proposal\n")

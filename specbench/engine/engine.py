@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from specbench.config import SamplingParams, SpeculativeConfig
-from specbench.engine.drafters.base import Drafter, Proposal
+from specbench.engine.drafters.base import Drafter
 from specbench.engine.drafters.factory import make_drafter
 from specbench.engine.drafters.suffix import SuffixCache
 from specbench.engine.fused import can_fuse, fuse_layers
@@ -44,7 +44,7 @@ from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner, can_pack, pack_linears
 from specbench.engine.rows import BatchStats, Generation, Row
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
-from specbench.engine.tree import gather_paths, path_features, tree_batch
+from specbench.engine.tree import Proposal, gather_paths, path_features, tree_batch
 from specbench.engine.static import StaticBatch, spec_reason
 from specbench.engine.static_lm import StaticLM, model_reason
 from specbench.engine.verify import verify_tree

@@ -10,6 +10,10 @@ specbench.engine.kv.TreeAttention), and each entry's children in the order the v
 tries them (`children`, feed indices, -1 past the last). Padding entries see only
 themselves and have no children.
 
+It also holds what a proposal is (`Proposal`: the trees a drafter hands the verifier, its
+format described in specbench.engine.drafters.base) and how a drafter is asked to grow them
+(`TreeShape`), so the engine core never imports the drafters.
+
 Boundary: tensors and token ids; nothing here runs a model or samples.
 """
 
@@ -17,10 +21,56 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from specbench.engine.drafters.base import Proposal
+
+@dataclass
+class Proposal:
+    # per row, the proposed node tokens (possibly fewer than asked, or none)
+    tokens: list[list[int]]
+    # [B, N, V] distributions the nodes were drawn from (N = most nodes of a row, zero
+    # padding); None for deterministic drafters, whose q is a point mass per node.
+    q: torch.Tensor | None = None
+    # per row, each node's parent (-1 = the root); None = every row is a chain
+    parents: list[list[int]] | None = None
+
+    def parents_of(self, b: int) -> list[int]:
+        """Row b's parent indices (a chain's when the proposal gives none)."""
+        if self.parents is None:
+            return list(range(-1, len(self.tokens[b]) - 1))
+        return list(self.parents[b])
+
+
+def tree_from_paths(paths: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, ...]]]:
+    """(parents, paths sorted) of a static tree given as paths of branch ranks (vLLM's
+    `speculative_token_tree`, Medusa's sparse trees): (0,) the root's best child, (0, 1) its
+    second child, ... Nodes come out sorted by (depth, path), so parents precede children;
+    every prefix of a path must be a path too (checked by specbench.config)."""
+    ordered = sorted({tuple(int(r) for r in p) for p in paths}, key=lambda t: (len(t), t))
+    index = {p: i for i, p in enumerate(ordered)}
+    return [index[p[:-1]] if len(p) > 1 else -1 for p in ordered], ordered
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """How a drafter grows its tree (from the speculative configuration)."""
+
+    topk: int = 1
+    draft_nodes: int | None = None  # None: no cap beyond topk per depth
+    paths: tuple[tuple[int, ...], ...] | None = None  # a static tree
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> "TreeShape":
+        return cls(spec.topk, spec.draft_nodes, spec.token_tree)
+
+    @property
+    def chain(self) -> bool:
+        """One child per node."""
+        if self.paths is not None:
+            return all(p[-1] == 0 for p in self.paths) and len({len(p) for p in self.paths}) == len(self.paths)
+        return self.topk == 1
 
 
 @dataclass
@@ -34,11 +84,6 @@ class TreeBatch:
     ranks: list[list[int]]  # per row, each node's rank among its siblings
     has_children: list[list[bool]]  # per row, whether node i has children
     max_depth: int  # deepest node over the batch (0: nothing drafted)
-
-    @property
-    def depths(self) -> list[int]:
-        """The depth of each row's tree (0 for a row without drafts)."""
-        return [int(d) for d in self.depth.max(dim=1).values]
 
 
 def tree_batch(roots: Sequence[int], prop: Proposal, ks: Sequence[int]) -> TreeBatch:

@@ -18,7 +18,6 @@ depth order) and the extra token, with a single device-to-host transfer.
 
 A row's random draws come from its own generator in a fixed order (one uniform per node, in
 node order, then one categorical draw), so its samples never depend on its batch mates.
-`verify` is the same for chains given as a padded [B, K] draft.
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ from collections.abc import Sequence
 import torch
 
 from specbench.config import SamplingParams
-from specbench.engine.drafters.base import Proposal
 from specbench.engine.sampling import probs_from_logits, sampling_groups
-from specbench.engine.tree import TreeBatch, tree_batch
+from specbench.engine.tree import TreeBatch
 
 
 def rejected(p: torch.Tensor, q_node: torch.Tensor | None, x: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
@@ -106,17 +104,3 @@ def verify_tree(tree: TreeBatch, logits: torch.Tensor, q: torch.Tensor | None,
     out = torch.cat([path, extra.view(-1, 1)], dim=1).tolist()  # the one device-to-host transfer
     paths = [[n for n in row[:-1] if n >= 0] for row in out]
     return paths, [row[-1] for row in out]
-
-
-def verify(draft: torch.Tensor, draft_len: Sequence[int], logits: torch.Tensor, q: torch.Tensor | None,
-           samplings: Sequence[SamplingParams], generators: Sequence[torch.Generator]
-           ) -> tuple[list[int], list[int]]:
-    """Chains: (accepted per row, extra token per row). draft: [B, K] long (padded), logits
-    [B, K+1, V] over [last token, drafts...]; `verify_tree` on the chains' trees."""
-    B = draft.shape[0]
-    lens = [int(n) for n in draft_len]
-    table = draft.tolist()
-    tree = tree_batch([0] * B, Proposal([table[b][:lens[b]] for b in range(B)]), lens)
-    width = tree.feed.shape[1]
-    paths, extra = verify_tree(tree, logits[:, :width], q, samplings, generators)
-    return [len(p) for p in paths], extra

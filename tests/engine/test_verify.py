@@ -9,7 +9,8 @@ import torch
 from gof import gof_pvalue
 from specbench.config import SamplingParams
 from specbench.engine.sampling import probs_from_logits
-from specbench.engine.verify import verify
+from specbench.engine.tree import Proposal, tree_batch
+from specbench.engine.verify import verify_tree
 
 V = 6
 N = 6000
@@ -22,6 +23,16 @@ QS = {
     "uniform": torch.full((V,), 1 / V),
 }
 SAMPLED = SamplingParams(temperature=1.0)
+
+
+def verify(draft, draft_len, logits, q, samplings, generators):
+    """Chains given as a padded [B, K] draft: (accepted per row, extra token per row), through
+    the engine's one verifier (a chain is the tree with one child per node)."""
+    lens = [int(n) for n in draft_len]
+    table = draft.tolist()
+    tree = tree_batch([0] * len(lens), Proposal([table[b][:lens[b]] for b in range(len(lens))]), lens)
+    paths, extra = verify_tree(tree, logits[:, :tree.feed.shape[1]], q, samplings, generators)
+    return [len(p) for p in paths], extra
 
 
 def logits_for(p: torch.Tensor) -> torch.Tensor:

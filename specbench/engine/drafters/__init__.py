@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING
 from specbench.lazy import exports
 
 if TYPE_CHECKING:  # the names below, for readers and type checkers; each loads on first use
-    from specbench.engine.drafters.base import Drafter, Proposal, StatelessDrafter
+    from specbench.engine.drafters.base import Drafter, StatelessDrafter
     from specbench.engine.drafters.draft_model import DraftModelDrafter
     from specbench.engine.drafters.eagle3 import Eagle3Drafter
     from specbench.engine.drafters.factory import make_drafter
     from specbench.engine.drafters.medusa import MedusaDrafter
     from specbench.engine.drafters.ngram import NgramDrafter
     from specbench.engine.drafters.suffix import SuffixDrafter
-    from specbench.engine.drafters.tree_search import TreeShape
+    from specbench.engine.tree import Proposal, TreeShape
 
 __getattr__, __dir__ = exports(__name__, {
     "Drafter": "specbench.engine.drafters.base",
-    "Proposal": "specbench.engine.drafters.base",
+    "Proposal": "specbench.engine.tree",
     "StatelessDrafter": "specbench.engine.drafters.base",
     "DraftModelDrafter": "specbench.engine.drafters.draft_model",
     "Eagle3Drafter": "specbench.engine.drafters.eagle3",
@@ -32,7 +32,7 @@ __getattr__, __dir__ = exports(__name__, {
     "MedusaDrafter": "specbench.engine.drafters.medusa",
     "NgramDrafter": "specbench.engine.drafters.ngram",
     "SuffixDrafter": "specbench.engine.drafters.suffix",
-    "TreeShape": "specbench.engine.drafters.tree_search",
+    "TreeShape": "specbench.engine.tree",
 })
 
 __all__ = ["Drafter", "Proposal", "StatelessDrafter", "DraftModelDrafter", "Eagle3Drafter", "NgramDrafter",

@@ -65,37 +65,13 @@ such a path list into parents.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
+from specbench.engine.tree import Proposal, tree_from_paths
 
-@dataclass
-class Proposal:
-    # per row, the proposed node tokens (possibly fewer than asked, or none)
-    tokens: list[list[int]]
-    # [B, N, V] distributions the nodes were drawn from (N = most nodes of a row, zero
-    # padding); None for deterministic drafters, whose q is a point mass per node.
-    q: torch.Tensor | None = None
-    # per row, each node's parent (-1 = the root); None = every row is a chain
-    parents: list[list[int]] | None = None
-
-    def parents_of(self, b: int) -> list[int]:
-        """Row b's parent indices (a chain's when the proposal gives none)."""
-        if self.parents is None:
-            return list(range(-1, len(self.tokens[b]) - 1))
-        return list(self.parents[b])
-
-
-def tree_from_paths(paths: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, ...]]]:
-    """(parents, paths sorted) of a static tree given as paths of branch ranks (vLLM's
-    `speculative_token_tree`, Medusa's sparse trees): (0,) the root's best child, (0, 1) its
-    second child, ... Nodes come out sorted by (depth, path), so parents precede children;
-    every prefix of a path must be a path too (checked by specbench.config)."""
-    ordered = sorted({tuple(int(r) for r in p) for p in paths}, key=lambda t: (len(t), t))
-    index = {p: i for i, p in enumerate(ordered)}
-    return [index[p[:-1]] if len(p) > 1 else -1 for p in ordered], ordered
+__all__ = ["Cacheless", "Drafter", "OwnCache", "Proposal", "StatelessDrafter", "tree_from_paths"]
 
 
 class Drafter(Protocol):

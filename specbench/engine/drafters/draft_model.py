@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 from specbench.engine.drafters.base import OwnCache, Proposal
-from specbench.engine.drafters.tree_search import TreeShape, gather_moves, grow
+from specbench.engine.drafters.tree_search import gather_moves, grow
+from specbench.engine.tree import TreeShape
 from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner
 

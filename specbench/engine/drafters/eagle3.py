@@ -36,7 +36,8 @@ from typing import Any
 import torch
 
 from specbench.engine.drafters.base import OwnCache, Proposal
-from specbench.engine.drafters.tree_search import TreeShape, grow
+from specbench.engine.drafters.tree_search import grow
+from specbench.engine.tree import TreeShape
 from specbench.engine.kv import SlotKV, TreeAttention, causal_mask, slot_attention
 from specbench.engine.model import PackedLinear
 

@@ -14,7 +14,7 @@ from specbench.engine.drafters.eagle3 import Eagle3Drafter
 from specbench.engine.drafters.medusa import MedusaDrafter
 from specbench.engine.drafters.ngram import NgramDrafter
 from specbench.engine.drafters.suffix import SuffixCache, SuffixDrafter
-from specbench.engine.drafters.tree_search import TreeShape
+from specbench.engine.tree import TreeShape
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -35,7 +35,8 @@ from typing import Any
 import torch
 
 from specbench.engine.drafters.base import Cacheless, Proposal
-from specbench.engine.drafters.tree_search import TreeShape, grow
+from specbench.engine.drafters.tree_search import grow
+from specbench.engine.tree import TreeShape
 from specbench.engine.model import PackedLinear
 
 

@@ -31,38 +31,17 @@ gathers the accepted path from there (`gather_moves`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from specbench.engine.drafters.base import Proposal, tree_from_paths
+from specbench.engine.tree import Proposal, TreeShape, tree_from_paths
 from specbench.engine.sampling import probs_from_logits, sampling_groups
 
 # expand(tokens [B, W] target ids, parent [B, W] index into the previous frontier (0 = root
 # at depth 1), visible [B, W, S] over the fed entries so far + these, offset of these
 # entries, depth of these nodes) -> draft logits [B, W, V']
 Expand = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, int], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class TreeShape:
-    """How a drafter grows its tree (from the speculative configuration)."""
-
-    topk: int = 1
-    draft_nodes: int | None = None  # None: no cap beyond topk per depth
-    paths: tuple[tuple[int, ...], ...] | None = None  # a static tree
-
-    @classmethod
-    def from_spec(cls, spec: Any) -> "TreeShape":
-        return cls(spec.topk, spec.draft_nodes, spec.token_tree)
-
-    @property
-    def chain(self) -> bool:
-        """One child per node."""
-        if self.paths is not None:
-            return all(p[-1] == 0 for p in self.paths) and len({len(p) for p in self.paths}) == len(self.paths)
-        return self.topk == 1
 
 
 def _static_levels(paths: Sequence[Sequence[int]]) -> list[tuple[list[tuple[int, int]], list[int]]]:
