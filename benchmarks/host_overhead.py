@@ -88,9 +88,10 @@ class Point:
     """One (path, configuration, batch size): its own engine and running batch."""
 
     def __init__(self, path: str, label: str, spec: SpeculativeConfig, sampling: SamplingParams, batch: int,
-                 target, draft, prompt_len: int, vocab: int, steps: int):
+                 target, draft, prompt_len: int, vocab: int, steps: int, cpp_wrapper: bool = False):
         self.path, self.label, self.spec, self.batch_size = path, label, spec, batch
-        self.engine = Engine(target, draft, pack=False, static=None if path == "eager" else path)
+        self.engine = Engine(target, draft, pack=False, static=None if path == "eager" else path,
+                             compile_options={"cpp_wrapper": True} if cpp_wrapper and path == "compile" else None)
         self.batch = self.engine.batch(spec)
         k = spec.num_speculative_tokens
         sp = sampling.with_(max_new_tokens=(steps + 8) * (k + 1) + 8, ignore_eos=True)
@@ -139,6 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=24, help="timed steps per point (in blocks of 4, ABBA)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--cpp-wrapper", action="store_true",
+                    help="compile: Inductor's C++ wrapper (less host time per step, minutes of C++ per graph)")
     ap.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     args = ap.parse_args(argv)
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
@@ -169,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
             for label, spec, sp in configs:
                 for b in batches:
                     t = time.perf_counter()
-                    pt = Point(path, label, spec, sp, b, target, draft, args.prompt, args.vocab, args.steps)
+                    pt = Point(path, label, spec, sp, b, target, draft, args.prompt, args.vocab, args.steps,
+                               args.cpp_wrapper)
                     pt.warm(3)
                     console.print(f"[dim]{path} {label} batch {b}: ready in {time.perf_counter() - t:.1f} s[/]")
                     points.append(pt)

@@ -65,13 +65,13 @@ class Engine:
     (specbench.engine.static) in that mode: "static" (fixed shapes, run op by op),
     "compile" (torch.compile, fullgraph, no dynamic shapes) or "cudagraph" (captured CUDA
     graphs; `compile_backend` is torch.compile's backend, "inductor" unless a test checks
-    the graphs alone). It runs the models' own linear layers, so it excludes `pack`; a model or a
+    the graphs alone, `compile_options` Inductor's options). It runs the models' own linear layers, so it excludes `pack`; a model or a
     configuration it does not run is a ValueError saying why (`static_reason`)."""
 
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None = None, *,
                  eos_token_ids: Sequence[int] = (), max_context: int | None = None,
                  pack: bool | None = None, head: torch.nn.Module | None = None, static: str | None = None,
-                 compile_backend: str = "inductor"):
+                 compile_backend: str = "inductor", compile_options: dict[str, Any] | None = None):
         self.target = target
         self.draft = draft
         self.head = head  # an EAGLE-3 head fitted to `target` (specbench.models.eagle3), method eagle3
@@ -79,7 +79,7 @@ class Engine:
         self.eos_token_ids = frozenset(eos_token_ids)
         self.max_context = max_context or getattr(target.config.get_text_config(), "max_position_embeddings", None)
         self._sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
-        self.static, self.compile_backend = static, compile_backend
+        self.static, self.compile_backend, self.compile_options = static, compile_backend, compile_options
         self._static_lms: dict[str, StaticLM] = {}
         self._static_batches: dict[SpeculativeConfig, StaticBatch] = {}
         if static is not None:
@@ -192,7 +192,7 @@ class Engine:
                     self._static_lms[role] = StaticLM(model)
             self._static_batches[spec] = StaticBatch(self, spec, self._static_lms["target"],
                                                      self._static_lms.get("draft") if spec.speculative else None,
-                                                     self.static, self.compile_backend)
+                                                     self.static, self.compile_backend, self.compile_options)
         batch = self._static_batches[spec]
         batch.reset()
         return batch

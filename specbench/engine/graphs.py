@@ -6,8 +6,9 @@ sampling kind, and the allocation of the buffers it reads):
 
 - "static": fn(*args), op by op: the reference;
 - "compile": `torch.compile(fn, fullgraph=True, dynamic=False)`, built by its first call: a
-  graph break is an error, and since lengths are data, a KV length never recompiles; on a
-  CPU with Inductor's C++ wrapper (about twice the compile time, a third less host time);
+  graph break is an error, and since lengths are data, a KV length never recompiles
+  (`options`: Inductor's, e.g. {"cpp_wrapper": True}, which on a CPU takes a third off the
+  host time of a step and multiplies its build time: minutes of C++ per graph);
 - "cudagraph": fn captured once as a `torch.cuda.CUDAGraph` over static copies of its tensor
   arguments, then replayed (its warm-up runs fn; the buffers fn updates are put back).
 
@@ -33,12 +34,13 @@ class Graphs:
     """The step's functions per shape key, run as `mode` says; counts what it compiled or
     captured (`built`) and how long that took (`build_s`)."""
 
-    def __init__(self, mode: str, device: torch.device, backend: str = "inductor"):
+    def __init__(self, mode: str, device: torch.device, backend: str = "inductor",
+                 options: dict[str, Any] | None = None):
         if mode not in MODES:
             raise ValueError(f"static mode must be one of {', '.join(MODES)}, got {mode!r}")
         if mode == "cudagraph" and device.type != "cuda":
             raise ValueError(f"cudagraph capture needs a CUDA device, the models are on {device.type}")
-        self.mode, self.device, self.backend = mode, device, backend
+        self.mode, self.device, self.backend, self.options = mode, device, backend, options
         self.built: dict[tuple, Any] = {}
         self.builds = 0  # graphs built, those since dropped with their buffers included
         self.build_s = 0.0
@@ -62,9 +64,8 @@ class Graphs:
         t = time.perf_counter()
         self.builds += 1
         if self.mode == "compile":  # compiled by its first call, which is this step's
-            # on a CPU, Inductor's C++ wrapper calls the kernels without Python in between
-            options = {"cpp_wrapper": True} if self.backend == "inductor" and self.device.type == "cpu" else None
-            self.built[key] = torch.compile(fn, fullgraph=True, dynamic=False, backend=self.backend, options=options)
+            self.built[key] = torch.compile(fn, fullgraph=True, dynamic=False, backend=self.backend,
+                                            options=self.options)
             out = self.built[key](*args)
             self.build_s += time.perf_counter() - t
             return out

@@ -88,10 +88,10 @@ class StaticBatch:
     specbench.engine.engine.Batch: admit, step, cancel, rows, tags, stats, reserve)."""
 
     def __init__(self, engine: Any, spec: SpeculativeConfig, target: StaticLM, draft: StaticLM | None, mode: str,
-                 backend: str = "inductor"):
+                 backend: str = "inductor", options: dict[str, Any] | None = None):
         self.engine, self.spec = engine, spec
         self.target, self.draft = target, draft
-        self.graphs = Graphs(mode, target.device, backend)
+        self.graphs = Graphs(mode, target.device, backend, options)
         self.k = min(spec.num_speculative_tokens, spec.draft_nodes) if spec.speculative else 0
         if self.k and draft is None:
             raise ValueError("method draft_model needs an engine built with a draft model")

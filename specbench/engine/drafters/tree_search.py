@@ -64,6 +64,116 @@ def _static_levels(paths: Sequence[Sequence[int]]) -> list[tuple[list[tuple[int,
     return levels
 
 
+def _children(dist: torch.Tensor, c: int, depth: int, ks: Sequence[int], rows: Sequence[Any],
+              front_ok: torch.Tensor, sample_chain: bool, draft_ids: torch.Tensor | None, V: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The best `c` children of every frontier node ([B, W, V'] draft logits `dist`): their
+    target ids and draft log-probabilities [B, W, c] (-inf: none), and for a sampled chain the
+    distributions [B, V] its children were drawn from (each sampled row draws one child with
+    its own generator while its chain still grows)."""
+    B, W = dist.shape[:2]
+    dev = dist.device
+    greedy, sampled = sampling_groups([r.sampling for r in rows])
+    tok = torch.zeros(B, W, c, dtype=torch.long, device=dev)
+    logp = torch.full((B, W, c), float("-inf"), device=dev)
+    if greedy:
+        g = torch.tensor(greedy, device=dev)
+        lp, idx = torch.log_softmax(dist[g].float(), dim=-1).topk(c, dim=-1)
+        tok[g] = idx if draft_ids is None else draft_ids[idx]
+        logp[g] = lp
+    q_level = torch.zeros(B, V, device=dev) if sample_chain else None
+    for sp, members in sampled:
+        full = dist[members].float()
+        if draft_ids is not None:  # the draft's distribution over the target vocabulary
+            full = torch.full((len(members), W, V), float("-inf"), device=dev).index_copy_(2, draft_ids, full)
+        q = probs_from_logits(full, sp)  # [S, W, V]
+        if sample_chain:
+            active = front_ok[members, 0].tolist()  # rows whose chain still grows draw
+            for i, b in enumerate(members):
+                if active[i] and depth <= ks[b]:
+                    x = torch.multinomial(q[i, 0], 1, generator=rows[b].gen)[0]
+                    tok[b, 0, 0] = x
+                    logp[b, 0, 0] = torch.log(q[i, 0, x])
+            q_level[members] = q[:, 0]
+        else:
+            qv, idx = q.topk(c, dim=-1)
+            tok[members], logp[members] = idx, torch.log(qv)
+    return tok, logp, q_level
+
+
+class _Pool:
+    """Every candidate node drafted so far, depth by depth ([B, n] each: target id, cumulative
+    log-probability (-inf: not a node), parent's pool index (-1: the root), whether it is a
+    node, where it was fed (-1: never)), and which of them the proposal keeps."""
+
+    def __init__(self) -> None:
+        self.tok: list[torch.Tensor] = []
+        self.score: list[torch.Tensor] = []
+        self.parent: list[torch.Tensor] = []
+        self.valid: list[torch.Tensor] = []
+        self.fed: list[torch.Tensor] = []
+        self.size = 0  # candidates before the latest depth
+
+    def add(self, tok: torch.Tensor, score: torch.Tensor, parent: torch.Tensor, valid: torch.Tensor) -> None:
+        if self.tok:
+            self.size += self.tok[-1].shape[1]
+        self.tok.append(tok)
+        self.score.append(score)
+        self.parent.append(parent)
+        self.valid.append(valid)
+        self.fed.append(torch.full_like(tok, -1))
+
+    def proposal(self, B: int, budget: int | None, qs: list[torch.Tensor], chain: bool
+                 ) -> tuple[Proposal, list[list[int]]]:
+        """The kept nodes of every row as a Proposal (with their fed positions, `scratch`): all
+        valid ones, or the `budget` of highest cumulative probability (EAGLE-2's re-ranking;
+        a child never outscores its parent, so that is a tree; a node whose parent was not kept
+        on a tie is dropped)."""
+        if not self.tok:
+            return Proposal([[] for _ in range(B)]), [[] for _ in range(B)]
+        toks, scores = torch.cat(self.tok, 1), torch.cat(self.score, 1)
+        parents, valid, fed_at = torch.cat(self.parent, 1), torch.cat(self.valid, 1), torch.cat(self.fed, 1)
+        P = toks.shape[1]
+        keep = valid.clone()
+        if budget is not None and budget < P:
+            keep = torch.zeros_like(valid).scatter_(1, scores.topk(budget, dim=-1).indices, True) & valid
+        table = torch.stack([toks, parents, keep.long(), fed_at], dim=0).tolist()  # one device-to-host transfer
+        tokens, parents_out, scratch = [], [], []
+        for b in range(B):
+            t_b, p_b, k_b, f_b = (table[i][b] for i in range(4))
+            index: dict[int, int] = {}
+            tt, pp, ss = [], [], []
+            for i in range(P):
+                if not k_b[i] or (p_b[i] >= 0 and p_b[i] not in index):
+                    continue
+                index[i] = len(tt)
+                tt.append(t_b[i])
+                pp.append(index[p_b[i]] if p_b[i] >= 0 else -1)
+                ss.append(f_b[i])
+            tokens.append(tt)
+            parents_out.append(pp)
+            scratch.append(ss)
+        q = None
+        if qs:  # a chain: node i is depth i + 1
+            n = max(len(t) for t in tokens)
+            q = torch.stack(qs, dim=1)[:, :n] if n else None
+        return Proposal(tokens, q, None if chain else parents_out), scratch
+
+
+def _next_frontier(shape: TreeShape, level: Any, c: int, score: torch.Tensor) -> torch.Tensor | None:
+    """Pool indices (within the latest depth, [B, W']) of the candidates fed and expanded at the
+    next depth: a static tree's nodes that have children, a chain's one node, or a dynamic
+    tree's `topk` best by cumulative probability; None: a static tree ends here."""
+    B = score.shape[0]
+    if level is not None:
+        spec_nodes, with_kids = level
+        flat_idx = [spec_nodes[j][0] * c + spec_nodes[j][1] for j in with_kids]
+        return torch.tensor(flat_idx, device=score.device).repeat(B, 1) if flat_idx else None
+    if shape.chain:
+        return torch.zeros(B, 1, dtype=torch.long, device=score.device)
+    return score.topk(min(shape.topk, score.shape[1]), dim=-1).indices
+
+
 def grow(shape: TreeShape, root_logits: torch.Tensor, ks: Sequence[int], rows: Sequence[Any],
          expand: Expand, draft_ids: torch.Tensor | None = None, vocab_size: int | None = None,
          threshold: float = 0.0) -> tuple[Proposal, list[list[int]]]:
@@ -78,13 +188,9 @@ def grow(shape: TreeShape, root_logits: torch.Tensor, ks: Sequence[int], rows: S
     if shape.chain and shape.draft_nodes is not None:
         D = min(D, shape.draft_nodes)
     V = vocab_size or root_logits.shape[-1]
-    greedy, sampled = sampling_groups([r.sampling for r in rows])
-    sample_chain = shape.chain and bool(sampled)
+    sample_chain = shape.chain and any(not r.sampling.greedy for r in rows)
     kcap = torch.tensor(list(ks), device=dev).view(B, 1, 1)
-
-    pool_tok, pool_score, pool_parent, pool_valid, pool_fed = [], [], [], [], []
-    qs: list[torch.Tensor] = []
-    n_pool = 0
+    pool, qs = _Pool(), []
     dist = root_logits.unsqueeze(1)  # [B, W, V'] at the frontier (W = 1: the root)
     front_idx = torch.full((B, 1), -1, dtype=torch.long, device=dev)  # pool index of frontier nodes
     front_score = torch.zeros(B, 1, device=dev)
@@ -93,64 +199,25 @@ def grow(shape: TreeShape, root_logits: torch.Tensor, ks: Sequence[int], rows: S
     fed = 0
     for depth in range(1, D + 1):
         W = dist.shape[1]
-        if static is not None:
-            spec_nodes, with_kids = static[depth - 1]
-            c = max(r for _, r in spec_nodes) + 1
-        else:
-            c = 1 if shape.chain else shape.topk
-        tok = torch.zeros(B, W, c, dtype=torch.long, device=dev)
-        logp = torch.full((B, W, c), float("-inf"), device=dev)
-        if greedy:
-            g = torch.tensor(greedy, device=dev)
-            lp, idx = torch.log_softmax(dist[g].float(), dim=-1).topk(c, dim=-1)
-            tok[g] = idx if draft_ids is None else draft_ids[idx]
-            logp[g] = lp
-        q_level = torch.zeros(B, V, device=dev) if sample_chain else None
-        for sp, members in sampled:
-            full = dist[members].float()
-            if draft_ids is not None:  # the draft's distribution over the target vocabulary
-                full = torch.full((len(members), W, V), float("-inf"), device=dev).index_copy_(
-                    2, draft_ids, full)
-            q = probs_from_logits(full, sp)  # [S, W, V]
-            if sample_chain:
-                active = front_ok[members, 0].tolist()  # rows whose chain still grows draw
-                for i, b in enumerate(members):
-                    if active[i] and depth <= ks[b]:
-                        x = torch.multinomial(q[i, 0], 1, generator=rows[b].gen)[0]
-                        tok[b, 0, 0] = x
-                        logp[b, 0, 0] = torch.log(q[i, 0, x])
-                q_level[members] = q[:, 0]
-            else:
-                qv, idx = q.topk(c, dim=-1)
-                tok[members], logp[members] = idx, torch.log(qv)
-        if static is not None:
+        level = static[depth - 1] if static is not None else None
+        c = max(r for _, r in level[0]) + 1 if level is not None else 1 if shape.chain else shape.topk
+        tok, logp, q_level = _children(dist, c, depth, ks, rows, front_ok, sample_chain, draft_ids, V)
+        exists = torch.ones(W, c, dtype=torch.bool, device=dev)
+        if level is not None:
             exists = torch.zeros(W, c, dtype=torch.bool, device=dev)
-            for w, r in spec_nodes:
+            for w, r in level[0]:
                 exists[w, r] = True
-        else:
-            exists = torch.ones(W, c, dtype=torch.bool, device=dev)
         ok = front_ok.unsqueeze(-1) & exists & (depth <= kcap) & (logp > float("-inf"))
-        score = front_score.unsqueeze(-1) + logp
         flat = W * c
-        pool_tok.append(tok.view(B, flat))
-        pool_score.append(torch.where(ok, score, float("-inf")).view(B, flat))
-        pool_parent.append(front_idx.unsqueeze(-1).expand(B, W, c).reshape(B, flat))
-        pool_valid.append(ok.view(B, flat))
-        pool_fed.append(torch.full((B, flat), -1, dtype=torch.long, device=dev))
+        score = torch.where(ok, front_score.unsqueeze(-1) + logp, float("-inf")).view(B, flat)
+        pool.add(tok.view(B, flat), score, front_idx.unsqueeze(-1).expand(B, W, c).reshape(B, flat), ok.view(B, flat))
         if q_level is not None:
             qs.append(q_level)
         if depth == D:
             break
-        # the next frontier: fed now, expanded at the next depth
-        if static is not None:
-            flat_idx = [spec_nodes[j][0] * c + spec_nodes[j][1] for j in with_kids]
-            if not flat_idx:
-                break
-            sel = torch.tensor(flat_idx, device=dev).repeat(B, 1)
-        elif shape.chain:
-            sel = torch.zeros(B, 1, dtype=torch.long, device=dev)
-        else:
-            sel = pool_score[-1].topk(min(shape.topk, flat), dim=-1).indices
+        sel = _next_frontier(shape, level, c, score)  # fed now, expanded at the next depth
+        if sel is None:
+            break
         W2 = sel.shape[1]
         f_ok = ok.view(B, flat).gather(1, sel)
         if threshold > 0:
@@ -161,44 +228,12 @@ def grow(shape: TreeShape, root_logits: torch.Tensor, ks: Sequence[int], rows: S
         vis = torch.zeros(B, W2, fed + W2, dtype=torch.bool, device=dev)
         vis[:, :, :fed] = front_vis.gather(1, parent_w.unsqueeze(-1).expand(B, W2, fed))
         vis[:, :, fed:] = torch.eye(W2, dtype=torch.bool, device=dev)
-        pool_fed[-1].scatter_(1, sel, torch.arange(fed, fed + W2, device=dev).repeat(B, 1))
+        pool.fed[-1].scatter_(1, sel, torch.arange(fed, fed + W2, device=dev).repeat(B, 1))
         dist = expand(tok.view(B, flat).gather(1, sel), parent_w, vis, fed, depth)
-        front_idx = n_pool + sel
-        front_score = pool_score[-1].gather(1, sel)
-        front_ok = f_ok
-        front_vis = vis
+        front_idx, front_score, front_ok, front_vis = pool.size + sel, score.gather(1, sel), f_ok, vis
         fed += W2
-        n_pool += flat
-    if not pool_tok:
-        return Proposal([[] for _ in range(B)]), [[] for _ in range(B)]
-    toks, scores = torch.cat(pool_tok, 1), torch.cat(pool_score, 1)
-    parents, valid, fed_at = torch.cat(pool_parent, 1), torch.cat(pool_valid, 1), torch.cat(pool_fed, 1)
-    P = toks.shape[1]
-    keep = valid.clone()
-    if static is None and not shape.chain and shape.draft_nodes is not None and shape.draft_nodes < P:
-        top = scores.topk(shape.draft_nodes, dim=-1).indices
-        keep = torch.zeros_like(valid).scatter_(1, top, True) & valid
-    table = torch.stack([toks, parents, keep.long(), fed_at], dim=0).tolist()  # one device-to-host transfer
-    tokens, parents_out, scratch = [], [], []
-    for b in range(B):
-        t_b, p_b, k_b, f_b = (table[i][b] for i in range(4))
-        index: dict[int, int] = {}
-        tt, pp, ss = [], [], []
-        for i in range(P):
-            if not k_b[i] or (p_b[i] >= 0 and p_b[i] not in index):
-                continue
-            index[i] = len(tt)
-            tt.append(t_b[i])
-            pp.append(index[p_b[i]] if p_b[i] >= 0 else -1)
-            ss.append(f_b[i])
-        tokens.append(tt)
-        parents_out.append(pp)
-        scratch.append(ss)
-    q = None
-    if qs:  # a chain: node i is depth i + 1
-        n = max(len(t) for t in tokens)
-        q = torch.stack(qs, dim=1)[:, :n] if n else None
-    return Proposal(tokens, q, None if shape.chain else parents_out), scratch
+    budget = shape.draft_nodes if static is None and not shape.chain else None
+    return pool.proposal(B, budget, qs, shape.chain)
 
 
 def gather_moves(base: Sequence[int], scratch: Sequence[Sequence[int]], paths: Sequence[Sequence[int]]
