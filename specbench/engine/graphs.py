@@ -42,6 +42,7 @@ class Graphs:
             raise ValueError(f"cudagraph capture needs a CUDA device, the models are on {device.type}")
         self.mode, self.device, self.backend, self.options = mode, device, backend, options
         self.built: dict[tuple, Any] = {}
+        self._outputs: dict[tuple, list[torch.Tensor]] = {}  # each captured graph's (static) outputs
         self.builds = 0  # graphs built, those since dropped with their buffers included
         self.build_s = 0.0
         if mode == "compile":
@@ -61,6 +62,7 @@ class Graphs:
             return self.built[key](*args)
         for stale in [k for k in self.built if k[-1] != key[-1]]:
             del self.built[stale]
+            self._outputs.pop(stale, None)
         t = time.perf_counter()
         self.builds += 1
         if self.mode == "compile":  # compiled by its first call, which is this step's
@@ -70,17 +72,19 @@ class Graphs:
             self.build_s += time.perf_counter() - t
             return out
         saved = [s.clone() for s in state]
-        self.built[key] = self._capture(fn, args)
+        self.built[key] = self._capture(key, fn, args)
         for s, old in zip(state, saved):
             s.copy_(old)
         self.build_s += time.perf_counter() - t
         return self.built[key](*args)
 
-    def _capture(self, fn: Callable[..., Any], args: Sequence[Any]) -> Callable[..., Any]:
+    def _capture(self, key: tuple, fn: Callable[..., Any], args: Sequence[Any]) -> Callable[..., Any]:
         """A CUDA graph of fn over static copies of its tensor arguments; replaying copies the
         arguments in (nothing when they are the tensors captured, e.g. an earlier graph's
         outputs)."""
-        inputs = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        # an earlier graph's output is static already: read it in place (no copy per replay)
+        static = [t for outs in self._outputs.values() for t in outs]
+        inputs = [a.clone() if isinstance(a, torch.Tensor) and not any(a is t for t in static) else a for a in args]
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
@@ -90,6 +94,7 @@ class Graphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = fn(*inputs)
+        self._outputs[key] = [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, torch.Tensor)]
 
         def replay(*now: Any) -> Any:
             for static, a in zip(inputs, now):

@@ -1,6 +1,7 @@
 """`specbench run` at concurrency 1..8 on tiny float32 models: every greedy speculative sample
 equals the non-speculative baseline token for token, at every concurrency and method, on the
-engine's fast path and on transformers' forward as loaded (`--onednn off`) and on the static step (`--capture static`), and the records
+engine's fast path, on transformers' forward as loaded (`--onednn off`) and on the static step
+(`--capture static`), and the records
 carry the per-step facts (batch size, context, drafted/accepted) and the per-configuration
 statistics (batch sizes reached, memory)."""
 
@@ -59,3 +60,9 @@ def test_greedy_outputs_equal_the_baseline_at_every_concurrency(tiny_pair, promp
             assert s["memory"]["draft_weight_bytes"] > 0 and s["memory"]["draft_kv_peak_bytes"] > 0
         else:
             assert s["memory"]["draft_weight_bytes"] == 0
+
+
+def test_capture_refuses_a_method_the_static_step_does_not_run(tiny_pair, prompts_file, tmp_path):
+    res = specbench("run", "--target", str(tiny_pair[0]), "--method", "ngram", "-k", "2", "--capture", "static",
+                    "--workload", str(prompts_file), *FAST, "--out", str(tmp_path / "run"))
+    res.refusal("--capture static", "method ngram", "--capture off or auto", alone=False)
