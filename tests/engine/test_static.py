@@ -180,6 +180,14 @@ def test_static_sampling_follows_the_target_distribution(static_engine, tiny_tar
     assert gof_pvalue(counts, expected) > 1e-3
 
 
+def test_compiled_sampling_follows_the_target_distribution(static_engine, tiny_target):
+    """The traced graphs sample as the functions do (dynamo's graphs, run without Inductor)."""
+    engine = Engine(tiny_target, static_engine.draft, static="compile", compile_backend="eager")
+    sp = SAMPLINGS["all"]
+    outputs = sample_outputs(engine, sp, chain(3), None, 4, n=1200)
+    assert gof_pvalue(joint_counts(outputs), exact_joint(tiny_target, sp)) > 1e-3
+
+
 def test_static_baseline_sampling_follows_the_target_distribution(static_engine, tiny_target):
     sp = SAMPLINGS["top_k"]
     outputs = sample_outputs(static_engine, sp, SpeculativeConfig(), None, 4)
