@@ -42,7 +42,7 @@ from specbench.engine.drafters.suffix import SuffixCache
 from specbench.engine.fused import can_fuse, fuse_layers
 from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner, can_pack, pack_linears
-from specbench.engine.rows import BatchStats, Generation, Row
+from specbench.engine.rows import BatchStats, Generation, Row, RunningRows
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
 from specbench.engine.tree import Proposal, gather_paths, path_features, tree_batch
 from specbench.engine.static import StaticBatch, spec_reason
@@ -211,7 +211,7 @@ class Engine:
         return g
 
 
-class Batch:
+class Batch(RunningRows):
     """The running requests of one configuration; rows are the KV slots 0..len(rows)-1."""
 
     def __init__(self, engine: Engine, spec: SpeculativeConfig, drafter: Drafter | None):
@@ -264,21 +264,6 @@ class Batch:
             return self._generation(row)
         self.rows.append(row)
         return None
-
-    def __len__(self) -> int:
-        """Rows running (admitted, not yet finished)."""
-        return len(self.rows)
-
-    @property
-    def tags(self) -> list[Any]:
-        """The `tag` of every running row (what `admit` was given), in row order."""
-        return [r.tag for r in self.rows]
-
-    def cancel(self, tag: Any) -> None:
-        """The request `tag` ends (finish reason `cancelled`) at the next step."""
-        for r in self.rows:
-            if r.tag is tag:
-                r.cancelled = True
 
     # ---- the speculative step -------------------------------------------------------------
 
@@ -363,7 +348,3 @@ class Batch:
         if self.drafter is not None:
             self.drafter.retain(keep)
         self.rows = [self.rows[i] for i in keep]
-
-    def _generation(self, r: Row, reason: str | None = None) -> Generation:
-        return Generation(r.out, r.times, r.start, r.prefill_s, reason or r.finish, r.steps,
-                          target_forward_passes=1 + len(r.steps), arrival_time=r.arrival, tag=r.tag)

@@ -1,7 +1,7 @@
 """What a running batch keeps per request and per batch, shared by the eager step
 (specbench.engine.engine.Batch) and the static step (specbench.engine.static.StaticBatch):
-`Row` (one running request), `Generation` (a finished one) and `BatchStats` (run.json's
-figures of one batch).
+`Row` (one running request), `Generation` (a finished one), `BatchStats` (run.json's
+figures of one batch) and `RunningRows` (the row bookkeeping both steps share).
 
 Boundary: token ids and timestamps.
 """
@@ -152,3 +152,29 @@ class Row:
         if self.on_tokens is not None and kept:
             self.on_tokens(tokens[:kept], t)
         return kept
+
+
+class RunningRows:
+    """What the eager and the static step share about their running requests (`rows`, in
+    slot order): how many run, their tags, cancelling one, and a finished row's Generation."""
+
+    rows: list[Row]
+
+    def __len__(self) -> int:
+        """Rows running (admitted, not yet finished)."""
+        return len(self.rows)
+
+    @property
+    def tags(self) -> list[Any]:
+        """The `tag` of every running row (what `admit` was given), in row order."""
+        return [r.tag for r in self.rows]
+
+    def cancel(self, tag: Any) -> None:
+        """The request `tag` ends (finish reason `cancelled`) at the next step."""
+        for r in self.rows:
+            if r.tag is tag:
+                r.cancelled = True
+
+    def _generation(self, r: Row, reason: str | None = None) -> Generation:
+        return Generation(r.out, r.times, r.start, r.prefill_s, reason or r.finish, r.steps,
+                          target_forward_passes=1 + len(r.steps), arrival_time=r.arrival, tag=r.tag)

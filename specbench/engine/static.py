@@ -44,7 +44,7 @@ import torch
 
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine.graphs import Graphs
-from specbench.engine.rows import BatchStats, Generation, Row
+from specbench.engine.rows import BatchStats, Row, RunningRows
 from specbench.engine.sampling import (SALT_ACCEPT, SALT_DRAFT, SALT_TOKEN, counter_uniform, row_probs,
                                        sample_inverse_cdf)
 from specbench.engine.static_lm import StaticLM
@@ -83,7 +83,7 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, r / total.clamp_min(1e-30), p)
 
 
-class StaticBatch:
+class StaticBatch(RunningRows):
     """The running requests of one configuration on the static step (the interface of
     specbench.engine.engine.Batch: admit, step, cancel, rows, tags, stats, reserve)."""
 
@@ -216,18 +216,6 @@ class StaticBatch:
         self.rows.append(row)
         self.draft_valid.append(n)
         return None
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @property
-    def tags(self) -> list[Any]:
-        return [r.tag for r in self.rows]
-
-    def cancel(self, tag: Any) -> None:
-        for r in self.rows:
-            if r.tag is tag:
-                r.cancelled = True
 
     # ---- the step -----------------------------------------------------------------------------
 
@@ -417,7 +405,3 @@ class StaticBatch:
         self.ctx[n:] = 2
         self.rows = [self.rows[i] for i in keep]
         self.draft_valid = [self.draft_valid[i] for i in keep]
-
-    def _generation(self, r: Row, reason: str | None = None) -> Generation:
-        return Generation(r.out, r.times, r.start, r.prefill_s, reason or r.finish, r.steps,
-                          target_forward_passes=1 + len(r.steps), arrival_time=r.arrival, tag=r.tag)
