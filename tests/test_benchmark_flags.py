@@ -90,3 +90,30 @@ def test_ship_head_refuses_bad_flags_before_writing_anything(tmp_path, extra, ne
     before = sorted(p.name for p in (REPO / "specbench" / "models" / "heads").iterdir())
     refused(lambda: load("ship_head").main(["--head", str(head), *extra]), needle)
     assert sorted(p.name for p in (REPO / "specbench" / "models" / "heads").iterdir()) == before
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--paths", "eager,warp"], "--paths: unknown warp"),
+    (["--configs", "baseline,fast"], "--configs: unknown fast"),
+    (["--layers", "28"], "--layers takes TARGET,DRAFT"),
+])
+def test_host_overhead_refuses_bad_flags(flags, needle, capsys):
+    mod = load("host_overhead")
+    with pytest.raises(SystemExit) as exc:
+        mod.main(flags)
+    assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_host_overhead_json_counts_one_host_read_per_static_step(capsys):
+    """The keys issue 41 names, one object per line; the static step reads the device once a
+    step where the eager step reads it several times (the count can tell them apart)."""
+    mod = load("host_overhead")
+    mod.main(["--paths", "eager,static", "--layers", "2,1", "--batch", "1,2", "--steps", "4", "--prompt", "16",
+              "--configs", "baseline,greedy", "--json"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 2 * 2 * 2
+    for r in rows:
+        assert {"path", "method", "k", "batch", "sampling", "host_ms", "ops", "syncs"} <= set(r)
+        assert r["host_ms"] > 0 and r["ops"] > 0
+    assert {r["syncs"] for r in rows if r["path"] == "static"} == {1}
+    assert min(r["syncs"] for r in rows if r["path"] == "eager") > 1
