@@ -213,7 +213,8 @@ def build_plan(f: RunFlags, given: set[str]) -> Any:
 
 
 def _parse_rates(values: Any) -> list[float]:
-    """`--request-rate 1,2 --request-rate 4` -> [1.0, 2.0, 4.0]; one line for a non-number."""
+    """`--request-rate 1,2 --request-rate 4` -> [1.0, 2.0, 4.0]; one line for a non-number. A
+    rate given twice (5,5 or 5,5.0) counts once, as every list flag's values do."""
     from specbench.config import split_list
 
     from specbench import limits
@@ -225,7 +226,7 @@ def _parse_rates(values: Any) -> list[float]:
         except ValueError:
             raise ConfigError(f"--request-rate: {part!r} is not a number of requests/s (e.g. --request-rate 1,2,4)") from None
         out.append(limits.check("--request-rate", rate))
-    return out
+    return list(dict.fromkeys(out))
 
 
 def _speculation(f: RunFlags, given: set[str]) -> tuple[SpeculativeConfig, tuple[int, ...], bool]:

@@ -88,6 +88,13 @@ def test_a_value_given_twice_counts_once_for_k_and_concurrency_alike():
     assert parse_int_list(["2,2"], "--num-speculative-tokens") == [2]
 
 
+def test_a_request_rate_given_twice_counts_once():
+    """`--request-rate 5,5` measured every prompt twice under one config_id (issue 44, 3)."""
+    from specbench.cli.run import _parse_rates
+
+    assert _parse_rates(["5,5", "5.0", "2"]) == [5.0, 2.0]
+
+
 @pytest.mark.parametrize("args, needles", [
     (["-k", ","], ["--num-speculative-tokens", "empty item"]),
     (["-k", ""], ["--num-speculative-tokens", "empty item"]),
