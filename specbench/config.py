@@ -210,6 +210,13 @@ class SpeculativeConfig:
                                for p in tree):
                 raise ConfigError("speculative_token_tree must be a non-empty list of paths of branch ranks "
                                   "(integers >= 0), e.g. [[0], [1], [0, 0]]")
+            too_deep = max((r for p in tree for r in p), default=0)
+            if too_deep >= limits.MAX_TOPK:
+                raise ConfigError(f"speculative_token_tree: branch rank {too_deep} is past the {limits.MAX_TOPK} "
+                                  f"children a node may have (ranks 0..{limits.MAX_TOPK - 1})")
+            if len(tree) + 1 > limits.MAX_TREE_TOKENS:
+                raise ConfigError(f"speculative_token_tree has {len(tree)} nodes: a row verifies at most "
+                                  f"{limits.MAX_TREE_TOKENS} tokens a step, the root included")
             missing = sorted({p[:-1] for p in tree if len(p) > 1} - set(tree))
             if missing:
                 raise ConfigError(f"speculative_token_tree: path {list(missing[0])} is missing (every prefix of "

@@ -139,6 +139,14 @@ BAD_SPECS = [
     ('{"model": "m", "speculative_token_tree": [[]]}', ["speculative_token_tree", "non-empty paths"]),
     ('{"model": "m", "speculative_token_tree": "%s"}' % ("(" * 5000 + ")" * 5000), ["speculative_token_tree",
                                                                                   "is not a list of paths"]),
+    # issue 44, items 5 and 6: ranks past any node's children, and a rank too large for an int64
+    ('{"model": "m", "speculative_token_tree": [[0], [299], [400]]}', ["speculative_token_tree", "branch rank 400",
+                                                                       "ranks 0..63"]),
+    ('{"model": "m", "speculative_token_tree": [[0], [100000000000000000000000]]}',
+     ["speculative_token_tree", "branch rank 100000000000000000000000"]),
+    ('{"model": "m", "speculative_token_tree": %s}' % json.dumps([[i] for i in range(64)]
+                                                                  + [[i, j] for i in range(64) for j in range(64)]),
+     ["speculative_token_tree has 4160 nodes", "at most 4096"]),
 ]
 
 
