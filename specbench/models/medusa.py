@@ -223,6 +223,10 @@ def read_heads(path: str | Path) -> tuple[MedusaConfig, dict[str, torch.Tensor]]
         raise _fail(path, f"missing weight {missing[0]!r} (each head's LM head)")
     draft_vocab = int(w[lm_names[0]].shape[0])
     token_map = w.get("token_map")
+    for key in ("vocab_size", "hidden_size"):
+        v = cfg.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise _fail(path, f"config.json's {key} must be a positive integer, got {v!r}")
     vocab = int(cfg.get("vocab_size") or draft_vocab)
     if token_map is None and draft_vocab != vocab:
         raise _fail(path, f"the LM heads have {draft_vocab:,} rows but vocab_size is {vocab:,} and there is no token_map")
@@ -245,9 +249,13 @@ def build_heads(cfg: MedusaConfig, weights: dict[str, torch.Tensor], path: Path 
     heads.load_state_dict({k: weights[k] for k in state})
     tm = weights.get("token_map")
     if tm is not None:
+        if tm.is_floating_point() or tm.is_complex() or tm.dtype == torch.bool:
+            raise _fail(path, f"token_map must hold integer token ids, it holds {str(tm.dtype).replace('torch.', '')}")
         tm = tm.to(torch.long).view(-1)
         if tm.numel() != cfg.draft_vocab_size or (tm.numel() and not 0 <= int(tm.min()) <= int(tm.max()) < cfg.vocab_size):
             raise _fail(path, f"token_map must list {cfg.draft_vocab_size:,} ids of the vocabulary of {cfg.vocab_size:,}")
+        if int(torch.unique(tm).numel()) != tm.numel():
+            raise _fail(path, "token_map lists a token id twice (each draft id maps to its own target id)")
         heads.token_map = tm
     return heads.eval().requires_grad_(False)
 

@@ -170,3 +170,24 @@ def test_missing_directory_and_target_mismatches(tmp_path):
         load_heads(d, tiny.make_model(vocab_size=V, hidden=32, layers=1), target_name="t")
     with pytest.raises(ModelError, match="vocabulary has 30 tokens, but target 't' has 40"):
         load_heads(d, tiny.make_model(vocab_size=40, hidden=H, layers=1), target_name="t")
+
+
+@pytest.mark.parametrize("token_map, cfg_extra, needle", [
+    (torch.tensor([0.0, 2.5, 5.0, 7.5]), {}, "token_map must hold integer token ids, it holds float32"),
+    (torch.tensor([0, 0, 0, 0]), {}, "token_map lists a token id twice"),
+    (torch.tensor([0, 3, 7, 11]), {"vocab_size": "abc"}, "config.json's vocab_size must be a positive integer, got 'abc'"),
+    (torch.tensor([0, 3, 7, 11]), {"hidden_size": True}, "config.json's hidden_size must be a positive integer"),
+])
+def test_malformed_reduced_vocabularies_are_refused_in_one_line(tmp_path, token_map, cfg_extra, needle):
+    """Issue 44, items 4 and 7: a float or duplicate token_map loaded without a word, a string
+    vocab_size raised ValueError from int()."""
+    g = torch.Generator().manual_seed(2)
+    w = {f"blocks.{i}.layers.0.weight": torch.randn(H, H, generator=g) for i in range(K)}
+    w["lm_heads.0.weight"] = torch.randn(4, H, generator=g)
+    w["token_map"] = token_map
+    cfg = {"num_heads": K, "num_hidden_layers": 1, "hidden_size": H, "vocab_size": V, "original_lm_head": True,
+           "truncated_vocab_size": 4, **cfg_extra}
+    d = write(tmp_path / "heads", cfg, w, "model.safetensors")
+    with pytest.raises(ModelError) as exc:
+        build_heads(*read_heads(d), d)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
