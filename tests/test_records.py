@@ -476,3 +476,29 @@ def test_unpaired_rows_are_paired_across_spill_files(tmp_path, monkeypatch):
     t = pq.read_table(tmp_path / "run" / records.SAMPLES_FILE).to_pydict()
     assert t["prompt_id"] == [f"p{i}" for i in range(5)] * 2
     assert t["token_match_rate"][:5] == [1.0] * 5 and t["first_divergence"][:5] == [-1] * 5  # -1: identical
+
+
+def _retype(path, column: str, values) -> None:
+    """Rewrite one column of a samples.parquet as something else wrote it (metadata kept)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    i = table.column_names.index(column)
+    table = table.set_column(i, column, pa.array(values))
+    pq.write_table(table, path)
+
+
+def test_a_column_of_the_wrong_type_is_one_line_naming_it(tmp_path):
+    """Issue 44, item 8: text in ttft_s reached report/compare as a TypeError."""
+    with RunWriter(tmp_path / "run", _meta()) as w:
+        w.add([_row("a"), _row("b")])
+    path = tmp_path / "run" / "samples.parquet"
+    _retype(path, "ttft_s", ["fast", "slow"])
+    with pytest.raises(RecordsError) as exc:
+        read_run(path)
+    assert "'ttft_s'" in str(exc.value) and "double" in str(exc.value) and "\n" not in str(exc.value)
+    # a type that converts without loss is read as the schema's
+    _retype(path, "ttft_s", [1, 2])
+    df, _ = read_run(path)
+    assert df["ttft_s"].dtype == "float64" and df["ttft_s"].tolist() == [1.0, 2.0]

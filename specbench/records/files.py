@@ -491,4 +491,23 @@ def read_run(path: Path | str) -> tuple["pd.DataFrame", dict[str, Any]]:
         missing = [c for c in missing if c not in added]
     if missing:
         raise RecordsError(f"{file} is missing column(s): {', '.join(missing)}")
-    return table.to_pandas(), meta
+    return _conform(table, file).to_pandas(), meta
+
+
+def _conform(table: pa.Table, file: Path) -> pa.Table:
+    """`table` with every schema column of the schema's type: a column of another type that
+    converts without loss (int32 for int64) is converted; one that does not (text in
+    `ttft_s`) is a RecordsError naming the file and column, never a TypeError in a report."""
+    for i, name in enumerate(table.column_names):
+        if name not in COLUMNS:
+            continue
+        want = SCHEMA.field(name).type
+        have = table.schema.field(name).type
+        if have == want:
+            continue
+        try:
+            table = table.set_column(i, pa.field(name, want), table.column(i).cast(want, safe=True))
+        except (pa.ArrowException, ValueError):
+            raise RecordsError(f"{file}: column {name!r} holds {have}, not the {want} specbench writes "
+                               "(a file edited or written by something else?)") from None
+    return table
