@@ -238,8 +238,10 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
             head["catalog_sha256"] = entry.sha256
         metadata.note(eagle3_head=head)
     if draft is not None and sp.method == "medusa":
+        from specbench.models.medusa import check_depth
         from specbench.models.medusa import describe as describe_medusa
 
+        check_depth(sess.medusa_heads(draft), s.specs, draft)
         metadata.note(medusa_heads=describe_medusa(sess.medusa_heads(draft)))
     if sp.method == "suffix":
         metadata.note(suffix_decoding={k: getattr(s.specs[0], k) for k in SUFFIX_KNOBS} if s.specs else {})

@@ -229,6 +229,10 @@ def open_engine(target: str, spec: Any, engine_cfg: EngineConfig, log: Log | Non
     session = load_target(target, engine_cfg, log)
     drafting = spec.draft if spec.speculative and spec.method in DRAFTED_METHODS else None
     drafter = session.drafter(drafting, spec.method) if drafting is not None else None
+    if spec.method == "medusa" and drafter is not None:
+        from specbench.models.medusa import check_depth
+
+        check_depth(drafter, [spec], drafting)
     draft_model = drafter if spec.method == "draft_model" else None
     static, _ = engine_cfg.static_mode(session.device_type, static_reason(session.target, draft_model, [spec]))
     engine = make_engine(session.target, draft_model, head=drafter if spec.method in HEAD_METHODS else None,

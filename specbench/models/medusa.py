@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from specbench.errors import ModelError
+from specbench.errors import ConfigError, ModelError
 
 # Weight files tried in order: vLLM / HF style, then FasterDecoding's names.
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "medusa_lm_head.safetensors", "medusa_lm_head.pt",
@@ -308,6 +308,16 @@ def save_heads(heads: MedusaHeads, path: str | Path, *, base_model: str | None =
     return path
 
 
+def check_depth(heads: MedusaHeads, specs: Any, path: Path | str) -> None:
+    """Medusa heads draft one token per head: a configuration asking for a deeper draft would
+    be recorded as k while drafting fewer, so it is refused (a ConfigError naming -k)."""
+    n = heads.config.num_heads
+    for spec in specs:
+        if spec.method == "medusa" and spec.num_speculative_tokens > n:
+            raise ConfigError(f"--num-speculative-tokens {spec.num_speculative_tokens}: the Medusa heads in "
+                              f"{str(path)!r} draft at most {n} token(s) deep, one per head (use -k 1..{n})")
+
+
 def describe(heads: MedusaHeads) -> dict[str, Any]:
     cfg = heads.config
     return {"format": cfg.format, "num_heads": cfg.num_heads, "num_layers": cfg.num_layers,
@@ -316,4 +326,4 @@ def describe(heads: MedusaHeads) -> dict[str, Any]:
 
 
 __all__ = ["MedusaConfig", "MedusaHeads", "read_heads", "build_heads", "fit_to_target", "load_heads",
-           "save_heads", "describe", "WEIGHT_FILES"]
+           "save_heads", "describe", "check_depth", "WEIGHT_FILES"]

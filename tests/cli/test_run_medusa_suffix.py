@@ -46,6 +46,15 @@ def test_method_medusa_with_a_heads_directory(tiny_pair, heads_dir, prompts_file
     check_row_invariants(df)
 
 
+def test_medusa_deeper_than_its_heads_is_refused(tiny_pair, heads_dir, prompts_file, tmp_path):
+    """Issue 44, item 2: three heads draft at most three deep; -k 4 was recorded as
+    medusa-k4 while every step drafted three."""
+    res = specbench("run", "--target", tiny_pair[0], "--method", "medusa", "--draft", heads_dir, "-k", "2,4",
+                    "--workload", prompts_file, *FAST, "--out", tmp_path / "run")
+    assert_refused(res, "--num-speculative-tokens 4", "at most 3 token(s) deep", "-k 1..3", lines_before_ok=True)
+    assert not (tmp_path / "run" / "samples.parquet").exists()
+
+
 def test_method_suffix_through_vllms_json(tiny_pair, prompts_file, tmp_path):
     out = tmp_path / "json"
     cfg = json.dumps({"method": "suffix", "num_speculative_tokens": 3, "suffix_decoding_max_tree_depth": 16,
