@@ -231,6 +231,15 @@ def build_fixtures(root: Path) -> dict[str, Path]:
     empty_parquet.mkdir(parents=True)
     (empty_parquet / "samples.parquet").write_bytes(b"")
     fx["emptyparquet"] = empty_parquet
+    text_column = _synthetic_run(root / "runs" / "textcolumn")  # issue 44: ttft_s holding strings
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(text_column / "samples.parquet")
+    i = table.column_names.index("ttft_s")
+    table = table.set_column(i, "ttft_s", pa.array(["fast"] * table.num_rows))
+    pq.write_table(table, text_column / "samples.parquet")
+    fx["textcolumn"] = text_column
     report = put("existing.html", "<html>an existing report</html>\n")
     fx["existing.html"] = report
     study = root / "study-existing"
@@ -336,6 +345,11 @@ def cases(fx: dict[str, Path], scratch: Path) -> list[Case]:
               '{"method": "ngram"} trailing', '{"method": "suffix", "suffix_decoding_max_tree_depth": -1}',
               '{"speculative_token_tree": "[(0,)]"}', '{"speculative_token_tree": [[0, 0, 0]]}',
               '{"method": "draft_model", "model": "x", "topk": 0}', '{"method": "ngram", "disable_by_batch_size": -1}',
+              # issue 44: ranks past any node's children, one too large for an int64, a 4,160-node tree
+              '{"method": "draft_model", "model": "x", "speculative_token_tree": [[0], [299], [400]]}',
+              '{"method": "draft_model", "model": "x", "speculative_token_tree": [[0], [' + "1" + "0" * 23 + ']]}',
+              json.dumps({"method": "draft_model", "model": "x", "speculative_token_tree":
+                          [[i] for i in range(64)] + [[i, j] for i in range(64) for j in range(64)]}),
               "\x00"[:0] + "{\"method\": \"ngram\", \"num_speculative_tokens\": 4}" * 2]:
         run("--speculative-config", v, needles=("--speculative-config", "speculative", "needs a draft model",
                                                  "prompt_lookup", "tree"))
@@ -525,6 +539,7 @@ def cases(fx: dict[str, Path], scratch: Path) -> list[Case]:
               "x" * 5000 + ".html"]:
         report(run_a, "--out", v, needles=("--out", v[:15] or "''"), expect="error")
     report(str(fx["badmeta"]), "--out", str(fx["existing.html"]), needles=("badmeta",), protect=(fx["existing.html"],))
+    report(str(fx["textcolumn"]), "--out", str(fx["existing.html"]), needles=("ttft_s",), protect=(fx["existing.html"],))
     report(run_a, "--n-boot", "5", "--out", str(fx["existing.html"]), needles=("--n-boot",), protect=(fx["existing.html"],))
     report(run_a, "--baseline", str(scratch / "missing-run"), "--out", fresh("r") + ".html", needles=("missing-run", "--baseline"))
     report(run_a, "--baseline", str(fx["badmeta"]), "--out", fresh("r") + ".html", needles=("badmeta", "--baseline"))
@@ -544,6 +559,7 @@ def cases(fx: dict[str, Path], scratch: Path) -> list[Case]:
         out.append(Case("compare", ["compare", *args], tuple(needles), expect, tuple(protect)))
 
     run_b = str(fx["run_b"])
+    compare(str(fx["textcolumn"]), run_b, needles=("ttft_s",))
     for flag, kind in (("--n-boot", "int"), ("--seed", "int"), ("--confidence", "float")):
         for v in NUMBER_BAD + (INT_ONLY_BAD if kind == "int" else []) + ["-1", "0"]:
             compare(run_a, run_b, flag, v, needles=(flag,), expect="either" if (flag, v) == ("--seed", "0") else "error")
