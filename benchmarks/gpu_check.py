@@ -76,11 +76,24 @@ def perturbed(model: Qwen2ForCausalLM, noise: float) -> Qwen2ForCausalLM:
     return copy.requires_grad_(False)
 
 
+PROMPTS = [[(7 * i + j) % 290 + 3 for j in range(5 + 4 * i)] for i in range(8)]  # ragged, for the tiny models
+GREEDY = [(p, SamplingParams(max_new_tokens=24 + i)) for i, p in enumerate(PROMPTS)]
+SAMPLED = [(p, SamplingParams(max_new_tokens=20, temperature=0.8, top_p=0.9, seed=i)) for i, p in enumerate(PROMPTS)]
+
+
+def batch_independent(engine: Engine, label: str, console: Console) -> bool:
+    """Sampled requests give the same tokens alone and in a batch of 8 (per-request seeds)."""
+    spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=3, draft="d")
+    alone = [scheduler.run(engine, [r], spec)[0][0].output_ids for r in SAMPLED]
+    together = [g.output_ids for g in scheduler.run(engine, SAMPLED, spec, concurrency=8)[0]]
+    console.print(f"{label}sampled: alone == in a batch of 8: {alone == together}")
+    return alone == together
+
+
 def check_lossless(device: str, console: Console) -> bool:
     target = random_model("tiny", device, torch.float32)
     engine = Engine(target, perturbed(target, 0.05))
-    prompts = [[(7 * i + j) % 290 + 3 for j in range(5 + 4 * i)] for i in range(8)]
-    reqs = [(p, SamplingParams(max_new_tokens=24 + i)) for i, p in enumerate(prompts)]
+    reqs = GREEDY
     base = [engine.generate(p, sp, SpeculativeConfig()).output_ids for p, sp in reqs]
     ok = True
     for spec in (SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d"),
@@ -90,12 +103,7 @@ def check_lossless(device: str, console: Console) -> bool:
             same = got == base
             ok &= same
             console.print(f"greedy {spec.short} c={c}: {'equal to the baseline' if same else 'DIFFERS'}")
-    sampled = [(p, SamplingParams(max_new_tokens=20, temperature=0.8, top_p=0.9, seed=i)) for i, p in enumerate(prompts)]
-    spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=3, draft="d")
-    alone = [scheduler.run(engine, [r], spec)[0][0].output_ids for r in sampled]
-    together = [g.output_ids for g in scheduler.run(engine, sampled, spec, concurrency=8)[0]]
-    console.print(f"sampled: alone == in a batch of 8: {alone == together}")
-    return ok and alone == together
+    return batch_independent(engine, "", console) and ok
 
 
 def captured_mode(device: str) -> str:
@@ -107,8 +115,7 @@ def check_captured(device: str, console: Console) -> bool:
     target = random_model("tiny", device, torch.float32)
     draft = perturbed(target, 0.05)
     eager, captured = Engine(target, draft, pack=False), Engine(target, draft, static=captured_mode(device))
-    prompts = [[(7 * i + j) % 290 + 3 for j in range(5 + 4 * i)] for i in range(8)]
-    reqs = [(p, SamplingParams(max_new_tokens=24 + i)) for i, p in enumerate(prompts)]
+    reqs = GREEDY
     ok = True
     for spec in (SpeculativeConfig(), SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d")):
         for c in (1, 4, 8):
@@ -118,12 +125,7 @@ def check_captured(device: str, console: Console) -> bool:
             ok &= a == b
             console.print(f"{captured_mode(device)} greedy {spec.short} c={c}: "
                           f"{'equal to the eager step' if a == b else 'DIFFERS'}")
-    sampled = [(p, SamplingParams(max_new_tokens=20, temperature=0.8, top_p=0.9, seed=i)) for i, p in enumerate(prompts)]
-    spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=3, draft="d")
-    alone = [scheduler.run(captured, [r], spec)[0][0].output_ids for r in sampled]
-    together = [g.output_ids for g in scheduler.run(captured, sampled, spec, concurrency=8)[0]]
-    console.print(f"{captured_mode(device)} sampled: alone == in a batch of 8: {alone == together}")
-    return ok and alone == together
+    return batch_independent(captured, f"{captured_mode(device)} ", console) and ok
 
 
 def step_times(target, draft, device: str, console: Console) -> None:

@@ -11,8 +11,7 @@ import torch
 
 from specbench.config import SpeculativeConfig
 from specbench.engine import Engine, scheduler
-from specbench.engine.static import spec_reason
-from specbench.engine.static_lm import model_reason
+from specbench.engine.static import static_reason as models_static_reason
 from specbench.errors import ConfigError
 from specbench.memory import peak_bytes, reset_peak
 from specbench.types import Request, Result
@@ -41,16 +40,8 @@ def make_engine(target, draft=None, *, head=None, pack: bool | None = None, stat
 
 def static_reason(target, draft, specs) -> str:
     """Why the static step cannot run these `LoadedModel`s (`draft` for method draft_model, or
-    None) in these `SpeculativeConfig`s ('' when it can)."""
-    for role, loaded in (("target", target), ("draft", draft)):
-        why = model_reason(loaded.model) if loaded is not None else ""
-        if why:
-            return f"the {role}: {why}"
-    for spec in specs:
-        why = spec_reason(spec)
-        if why:
-            return why
-    return ""
+    None) in these `SpeculativeConfig`s ('' when it can): specbench.engine.static.static_reason."""
+    return models_static_reason(target.model, draft.model if draft is not None else None, specs)
 
 
 class EmbeddedBackend:

@@ -45,8 +45,8 @@ from specbench.engine.model import ModelRunner, can_pack, pack_linears
 from specbench.engine.rows import BatchStats, Generation, Row, RunningRows
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
 from specbench.engine.tree import Proposal, gather_paths, path_features, tree_batch
-from specbench.engine.static import StaticBatch, spec_reason
-from specbench.engine.static_lm import StaticLM, model_reason
+from specbench.engine.static import StaticBatch, static_reason
+from specbench.engine.static_lm import StaticLM
 from specbench.engine.verify import verify_tree
 from specbench.types import StepEvent
 
@@ -86,10 +86,9 @@ class Engine:
             if pack:
                 raise ValueError("the static step runs the models' own linear layers: prepacking is for the eager step")
             pack = False
-            for role, model in (("target", target), ("draft", draft)):
-                why = model_reason(model) if model is not None else ""
-                if why:
-                    raise ValueError(f"the static step does not run the {role}: {why}")
+            why = static_reason(target, draft, ())
+            if why:
+                raise ValueError(f"the static step does not run {why}")
         applicable, self.pack_reason = can_pack(target)
         if pack and not applicable:
             raise ValueError(f"the fast path does not apply here: {self.pack_reason}")
@@ -173,12 +172,7 @@ class Engine:
 
     def static_reason(self, spec: SpeculativeConfig) -> str:
         """Why `spec` cannot run on the static step with these models ('' when it can)."""
-        why = model_reason(self.target) or spec_reason(spec)
-        if not why and spec.speculative and spec.method == "draft_model":
-            if self.draft is None:
-                return "no draft model loaded"
-            why = model_reason(self.draft)
-        return why
+        return static_reason(self.target, self.draft, [spec])
 
     def _static_batch(self, spec: SpeculativeConfig) -> StaticBatch:
         """The static step of `spec`, kept for the engine's life so its graphs are built once
@@ -339,10 +333,7 @@ class Batch(RunningRows):
 
     def _compact(self) -> None:
         """Drop finished rows; survivors from the end fill their slots (one copy per move)."""
-        alive = [not (r.done or r.cancelled) for r in self.rows]
-        n = sum(alive)
-        movers = iter([i for i in range(n, len(self.rows)) if alive[i]])
-        keep = [i if alive[i] else next(movers) for i in range(n)]
+        keep = self._survivors()
         for dst, src in enumerate(keep):
             self.target.cache.move_row(src, dst, len(self.rows[src].ids) - 1)
         if self.drafter is not None:

@@ -175,6 +175,14 @@ class RunningRows:
             if r.tag is tag:
                 r.cancelled = True
 
+    def _survivors(self) -> list[int]:
+        """The slots the running rows keep after finished ones leave: new row i is old row
+        keep[i], survivors from the end filling the freed slots (one move each)."""
+        alive = [not (r.done or r.cancelled) for r in self.rows]
+        n = sum(alive)
+        movers = iter([i for i in range(n, len(self.rows)) if alive[i]])
+        return [i if alive[i] else next(movers) for i in range(n)]
+
     def _generation(self, r: Row, reason: str | None = None) -> Generation:
         return Generation(r.out, r.times, r.start, r.prefill_s, reason or r.finish, r.steps,
                           target_forward_passes=1 + len(r.steps), arrival_time=r.arrival, tag=r.tag)

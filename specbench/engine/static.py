@@ -47,7 +47,7 @@ from specbench.engine.graphs import Graphs
 from specbench.engine.rows import BatchStats, Row, RunningRows
 from specbench.engine.sampling import (SALT_ACCEPT, SALT_DRAFT, SALT_TOKEN, counter_uniform, row_probs,
                                        sample_inverse_cdf)
-from specbench.engine.static_lm import StaticLM
+from specbench.engine.static_lm import StaticLM, model_reason
 from specbench.types import StepEvent
 
 
@@ -64,6 +64,23 @@ def spec_reason(spec: SpeculativeConfig) -> str:
         return f"method {spec.method} (the static step runs the baseline and draft_model chains)"
     if spec.is_tree:
         return "a draft tree (the static step runs chains)"
+    return ""
+
+
+def static_reason(target: torch.nn.Module, draft: torch.nn.Module | None,
+                  specs: Sequence[SpeculativeConfig]) -> str:
+    """Why the static step cannot run `target` (and `draft`, the draft model or None) in these
+    configurations ('' when it can)."""
+    for role, model in (("target", target), ("draft", draft)):
+        why = model_reason(model) if model is not None else ""
+        if why:
+            return f"the {role}: {why}"
+    for spec in specs:
+        why = spec_reason(spec)
+        if why:
+            return why
+        if spec.speculative and draft is None:
+            return "no draft model loaded"
     return ""
 
 
@@ -104,7 +121,7 @@ class StaticBatch(RunningRows):
         self._state_rows = self._state_gen = 0
         self._alloc_state(max(1, target.rows))
         if self.dev.type == "cuda":
-            self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+            self._events = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
             self._ks_host = torch.zeros(self._state_rows, dtype=torch.long).pin_memory()
         self.reset()
 
@@ -346,12 +363,8 @@ class StaticBatch(RunningRows):
         out, t1 = self._run(Bb, K, self.flags or sampling_flags([r.sampling for r in rows]))
         table = out.tolist()  # the step's one device-to-host transfer (and its one sync)
         t2 = time.perf_counter()
-        if cuda:  # the split from the device's own clock, read after the sync
-            self._events[2].record()
-            self._events[2].synchronize()
-            draft_s = self._events[0].elapsed_time(self._events[1]) / 1000
-            t1 = t2 - self._events[1].elapsed_time(self._events[2]) / 1000
-            t1 = max(t0 + draft_s, t1) if K else t0
+        if cuda:  # the draft's time on the device's own clock (both events done: the sync above)
+            t1 = t0 + self._events[0].elapsed_time(self._events[1]) / 1000 if K else t0
         context = [len(r.ids) for r in rows]
         accepted = []
         for b, r in enumerate(rows):
@@ -389,10 +402,8 @@ class StaticBatch(RunningRows):
     @torch.inference_mode()
     def _compact(self) -> None:
         """Drop finished rows; survivors from the end move into the freed slots."""
-        alive = [not (r.done or r.cancelled) for r in self.rows]
-        n = sum(alive)
-        movers = iter([i for i in range(n, len(self.rows)) if alive[i]])
-        keep = [i if alive[i] else next(movers) for i in range(n)]
+        keep = self._survivors()
+        n = len(keep)
         moves = [(src, dst) for dst, src in enumerate(keep) if src != dst]
         if moves:
             src, dst = (torch.tensor(x, dtype=torch.long, device=self.dev) for x in zip(*moves))
