@@ -17,15 +17,18 @@ wants it, proven on the CPU:
 - two pure functions per step (draft chain; verify and accept) run as they are, compiled or
   captured (specbench.engine.graphs); on CUDA the draft/verify split comes from CUDA events.
 
-What it runs: the baseline and draft-model chains (greedy, and sampled with temperature,
-top-k and top-p, mixed in one batch), on Llama-family models (Llama, Mistral, Qwen2) with
-plain linear layers. Trees, EAGLE-3, Medusa, n-gram and suffix drafting run on the eager step;
-`static_reason` says why a configuration or a model cannot run here, for run.json.
+What it runs: the baseline, draft-model chains and draft-model static trees (vLLM's
+speculative_token_tree: fixed index tables, specbench.engine.tree.StaticTree), greedy and
+sampled with temperature, top-k and top-p, mixed in one batch, on Llama-family models (Llama,
+Mistral, Qwen2) with plain linear layers. Dynamic (EAGLE-2) trees, EAGLE-3, Medusa, n-gram
+and suffix drafting run on the eager step; `static_reason` says why a configuration or a
+model cannot run here, for run.json.
 
 Lossless as the eager step is (docs/engine.md, "The rule"): a greedy row accepts drafts while
 they equal the target's argmax and emits the argmax; a sampled row accepts draft x with
 probability min(1, p(x)/q(x)) and on the first rejection draws from norm(max(p - q, 0)) (p
-where that is zero), or draws the bonus token from p after a fully accepted chain.
+where that is zero), or draws the bonus token from p after a fully accepted chain; in a tree
+it tries the next sibling against that residual first.
 
 Longer than 400 lines because, like the eager step, the step is read top to bottom in one
 place: the state it keeps per slot, admission, the draft and verify functions, the step that
@@ -48,6 +51,8 @@ from specbench.engine.rows import BatchStats, Row, RunningRows
 from specbench.engine.sampling import (SALT_ACCEPT, SALT_DRAFT, SALT_TOKEN, counter_uniform, row_probs,
                                        sample_inverse_cdf)
 from specbench.engine.static_lm import StaticLM, model_reason
+from specbench.engine.static_tree import TreeStep, step_table
+from specbench.engine.tree import StaticTree, TreeShape
 from specbench.types import StepEvent
 
 
@@ -61,9 +66,9 @@ def spec_reason(spec: SpeculativeConfig) -> str:
     if not spec.speculative:
         return ""
     if spec.method != "draft_model":
-        return f"method {spec.method} (the static step runs the baseline and draft_model chains)"
-    if spec.is_tree:
-        return "a draft tree (the static step runs chains)"
+        return f"method {spec.method} (the static step runs the baseline and draft_model chains and static trees)"
+    if spec.topk > 1:
+        return "a dynamic draft tree, topk > 1 (the static step runs chains and static speculative_token_trees)"
     return ""
 
 
@@ -100,7 +105,7 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, r / total.clamp_min(1e-30), p)
 
 
-class StaticBatch(RunningRows):
+class StaticBatch(RunningRows, TreeStep):
     """The running requests of one configuration on the static step (the interface of
     specbench.engine.engine.Batch: admit, step, cancel, rows, tags, stats, reserve)."""
 
@@ -109,15 +114,19 @@ class StaticBatch(RunningRows):
         self.engine, self.spec = engine, spec
         self.target, self.draft = target, draft
         self.graphs = Graphs(mode, target.device, backend, options)
-        self.k = min(spec.num_speculative_tokens, spec.draft_nodes) if spec.speculative else 0
+        self.dev = target.device
+        # a static tree with more than one child somewhere (a tree of one child per node is a chain)
+        self.tree = StaticTree(spec.token_tree, self.dev) \
+            if spec.speculative and spec.token_tree is not None and not TreeShape.from_spec(spec).chain else None
+        self.k = self.tree.depth if self.tree else \
+            min(spec.num_speculative_tokens, spec.draft_nodes) if spec.speculative else 0
         if self.k and draft is None:
             raise ValueError("method draft_model needs an engine built with a draft model")
         if self.k and draft.vocab_size != target.vocab_size:
             raise ValueError(f"the static step needs one vocabulary: draft {draft.vocab_size}, "
                              f"target {target.vocab_size}")
         self.threshold = spec.draft_confidence_threshold
-        self.scratch = self.k + 1
-        self.dev = target.device
+        self.scratch = (self.tree.nodes if self.tree else self.k) + 1
         self._state_rows = self._state_gen = 0
         self._alloc_state(max(1, target.rows))
         if self.dev.type == "cuda":
@@ -272,8 +281,7 @@ class StaticBatch(RunningRows):
     def _verify(self, B: int, K: int, sampled: bool, top_k: bool, top_p: bool, drafts: torch.Tensor | None,
                 q: torch.Tensor | None, ks: torch.Tensor) -> torch.Tensor:
         """One target pass over [last token, drafts] of every row, acceptance, the extra token
-        and the cache roll-back (lengths); returns [B, K + 3] long: drafted, accepted, the K
-        drafts, the extra token."""
+        and the cache roll-back (lengths); returns the step's table (`_table`)."""
         ctx, last, greedy, live = self.ctx[:B], self.last[:B], self.greedy[:B], self.live[:B]
         feed = last[:, 1:] if K == 0 else torch.cat([last[:, 1:], drafts], dim=1)
         logits = self.target.forward(feed, ctx - 1)  # [B, K + 1, V]
@@ -303,10 +311,25 @@ class StaticBatch(RunningRows):
         self.last[:B] = torch.stack([torch.where(n > 0, before, last[:, 1]), extra], dim=1)
         self.ctx[:B] = torch.where(live, ctx + n + 1, ctx)
         drafted = ks if K else torch.zeros_like(n)
-        cols = [drafted.view(B, 1), n.view(B, 1)] + ([drafts] if K else []) + [extra.view(B, 1)]
-        return torch.cat(cols, dim=1)
+        return step_table(drafted, n, (drafted == 0) | (n == drafted), drafted, drafts, drafts * 0 if K else None, extra)
 
     def _run(self, Bb: int, K: int, flags: tuple[bool, bool, bool]) -> tuple[torch.Tensor, float]:
+        if K and self.tree is not None:
+            return self._run_tree(Bb, flags)
+        return self._run_chain(Bb, K, flags)
+
+    def _run_tree(self, Bb: int, flags: tuple[bool, bool, bool]) -> tuple[torch.Tensor, float]:
+        """The tree step's graphs for bucket Bb (as `_run_chain`)."""
+        key = (Bb, "tree", *flags, (self.target.allocations, self.draft.allocations, self._state_gen))
+        nodes, exists = self.graphs.run(("draft",) + key, lambda: self._draft_tree(Bb, *flags))
+        t1 = time.perf_counter()
+        if self.dev.type == "cuda":
+            self._events[1].record()
+        out = self.graphs.run(("verify",) + key, lambda t, e: self._verify_tree(Bb, *flags, t, e), nodes, exists,
+                              state=(self.ctx, self.last))
+        return out, t1
+
+    def _run_chain(self, Bb: int, K: int, flags: tuple[bool, bool, bool]) -> tuple[torch.Tensor, float]:
         """The step's graphs for bucket Bb and width K: (the table of what every row emitted,
         on the device; the host time between the draft and the verify graph)."""
         sampled, top_k, top_p = flags
@@ -368,18 +391,16 @@ class StaticBatch(RunningRows):
         context = [len(r.ids) for r in rows]
         accepted = []
         for b, r in enumerate(rows):
-            drafted, n = table[b][0], table[b][1]
-            d = table[b][2:2 + K][:drafted] if K else []
+            drafted, n, leaf, depth = table[b][:4]
             accepted.append(n)
-            leaf = not d or n == len(d)
-            emitted = r.emit([*d[:n], table[b][-1]], t2)
-            r.steps.append(StepEvent(drafted=len(d), accepted=n, first_rejection=-1 if leaf else n,
+            emitted = r.emit([*table[b][4:4 + n], table[b][-1]], t2)
+            r.steps.append(StepEvent(drafted=drafted, accepted=n, first_rejection=-1 if leaf else n,
                                      emitted=emitted, draft_time_s=t1 - t0, verify_time_s=t2 - t1,
-                                     batch_size=B, context_tokens=context[b], draft_depth=len(d),
-                                     accepted_ranks=(0,) * n))
+                                     batch_size=B, context_tokens=context[b], draft_depth=depth,
+                                     accepted_ranks=tuple(table[b][4 + K:4 + K + n])))
             if K:
                 self.draft_valid[b] = context[b] + n - 1
-            if spec.dynamic_k and d:
+            if spec.dynamic_k and drafted:
                 r.k = min(r.k + 2, self.k) if leaf else max(1, r.k - 1)
         self.stats.padded_rows += Bb - B
         self.stats.graphs_built = self.graphs.builds - self._built_at_reset[0]

@@ -25,6 +25,10 @@ import torch.nn.functional as F
 
 from specbench.engine.kv import layer_window
 
+# a forward over tree entries: (offset of the entries past start, their depths [B, W] (rotary
+# offsets from start), which of the tree's keys each sees [B, W, S])
+Tree = tuple[int, torch.Tensor, torch.Tensor]
+
 LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")
 NORMS = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm")
 
@@ -166,22 +170,44 @@ class StaticLM:
         for buf in self.keys + self.values:
             buf.index_copy_(0, dst, buf.index_select(0, src))
 
+    def move_positions(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Slot b's entry at position src[b, j] moves to dst[b, j] ([B, n] long on the device,
+        slots 0..B-1; all read before any is written): a tree's accepted path into place."""
+        rows = torch.arange(src.shape[0], device=self.device).view(-1, 1).expand_as(src)
+        for buf in self.keys + self.values:
+            buf[rows, :, dst] = buf[rows, :, src]
+
     def forward(self, tokens: torch.Tensor, start: torch.Tensor, *, row0: int = 0,
-                last_only: bool = False) -> torch.Tensor:
+                last_only: bool = False, tree: Tree | None = None) -> torch.Tensor:
         """tokens [B, W] (device) at positions start[b] + 0..W-1 (start: device long [B]) of
-        slots row0..row0+B-1; logits [B, W, V] (last_only: [B, V] at each row's last token)."""
+        slots row0..row0+B-1; logits [B, W, V] (last_only: [B, V] at each row's last token).
+
+        `tree` (offset, depth [B, W], visible [B, W, S]): the tokens are tree entries, written
+        at start[b] + offset + 0..W-1 with rotary positions start[b] + depth; a query sees the
+        context (keys below start[b], within the sliding window) and key start[b] + s (s < S)
+        where visible[b, w, s] (its ancestors and itself)."""
         B, W = tokens.shape
         dev, cap = self.device, self.capacity
         offsets = torch.arange(W, device=dev)
-        pos = start.view(B, 1) + offsets.view(1, W)  # [B, W]
-        rows = torch.arange(row0, row0 + B, device=dev).view(B, 1).expand(B, W)
         t = torch.arange(cap, device=dev).view(1, 1, cap)
+        if tree is None:
+            pos = start.view(B, 1) + offsets.view(1, W)  # [B, W]
+            at = pos
+        else:
+            offset, depth, vis = tree
+            pos = start.view(B, 1) + depth
+            at = start.view(B, 1) + offset + offsets.view(1, W)
+            s = t - start.view(B, 1, 1)
+            in_tree = vis.gather(2, s.clamp(0, vis.shape[-1] - 1).expand(B, W, cap)) & (s >= 0) & (s < vis.shape[-1])
+        rows = torch.arange(row0, row0 + B, device=dev).view(B, 1).expand(B, W)
         rep = self.heads // self.kv_heads
         masks: dict[int | None, torch.Tensor] = {}
         for window in set(self.windows):
-            visible = t <= pos.unsqueeze(-1)
+            visible = t <= pos.unsqueeze(-1) if tree is None else t < start.view(B, 1, 1)
             if window:
                 visible = visible & (t > pos.unsqueeze(-1) - int(window))
+            if tree is not None:  # the window applies to the context, the tree's keys lie within its depth
+                visible = visible | in_tree
             # grouped-query heads folded onto their kv head: [B, 1, rep * W, cap]
             masks[window] = visible.unsqueeze(1).expand(B, rep, W, cap).reshape(B, 1, rep * W, cap)
         x = self.decoder.embed_tokens(tokens)
@@ -196,8 +222,8 @@ class StaticLM:
             k = _rotate(qkv[..., h * d:(h + hkv) * d].view(B, W, hkv, d).transpose(1, 2), cos, sin)
             v = qkv[..., (h + hkv) * d:].view(B, W, hkv, d).transpose(1, 2)
             kbuf, vbuf = self.keys[i], self.values[i]
-            kbuf[rows, :, pos] = k.transpose(1, 2).to(self.dtype)
-            vbuf[rows, :, pos] = v.transpose(1, 2).to(self.dtype)
+            kbuf[rows, :, at] = k.transpose(1, 2).to(self.dtype)
+            vbuf[rows, :, at] = v.transpose(1, 2).to(self.dtype)
             out = F.scaled_dot_product_attention(q.reshape(B, hkv, rep * W, d), kbuf[row0:row0 + B],
                                                  vbuf[row0:row0 + B], attn_mask=masks[self.windows[i]],
                                                  scale=attn.scaling)

@@ -158,3 +158,60 @@ def path_features(feats: torch.Tensor, paths: Sequence[Sequence[int]]) -> torch.
         if path:
             index[b, 1:1 + len(path)] = torch.tensor(path, dtype=torch.long) + 1
     return feats.gather(1, index.to(feats.device).unsqueeze(-1).expand(-1, -1, feats.shape[-1]))
+
+
+class StaticTree:
+    """A static tree (paths of branch ranks, `tree_from_paths`) as the fixed index tables the
+    static step (specbench.engine.static) drafts and verifies it with, every row the same
+    shape. Feed index 0 is the root, node i is feed index i + 1.
+
+    Drafting goes depth by depth: `levels[d - 1]` holds, for the nodes of depth d, (node
+    indices, index of each one's parent within the previous frontier, its rank), then the
+    positions among them of the frontier (the nodes that have children, fed to the drafter)
+    with the offset they are fed at past the row's context and what they see of the fed
+    entries (`[W, fed so far + W]`: their fed ancestors and themselves)."""
+
+    def __init__(self, paths: Sequence[Sequence[int]], device: torch.device):
+        parents, ordered = tree_from_paths(paths)
+        self.nodes, self.depth = len(ordered), max(len(p) for p in ordered)
+        n, dev = self.nodes, device
+        has_kids = sorted({p for p in parents if p >= 0})
+        kids: list[list[int]] = [[] for _ in range(n + 1)]  # per feed entry, its children's feed indices
+        for i, p in enumerate(parents):
+            kids[p + 1].append(i + 1)
+        self.width = max(len(c) for c in kids)  # most children of one entry
+        children = torch.full((n + 1, self.width), -1, dtype=torch.long)
+        for j, c in enumerate(kids):
+            children[j, :len(c)] = torch.tensor(c, dtype=torch.long)
+        visible = torch.eye(n + 1, dtype=torch.bool)
+        for i, p in enumerate(parents):  # parents precede children: a node sees its parent's view and itself
+            visible[i + 1] |= visible[p + 1]
+        self.children = children.to(dev)  # [n + 1, R]
+        self.visible = visible.to(dev)  # [n + 1, n + 1] over the verify feed
+        self.feed_depth = torch.tensor([0] + [len(p) for p in ordered], dtype=torch.long, device=dev)
+        self.rank = torch.tensor([0] + [p[-1] for p in ordered], dtype=torch.long, device=dev)  # per feed entry
+        fed_at = [-1] * n  # where each node was fed to the drafter, past the row's context
+        self.levels: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor, int, torch.Tensor]] = []
+        front, fed = [-1], 0
+        fed_visible = torch.zeros(0, 0, dtype=torch.bool)  # what each fed entry sees of the fed entries
+        for d in range(1, self.depth + 1):
+            at = [i for i, p in enumerate(ordered) if len(p) == d]
+            kid_pos = [j for j, i in enumerate(at) if i in has_kids]
+            W = len(kid_pos)
+            seen = torch.zeros(W, fed + W, dtype=torch.bool)
+            for w, j in enumerate(kid_pos):
+                i = at[j]
+                if parents[i] >= 0:
+                    seen[w, :fed] = fed_visible[fed_at[parents[i]]]
+                seen[w, fed + w] = True
+                fed_at[i] = fed + w
+            grown = torch.zeros(fed + W, fed + W, dtype=torch.bool)
+            grown[:fed, :fed], grown[fed:] = fed_visible, seen
+            self.levels.append((torch.tensor(at, device=dev),
+                                torch.tensor([front.index(parents[i]) for i in at], device=dev),
+                                torch.tensor([ordered[i][-1] for i in at], device=dev),
+                                max(ordered[i][-1] for i in at) + 1,
+                                torch.tensor(kid_pos, dtype=torch.long, device=dev), fed, seen.to(dev)))
+            front, fed, fed_visible = [at[j] for j in kid_pos], fed + W, grown
+        self.fed = fed  # draft entries written past the context per step
+        self.fed_at = torch.tensor([-1] + fed_at, dtype=torch.long, device=dev)  # per feed entry

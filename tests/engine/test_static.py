@@ -25,6 +25,7 @@ from gof import gof_pvalue
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine, scheduler
 from specbench.engine import static as static_mod
+from specbench.engine import static_tree
 from specbench.engine.sampling import SALT_ACCEPT, SALT_TOKEN, counter_uniform, probs_from_logits, row_probs
 from specbench.engine.static import bucket
 from test_lossless_sampling import PROMPT, SAMPLINGS, V, exact_joint, joint_counts, sample_outputs
@@ -46,17 +47,29 @@ def chain(k: int, **kw) -> SpeculativeConfig:
     return SpeculativeConfig(method="draft_model", num_speculative_tokens=k, draft="draft", **kw)
 
 
+def tree(paths=((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)), **kw) -> SpeculativeConfig:
+    """A static speculative_token_tree (vLLM's paths of branch ranks)."""
+    return SpeculativeConfig(method="draft_model", num_speculative_tokens=max(map(len, paths)), draft="draft",
+                             token_tree=paths, **kw)
+
+
 def trace(results) -> list:
-    return [(g.output_ids, g.finish_reason, [(s.drafted, s.accepted, s.first_rejection, s.emitted) for s in g.steps])
+    return [(g.output_ids, g.finish_reason, [(s.drafted, s.accepted, s.first_rejection, s.emitted, s.draft_depth,
+                                              s.accepted_ranks) for s in g.steps])
             for g in results]
 
 
 SPECS = [SpeculativeConfig(), chain(1), chain(2), chain(4), chain(3, dynamic_k=True),
          chain(3, disable_by_batch_size=2), chain(4, draft_confidence_threshold=0.6),
-         chain(4, num_draft_tokens=3)]
+         chain(4, num_draft_tokens=3), tree(), tree(((0,), (0, 0), (0, 1), (0, 0, 0), (0, 1, 0)),
+                                                   draft_confidence_threshold=0.5, dynamic_k=True)]
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.method}-k{s.num_speculative_tokens}")
+def spec_id(spec: SpeculativeConfig) -> str:
+    return f"{spec.method}-{'tree' if spec.token_tree else 'k'}{spec.num_speculative_tokens}"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=spec_id)
 @pytest.mark.parametrize("concurrency", [1, 3, 4])
 def test_greedy_static_step_equals_the_eager_step(models, spec, concurrency):
     target, draft = models
@@ -72,7 +85,7 @@ def test_the_static_step_refuses_what_it_does_not_run(models):
     target, draft = models
     engine = Engine(target, draft, static="static")
     for spec, why in [(SpeculativeConfig(method="ngram", num_speculative_tokens=2), "method ngram"),
-                      (chain(2, topk=2), "a draft tree")]:
+                      (chain(2, topk=2), "a dynamic draft tree")]:
         assert why in engine.static_reason(spec)
         with pytest.raises(ValueError, match=why):
             engine.batch(spec)
@@ -113,7 +126,7 @@ def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
     assert trace(scheduler.run(engine, reqs, SpeculativeConfig())[0]) == \
         trace(scheduler.run(eager, reqs, SpeculativeConfig())[0])
     assert backend.graphs == 1
-    for spec, concurrency in [(chain(3), 1), (chain(3), 3)]:
+    for spec, concurrency in [(chain(3), 1), (chain(3), 3), (tree(), 3)]:
         reqs = ragged_requests(5, seed=concurrency)
         assert trace(scheduler.run(engine, reqs, spec, concurrency=concurrency)[0]) == \
             trace(scheduler.run(eager, reqs, spec, concurrency=concurrency)[0])
@@ -121,9 +134,9 @@ def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
     # dynamo built no graph the step did not ask for (a new key, or a key again over
     # buffers that grew): no guard failed and recompiled; and the keys are bounded by
     # (draft, verify) x (bucket, width): the chain at c1 its drafting and non-drafting
-    # (budget) widths, at c3 those at buckets 1, 2 and 4
+    # (budget) widths, at c3 those at buckets 1, 2 and 4, and the tree the same at c3
     assert backend.graphs <= sum(g.builds for g in graphs)
-    assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3
+    assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3 + 2 * 2 * 3
 
 
 def test_the_graph_counter_sees_a_recompile():
@@ -162,19 +175,21 @@ def static_engine(tiny_target):
     return Engine(tiny_target, tiny.perturbed_copy(tiny_target, 0.5, seed=9), static="static")
 
 
-CASES = [  # (concurrency, sampling, k, dynamic_k)
-    (1, "temperature", 3, False),
-    (1, "top_p", 2, False),
-    (4, "all", 3, True),
-    (4, "top_k", 1, False),
+CASES = [  # (concurrency, sampling, configuration)
+    (1, "temperature", chain(3)),
+    (1, "top_p", chain(2)),
+    (4, "all", chain(3, dynamic_k=True)),
+    (4, "top_k", chain(1)),
+    (1, "temperature", tree()),  # a static tree: siblings tried against the residual of the rejected
+    (4, "all", tree(dynamic_k=True)),
 ]
 
 
-@pytest.mark.parametrize("concurrency,sampling,k,dynamic_k", CASES)
-def test_static_sampling_follows_the_target_distribution(static_engine, tiny_target, concurrency, sampling, k,
-                                                         dynamic_k):
+@pytest.mark.parametrize("concurrency,sampling,spec", CASES, ids=lambda x: spec_id(x) if isinstance(x, SpeculativeConfig)
+                         else str(x))
+def test_static_sampling_follows_the_target_distribution(static_engine, tiny_target, concurrency, sampling, spec):
     sp = SAMPLINGS[sampling]
-    outputs = sample_outputs(static_engine, sp, chain(k, dynamic_k=dynamic_k), None, concurrency)
+    outputs = sample_outputs(static_engine, sp, spec, None, concurrency)
     counts, expected = joint_counts(outputs), exact_joint(tiny_target, sp)
     assert counts[expected == 0].sum() == 0, "emitted a sequence the target can never produce"
     assert gof_pvalue(counts, expected) > 1e-3
@@ -200,6 +215,16 @@ def test_the_same_test_rejects_a_verifier_that_draws_from_p_after_a_rejection(st
     sp = SAMPLINGS["temperature"]
     engine = Engine(tiny_target, static_engine.draft, static="static")
     counts = joint_counts(sample_outputs(engine, sp, chain(3), None, 4))
+    assert gof_pvalue(counts, exact_joint(tiny_target, sp)) < 1e-3
+
+
+def test_the_same_test_rejects_a_tree_walk_that_keeps_a_rejected_sibling(static_engine, tiny_target, monkeypatch):
+    """A rejected child's mass left in p (the next sibling and the recovered token drawn
+    against p, not p without it) is caught on the static tree."""
+    monkeypatch.setattr(static_tree, "rejected", lambda p, q, x, last: p)
+    sp = SAMPLINGS["temperature"]
+    engine = Engine(tiny_target, static_engine.draft, static="static")
+    counts = joint_counts(sample_outputs(engine, sp, tree(), None, 4))
     assert gof_pvalue(counts, exact_joint(tiny_target, sp)) < 1e-3
 
 
