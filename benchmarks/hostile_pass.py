@@ -57,6 +57,9 @@ class Case:
     expect: str = "error"  # error | either (valid or refused, but never a traceback/hang)
     protect: tuple[Path, ...] = ()  # trees that must be byte-identical afterwards
     note: str = ""
+    # another writer holding this output while the case runs: (directory, owner, lock file
+    # name), as specbench.records.lock.OutLock takes it (a concurrent run, sweep or report)
+    held: tuple[Path, str | None, str] | None = None
 
     def line(self) -> str:
         return "specbench " + " ".join(shlex.quote(a if len(a) < 120 else a[:60] + f"...<{len(a)} chars>")
@@ -629,6 +632,28 @@ def cases(fx: dict[str, Path], scratch: Path) -> list[Case]:
         workloads("show", good, "--prompt-field", v, needles=("--prompt-field", "field"))
     workloads("show", needles=("NAME",))
     workloads("nosuch", needles=("nosuch",))
+
+    # --- concurrent writers (issue 44): another process holds the output while the case runs --
+    def held(case: Case, directory: Path, owner: str | None = None, name: str = ".specbench.lock") -> None:
+        case.held = (directory, owner, name)
+        out.append(case)
+
+    busy = Path(fresh("busy-run"))
+    held(Case("run", ["run", "--target", missing_model, "--method", "ngram", "-k", "2", "--workload", good,
+                      "--out", str(busy)], ("being written",)), busy)
+    finished_copy = Path(fresh("finished-held"))
+    import shutil
+    shutil.copytree(fx["finished"], finished_copy)
+    for extra in ([], ["--overwrite"]):
+        held(Case("run", ["run", "--target", missing_model, "--method", "ngram", "--workload", good, "--out",
+                          str(finished_copy), *extra], ("being written",), protect=(finished_copy,)), finished_copy)
+    study = Path(fresh("busy-study"))
+    for owner in ("study another", None):  # a sweep of another study, a run
+        sweep("--study-name", "mine", out_dir=str(study), needles=("being written",))
+        out[-1].held = (study, owner, ".specbench.lock")
+    page = Path(fresh("busy-report")) / "r.html"
+    held(Case("report", ["report", run_a, "--out", str(page)], ("being written",)), page.parent, None,
+         f".{page.name}.lock")
     return out
 
 
@@ -696,8 +721,32 @@ def _last(text: str) -> str:
     return (lines[-1] if lines else "(no output)")[:300]
 
 
+HOLD = """
+import signal, sys, time
+from pathlib import Path
+from specbench.records.lock import OutLock
+lock = OutLock(Path(sys.argv[1]), owner=sys.argv[2] or None, name=sys.argv[3])
+signal.signal(signal.SIGTERM, lambda *_: (lock.release(), sys.exit(0)))
+print("held", flush=True)
+time.sleep(3600)
+"""
+
+
+def hold(case: Case, env: dict[str, str]) -> subprocess.Popen | None:
+    """The other writer of a `held` case, holding its output until terminated."""
+    if case.held is None:
+        return None
+    directory, owner, name = case.held
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory), owner or "", name], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    if proc.stdout.readline().strip() != "held":
+        raise RuntimeError(f"could not hold {directory} for {case.line()}")
+    return proc
+
+
 def run_case(case: Case, scratch: Path, env: dict[str, str], timeout: float) -> Result:
     before = {str(p): tree_digest(p) for p in case.protect}
+    holder = hold(case, env)
     started = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-m", "specbench", *case.args], cwd=scratch / "cwd", env=env,
@@ -708,6 +757,9 @@ def run_case(case: Case, scratch: Path, env: dict[str, str], timeout: float) -> 
     except OSError as exc:  # an argument over the kernel's limit: the case cannot be run at all
         return Result(case, "notrun", -1, 0.0, f"not run: {exc}")
     seconds = time.perf_counter() - started
+    if holder is not None:  # the other writer finishes (its lock goes with it) before the files are compared
+        holder.terminate()
+        holder.wait(timeout=30)
     clobbered = [p for p, digest in before.items() if not Path(p).exists() or tree_digest(Path(p)) != digest]
     outcome, detail = classify(case, rc, out, err, clobbered)
     return Result(case, outcome, rc, seconds, detail)

@@ -199,7 +199,7 @@ def _open_writer(plan: RunPlan, s: _Settled, config: RunConfig) -> RunWriter:
     run_dir = plan.out if plan.out is not None else default_run_dir(run_id)
     if plan.out is not None:
         run_id = run_dir.name
-    return RunWriter(run_dir, RunMetadata.collect(run_id, config), overwrite=plan.overwrite)
+    return RunWriter(run_dir, RunMetadata.collect(run_id, config), overwrite=plan.overwrite, lock=True)
 
 
 def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMetadata,

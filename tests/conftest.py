@@ -28,7 +28,7 @@ SLOW_MODULES = frozenset({
     "report/test_report_browser.py", "report/test_report_cli.py",
     "serve/test_serve.py", "serve/test_serve_batching.py", "serve/test_serve_hostile.py", "serve/test_serve_static.py",
     "serve/test_serve_static_tree.py",
-    "serve/test_serve_load.py",
+    "serve/test_serve_load.py", "sweep/test_concurrent_writers.py",
     "sweep/test_sweep_journal.py", "sweep/test_sweep_killed_worker.py", "sweep/test_sweep_postgres.py",
     "sweep/test_sweep_run.py", "sweep/test_sweep_server.py", "sweep/test_sweep_server_faults.py",
     "sweep/test_sweep_serving.py", "sweep/test_sweep_vllm.py",

@@ -40,8 +40,11 @@ def report(
         target = target / default_out(inputs).name
     elif target.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"--out {target}: give an .html file name (or an existing directory)")
-    page = build_report(inputs, title=title, n_boot=n_boot)
-    path = write_report(page, target)
+    from specbench.records.lock import OutLock
+
+    with OutLock(target.parent, name=f".{target.name}.lock", label=target):  # one writer per report file
+        page = build_report(inputs, title=title, n_boot=n_boot)
+        path = write_report(page, target)
     Console().print(f"report: {path}  ({path.stat().st_size / 2**20:.1f} MiB, "
                     f"{len(inputs.frame)} samples from {len(inputs.runs)} run(s))", highlight=False,
                     soft_wrap=True)

@@ -51,13 +51,25 @@ def sweep(spec_file: Optional[Path] = None, retry_failed: bool = False, **flags:
     """Tune speculative decoding with Optuna: each trial is a real run; resumable, shareable
     between workers; ends in a recommended serving profile."""
     from specbench import sweep as sw
-    from specbench.sweep.profile import nothing_measured
 
     # ---- everything that can be wrong in the input fails here, before any model loads ----
     spec = sw.build_spec(sw.load_spec_file(spec_file) if spec_file is not None else None,
                          _spec_values(flags), source=spec_file)
     _check_writable(spec.study.out, "--out (the study directory)")
     _check_writable(Path(spec.profile.out).parent, f"--profile {spec.profile.out}: its directory")
+    from specbench.records.lock import OutLock
+
+    # workers of this study share the directory (each trial writes its own run directory);
+    # a sweep of another study into it is refused in one line, before anything is written
+    with OutLock(spec.study.out, owner=f"study {spec.study.name}", what="--out"):
+        _sweep(spec, retry_failed)
+
+
+def _sweep(spec: Any, retry_failed: bool) -> None:
+    """The sweep, its study directory locked: measure what is left, write the profile."""
+    from specbench import sweep as sw
+    from specbench.sweep.profile import nothing_measured
+
     study = _open_study(spec, retry_failed)
     done, total = sw.progress_counts(study, spec)
     if done < total:

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from specbench.atomic import _chmod_umask, atomic_write
 from specbench.errors import RecordsError
 from specbench.metrics import match_fields
+from specbench.records.lock import LOCK_FILE, OutLock
 from specbench.records.metadata import RunMetadata, _utc_now
 from specbench.records.schema import (
     _REQUIRED_NON_NULL,
@@ -102,14 +103,18 @@ class RunWriter:
     them atomically. Files get the process umask's permissions, like any other output.
     """
 
-    def __init__(self, run_dir: Path, metadata: RunMetadata, overwrite: bool = False) -> None:
+    def __init__(self, run_dir: Path, metadata: RunMetadata, overwrite: bool = False, *, lock: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.metadata = metadata
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise RecordsError(f"run directory {self.run_dir} exists and is not a directory")
+        # one writer per directory (specbench.records.lock): a second one is refused here,
+        # before it reads or removes anything, whatever --overwrite says
+        self._lock = OutLock(self.run_dir) if lock else None
         self.previous_rows = 0  # rows of the run being overwritten, still on disk until the first flush
-        if self.run_dir.is_dir() and any(self.run_dir.iterdir()):
+        if self.run_dir.is_dir() and any(p.name != LOCK_FILE for p in self.run_dir.iterdir()):
             if not overwrite:
+                self._release_lock()
                 raise RecordsError(
                     f"run directory {self.run_dir} already exists and is not empty; "
                     "pass --overwrite to replace it or choose another --out"
@@ -120,17 +125,19 @@ class RunWriter:
                 self.previous_rows = 0
             for stale in self.run_dir.glob(f"{_SPILL_PREFIX}*"):  # a killed writer's, never records
                 stale.unlink(missing_ok=True)
-        self._created = not self.run_dir.exists()
+        self._created = not self.run_dir.exists() or (self._lock is not None and self._lock.created)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             fd, probe = tempfile.mkstemp(dir=self.run_dir, prefix=".write-probe-")
             os.close(fd)
             os.unlink(probe)
-            if self._created:
+            if self._created and self._lock is None:
                 # Made again with the first sample: a process killed before it (a sweep
                 # worker SIGKILLed while its server starts) leaves no empty run directory.
+                # (A locked directory is removed by the lock's release, if still empty.)
                 self.run_dir.rmdir()
         except OSError as exc:
+            self._release_lock()
             raise RecordsError(f"--out {self.run_dir}: cannot write there ({exc.strerror or exc})") from None
         self.metadata.status = "running"
         self.metadata.pid = os.getpid()
@@ -327,6 +334,7 @@ class RunWriter:
         if self._failed is not None:  # keep the journal: it is the only whole copy
             self._release_journal()
             self._remove_spills()
+            self._release_lock()
             self._closed = True
             return
         if self._rows or complete:
@@ -337,9 +345,19 @@ class RunWriter:
             self._journal_file.close()
             self._journal = None
         self.journal_path.unlink(missing_ok=True)
-        if self._created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
-            self.run_dir.rmdir()
+        self._remove_if_empty()
         self._closed = True
+
+    def _remove_if_empty(self) -> None:
+        """The directory this writer made goes when nothing was written to it; the lock
+        goes in any case (its release removes a directory it made, still empty)."""
+        if self._created and self._lock is None and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
+            self.run_dir.rmdir()
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
     def _release_journal(self) -> None:
         try:
@@ -363,8 +381,7 @@ class RunWriter:
             self._journal_file.close()
             self._journal = None
         self.journal_path.unlink(missing_ok=True)
-        if self._created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
-            self.run_dir.rmdir()
+        self._remove_if_empty()
         self._closed = True
 
     def __enter__(self) -> "RunWriter":
