@@ -120,7 +120,8 @@ class Point:
         ops = count_ops(self.step)
         graphs = getattr(self.batch, "graphs", None)
         return {"path": self.path, "method": self.spec.method, "k": self.spec.num_speculative_tokens,
-                "batch": self.batch_size, "sampling": "greedy" if self.label.endswith("greedy") else "sampled",
+                "batch": self.batch_size, "sampling": "sampled" if self.label.endswith("sampled") else "greedy",
+                "tree": len(self.spec.token_tree) if self.spec.token_tree else None,
                 "host_ms": statistics.median(self.times) * 1e3, "ops": ops, "syncs": reads[0],
                 "build_s": round(graphs.build_s, 2) if graphs is not None else 0.0,
                 "graphs": len(graphs.built) if graphs is not None else 0, "steps": len(self.times)}
@@ -136,7 +137,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", default="1,4", help="batch sizes")
     ap.add_argument("-k", type=int, default=4, help="draft tokens per step")
     ap.add_argument("--configs", default="baseline,greedy,sampled",
-                    help="of baseline, greedy (draft_model k, greedy), sampled (draft_model k, T=0.8, top-p 0.95)")
+                    help="of baseline, greedy (draft_model k, greedy), sampled (draft_model k, T=0.8, top-p 0.95), "
+                         "tree (draft_model, a static tree k deep: the best child and the second-best at every "
+                         "depth, 2k nodes, greedy)")
     ap.add_argument("--steps", type=int, default=24, help="timed steps per point (in blocks of 4, ABBA)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--device", default="cpu")
@@ -161,10 +164,14 @@ def main(argv: list[str] | None = None) -> None:
                ("draft_model greedy", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d"),
                 SamplingParams()),
                ("draft_model sampled", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d"),
-                SamplingParams(temperature=0.8, top_p=0.95))]
+                SamplingParams(temperature=0.8, top_p=0.95)),
+               ("draft_model tree", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d",
+                                                      token_tree=tuple((0,) * (d - 1) + (r,) for d in range(1, args.k + 1)
+                                                                       for r in (0, 1))), SamplingParams())]
     wanted = {c.strip() for c in args.configs.split(",")}
-    if wanted - {"baseline", "greedy", "sampled"}:
-        ap.error(f"--configs: unknown {', '.join(sorted(wanted - {'baseline', 'greedy', 'sampled'}))}")
+    known = {"baseline", "greedy", "sampled", "tree"}
+    if wanted - known:
+        ap.error(f"--configs: unknown {', '.join(sorted(wanted - known))}")
     configs = [c for c in configs if c[0].split()[-1] in wanted]
     points = []
     with torch.inference_mode():
@@ -182,9 +189,9 @@ def main(argv: list[str] | None = None) -> None:
             for pt in points if i % 2 == 0 else reversed(points):
                 pt.times += [pt.step() for _ in range(4)]
         rows = [pt.measure() for pt in points]
-    eager = {(r["method"], r["sampling"], r["batch"]): r["host_ms"] for r in rows if r["path"] == "eager"}
+    eager = {(r["method"], r["sampling"], r["tree"], r["batch"]): r["host_ms"] for r in rows if r["path"] == "eager"}
     for r in rows:
-        base = eager.get((r["method"], r["sampling"], r["batch"]))
+        base = eager.get((r["method"], r["sampling"], r["tree"], r["batch"]))
         r["vs_eager"] = round(r["host_ms"] / base, 3) if base else None
     if args.json:
         for r in rows:
@@ -197,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
                 "graphs", "build s"):
         table.add_column(col, justify="left" if col in ("path", "configuration") else "right")
     for r in rows:
-        label = "baseline" if r["method"] == "none" else f"draft_model k={r['k']} {r['sampling']}"
+        label = "baseline" if r["method"] == "none" else f"draft_model k={r['k']} {r['sampling']}" + \
+            (f", tree of {r['tree']} nodes" if r["tree"] else "")
         table.add_row(r["path"], label, str(r["batch"]), f"{r['host_ms']:.2f}",
                       "" if r["vs_eager"] is None else f"{r['vs_eager']:.2f}", str(r["ops"]), str(r["syncs"]),
                       str(r["graphs"]), f"{r['build_s']:.1f}")

@@ -224,7 +224,7 @@ def test_the_same_test_rejects_a_tree_walk_that_keeps_a_rejected_sibling(static_
     monkeypatch.setattr(static_tree, "rejected", lambda p, q, x, last: p)
     sp = SAMPLINGS["temperature"]
     engine = Engine(tiny_target, static_engine.draft, static="static")
-    counts = joint_counts(sample_outputs(engine, sp, tree(), None, 4))
+    counts = joint_counts(sample_outputs(engine, sp, tree(), None, 4, n=600))  # p ~ 1e-30 at this n
     assert gof_pvalue(counts, exact_joint(tiny_target, sp)) < 1e-3
 
 
