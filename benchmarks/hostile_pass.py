@@ -641,14 +641,14 @@ def cases(fx: dict[str, Path], scratch: Path) -> list[Case]:
     busy = Path(fresh("busy-run"))
     held(Case("run", ["run", "--target", missing_model, "--method", "ngram", "-k", "2", "--workload", good,
                       "--out", str(busy)], ("being written",)), busy)
-    finished_copy = Path(fresh("finished-held"))
     import shutil
-    shutil.copytree(fx["finished"], finished_copy)
-    for extra in ([], ["--overwrite"]):
+    for extra in ([], ["--overwrite"]):  # each case its own copy: cases may run at once (--jobs)
+        finished_copy = Path(fresh("finished-held"))
+        shutil.copytree(fx["finished"], finished_copy)
         held(Case("run", ["run", "--target", missing_model, "--method", "ngram", "--workload", good, "--out",
                           str(finished_copy), *extra], ("being written",), protect=(finished_copy,)), finished_copy)
-    study = Path(fresh("busy-study"))
     for owner in ("study another", None):  # a sweep of another study, a run
+        study = Path(fresh("busy-study"))
         sweep("--study-name", "mine", out_dir=str(study), needles=("being written",))
         out[-1].held = (study, owner, ".specbench.lock")
     page = Path(fresh("busy-report")) / "r.html"
