@@ -28,7 +28,7 @@ from specbench.engine import static as static_mod
 from specbench.engine import static_tree
 from specbench.engine.sampling import SALT_ACCEPT, SALT_TOKEN, counter_uniform, probs_from_logits, row_probs
 from specbench.engine.static import bucket
-from test_lossless_sampling import PROMPT, SAMPLINGS, V, exact_joint, joint_counts, sample_outputs
+from test_lossless_sampling import SAMPLINGS, V, exact_joint, joint_counts, sample_outputs
 
 
 @pytest.fixture(scope="module")
