@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 from specbench.records import read_run
 from specbench.sweep.space import config_key, configuration
+from specbench.sweep.workers import WORKER_ATTR
 
 PROMPTS = [
     {"id": "greet", "prompt": "Say hello to the team."},
@@ -131,6 +132,40 @@ def check_study(study: optuna.Study, out: Path, concurrency: tuple[int, ...],
         want = paired_speedup(run_dir) if speculative else 1.0
         assert abs(t.value - want) <= 1e-9 * max(1.0, t.value), (t.number, t.value, want)
     return trials
+
+
+def check_profile_writers(study: optuna.Study, workers: list[subprocess.Popen],
+                          results: list[tuple[int, str, str]], profile: Path) -> bool:
+    """Who wrote the profile, against when each worker measured: its first trial's start (the
+    storage's clock; a worker registers before it), and `seen` in its study attr, set when it
+    marked itself done, just before deciding. The last worker to finish writes; a worker
+    that finished while another was clearly still measuring does not. Returns whether all
+    the workers overlapped (then exactly one wrote): a worker that reached its first trial
+    only after another had finished (a slow start on a loaded machine) leaves that one the
+    last at its time, and both rightly write."""
+    attrs = {v["pid"]: v for k, v in study.user_attrs.items() if k.startswith(WORKER_ATTR)}
+    first: dict[str, float] = {}
+    for t in study.trials:
+        wid = t.user_attrs.get("worker")
+        if wid is not None and t.datetime_start is not None:
+            first[wid] = min(first.get(wid, float("inf")), t.datetime_start.timestamp())
+    span = {}
+    for w, (_, out, _) in zip(workers, results):
+        (wid,) = [k[len(WORKER_ATTR):] for k, v in study.user_attrs.items()
+                  if k.startswith(WORKER_ATTR) and v["pid"] == w.pid]
+        assert attrs[w.pid]["state"] == "done", attrs[w.pid]
+        wrote = f"\nprofile: {profile}" in out
+        assert wrote != ("profile: not written by this worker" in out), out[-400:]
+        span[w.pid] = (first[wid], attrs[w.pid]["seen"], wrote)
+    last = max(span, key=lambda pid: span[pid][1])
+    assert span[last][2], "the last worker to finish did not write the profile"
+    for pid, (_, end, wrote) in span.items():
+        busy = [q for q, (start, fin, _) in span.items() if q != pid and start < end and fin > end + 1.0]
+        assert not (wrote and busy), f"pid {pid} wrote the profile while {busy} were still measuring: {span}"
+    overlapped = max(s for s, _, _ in span.values()) < min(f for _, f, _ in span.values())
+    if overlapped:
+        assert sum(w for _, _, w in span.values()) == 1, span
+    return overlapped
 
 
 def get_json(app, path: str) -> dict:
