@@ -184,5 +184,6 @@ def test_goodness_of_fit_catches_a_wrong_verifier(engine, target, monkeypatch):
     the same test, on the same batched path, must reject it."""
     monkeypatch.setattr(verify_mod, "rejected", lambda p, q_node, x, last: p)  # the residual is p
     sp = SAMPLINGS["temperature"]
-    counts = sample_counts(engine, sp, spec_for("draft_model", 3), None, 4)
+    # 600 draws, not N: p ~ 1e-33 already (more draws only lower it), so the cases' N can catch it
+    counts = joint_counts(sample_outputs(engine, sp, spec_for("draft_model", 3), None, 4, n=600))
     assert gof_pvalue(counts, exact_joint(target, sp)) < 1e-3

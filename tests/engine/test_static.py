@@ -214,7 +214,7 @@ def test_the_same_test_rejects_a_verifier_that_draws_from_p_after_a_rejection(st
     monkeypatch.setattr(static_mod, "residual", lambda p, q: p)  # the classic bug: resample from p
     sp = SAMPLINGS["temperature"]
     engine = Engine(tiny_target, static_engine.draft, static="static")
-    counts = joint_counts(sample_outputs(engine, sp, chain(3), None, 4))
+    counts = joint_counts(sample_outputs(engine, sp, chain(3), None, 4, n=600))  # p ~ 1e-21 at this n
     assert gof_pvalue(counts, exact_joint(tiny_target, sp)) < 1e-3
 
 
