@@ -128,22 +128,62 @@ def sample_metrics(
 
     `result.token_times` holds one emission time per output token.
     """
-    times = list(result.token_times)
     # A server's own count (usage.completion_tokens) when the backend has one: the ids of a
     # text-only stream are the client's re-tokenization of the text, which can differ.
     n_out = int(result.extra.get("output_tokens", len(result.output_ids)))
+    if reference_ids is None and request.expected_ids is not None:
+        reference_ids = request.expected_ids
+    match_rate, first_div = match_fields(result.output_ids, reference_ids) if reference_ids is not None \
+        else (None, None)
+    return {
+        "input_tokens": len(request.prompt_ids),
+        "output_tokens": n_out,
+        **_latencies(result, n_out, config_start),
+        "target_forward_passes": result.target_forward_passes,
+        **_acceptance(result),
+        "tokens_per_target_pass": n_out / result.target_forward_passes if result.target_forward_passes else None,
+        "prefill_time_s": result.prefill_time_s,
+        "draft_time_s": sum(s.draft_time_s for s in result.steps),
+        "verify_time_s": sum(s.verify_time_s for s in result.steps),
+        **_step_columns(result),
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "finish_reason": result.finish_reason,
+        "error": result.error,
+        "output_token_ids": list(result.output_ids),
+        "token_match_rate": match_rate,
+        "first_divergence": first_div,
+        "token_count_delta": result.extra.get("token_count_delta"),
+        "client_loop_lag_s": result.extra.get("loop_lag_s"),
+        "attempts": result.extra.get("attempts"),
+    }
+
+
+def _latencies(result: Result, n_out: int, config_start: float | None) -> dict[str, Any]:
+    """TTFT, TPOT and E2E from when the request was sent (its arrival where it was not sent
+    later), the gaps between tokens and between chunks (tokens that arrived together are one
+    chunk), the queueing time, and arrival / finish on the configuration's clock."""
+    times = list(result.token_times)
     arrival = result.arrival_time
     sent = result.sent_time if result.sent_time is not None else arrival
-
     ttft = times[0] - sent if times else None
     e2e = times[-1] - sent if times else None
-    tpot = (e2e - ttft) / (n_out - 1) if (times and n_out >= 2) else None
-    itl = [b - a for a, b in zip(times, times[1:])]
     chunk_times = [t for i, t in enumerate(times) if i == 0 or t != times[i - 1]]
-    chunk_itl = [b - a for a, b in zip(chunk_times, chunk_times[1:])]
+    return {
+        "arrival_s": arrival - config_start if config_start is not None else None,
+        "finish_s": times[-1] - config_start if config_start is not None and times else None,
+        "ttft_s": ttft,
+        "tpot_s": (e2e - ttft) / (n_out - 1) if (times and n_out >= 2) else None,
+        "e2e_s": e2e,
+        "queue_s": (result.sent_time if result.sent_time is not None else result.start_time) - arrival,
+        "itl_s": [b - a for a, b in zip(times, times[1:])],
+        "chunk_itl_s": [b - a for a, b in zip(chunk_times, chunk_times[1:])],
+    }
 
-    # Only steps that proposed drafts are verification steps in vLLM's sense; plain decode
-    # steps (baseline, or an n-gram lookup that found nothing) do not enter acceptance stats.
+
+def _acceptance(result: Result) -> dict[str, Any]:
+    """Acceptance from the sample's own steps, or, where it has none, from what the server
+    reported for it. Only steps that proposed drafts are verification steps in vLLM's sense;
+    plain decode steps (baseline, or an n-gram lookup that found nothing) do not enter them."""
     draft_steps = [s for s in result.steps if s.drafted > 0]
     stats = SpecDecodingStats().observe_steps(draft_steps)
     accepted_per_step = [s.accepted for s in draft_steps]
@@ -156,61 +196,30 @@ def sample_metrics(
         if per_acc is not None and per_draft is not None and len(per_acc) == len(per_draft):
             accepted_per_step = list(per_acc)
             rejection_positions = [-1 if a >= d else a for a, d in zip(per_acc, per_draft)]
-
-    if reference_ids is None and request.expected_ids is not None:
-        reference_ids = request.expected_ids
-    if reference_ids is not None:
-        match_rate, first_div = match_fields(result.output_ids, reference_ids)
-    else:
-        match_rate, first_div = None, None
-
-    if config_start is not None:
-        arrival_s = arrival - config_start
-        finish_s = times[-1] - config_start if times else None
-    else:
-        arrival_s = finish_s = None
-
     return {
-        "input_tokens": len(request.prompt_ids),
-        "output_tokens": n_out,
-        "arrival_s": arrival_s,
-        "finish_s": finish_s,
-        "ttft_s": ttft,
-        "tpot_s": tpot,
-        "e2e_s": e2e,
-        "queue_s": (result.sent_time if result.sent_time is not None else result.start_time) - arrival,
-        "itl_s": itl,
-        "chunk_itl_s": chunk_itl,
-        "target_forward_passes": result.target_forward_passes,
         "num_steps": stats.num_drafts,
         "drafted_tokens": stats.num_draft_tokens,
         "accepted_tokens": stats.num_accepted_tokens,
         "acceptance_rate": stats.acceptance_rate,
         "mean_acceptance_length": stats.mean_acceptance_length if stats.num_drafts else 1.0,
-        "tokens_per_target_pass": n_out / result.target_forward_passes if result.target_forward_passes else None,
         "accepted_per_step": accepted_per_step,
         "rejection_positions": rejection_positions,
-        "prefill_time_s": result.prefill_time_s,
-        "draft_time_s": sum(s.draft_time_s for s in result.steps),
-        "verify_time_s": sum(s.verify_time_s for s in result.steps),
-        "step_batch_size": [s.batch_size for s in result.steps],
-        "step_context_tokens": [s.context_tokens for s in result.steps],
-        "step_drafted": [s.drafted for s in result.steps],
-        "step_accepted": [s.accepted for s in result.steps],
-        "step_emitted": [s.emitted for s in result.steps],
-        "step_draft_depth": [s.draft_depth for s in result.steps],
-        "step_accepted_ranks": [None if s.accepted_ranks is None else list(s.accepted_ranks) for s in result.steps],
-        "step_draft_time_s": [s.draft_time_s for s in result.steps],
-        "step_verify_time_s": [s.verify_time_s for s in result.steps],
-        "peak_memory_bytes": result.peak_memory_bytes,
-        "finish_reason": result.finish_reason,
-        "error": result.error,
-        "output_token_ids": list(result.output_ids),
-        "token_match_rate": match_rate,
-        "first_divergence": first_div,
-        "token_count_delta": result.extra.get("token_count_delta"),
-        "client_loop_lag_s": result.extra.get("loop_lag_s"),
-        "attempts": result.extra.get("attempts"),
+    }
+
+
+def _step_columns(result: Result) -> dict[str, list]:
+    """One list per step column, one entry per engine step of the sample."""
+    steps = result.steps
+    return {
+        "step_batch_size": [s.batch_size for s in steps],
+        "step_context_tokens": [s.context_tokens for s in steps],
+        "step_drafted": [s.drafted for s in steps],
+        "step_accepted": [s.accepted for s in steps],
+        "step_emitted": [s.emitted for s in steps],
+        "step_draft_depth": [s.draft_depth for s in steps],
+        "step_accepted_ranks": [None if s.accepted_ranks is None else list(s.accepted_ranks) for s in steps],
+        "step_draft_time_s": [s.draft_time_s for s in steps],
+        "step_verify_time_s": [s.verify_time_s for s in steps],
     }
 
 

@@ -1,9 +1,11 @@
 """The package's layers (docs/architecture.md): no module imports a higher layer than its own,
 at module level or inside a function. Entry points (`__main__` modules) sit above everything.
-And no import circle: no module reaches itself again through module-level imports (those
-under `if TYPE_CHECKING:` aside; importing `a.b.c` runs the packages `a` and `a.b` first, so
-a package `__init__` that imports its own submodules closes a circle with any of them that
-imports a sibling: packages re-export lazily, `specbench.lazy`)."""
+And no import circle at any level: no module reaches itself again through its imports, at
+module level or inside a function (those under `if TYPE_CHECKING:` aside: they never run). A
+function-level import only defers a circle to the first call; the layers stay a tree only if
+no import closes one. Importing `a.b.c` runs the packages `a` and `a.b` first, so a package
+`__init__` that imports its own submodules closes a circle with any of them that imports a
+sibling: packages re-export lazily, `specbench.lazy`."""
 
 from __future__ import annotations
 
@@ -66,35 +68,42 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def module_level_imports(module: str, source: str, known: set[str]) -> set[str]:
-    """The modules of `known` that importing `module` runs at once: its module-level imports
-    (inside `if`/`try` too, except `if TYPE_CHECKING:`), each with the packages above it."""
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def runtime_imports(module: str, source: str, known: set[str]) -> set[str]:
+    """The modules of `known` that `module` imports when it or any of its functions runs: every
+    import statement at any depth (except under `if TYPE_CHECKING:`), each with the packages
+    above it."""
     is_pkg = module not in known or any(k.startswith(module + ".") for k in known)
     found: set[str] = set()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+    todo: list[ast.AST] = [ast.parse(source)]
+    while todo:
+        node = todo.pop()
+        if _type_checking(node):
             continue
-        for n in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
-            names: list[str] = []
-            if isinstance(n, ast.ImportFrom):
-                base = n.module or ""
-                if n.level:
-                    parts = module.split(".") if is_pkg else module.split(".")[:-1]
-                    base = ".".join(parts[: len(parts) - n.level + 1] + ([n.module] if n.module else []))
-                names = [base] + [f"{base}.{a.name}" for a in n.names]
-            elif isinstance(n, ast.Import):
-                names = [a.name for a in n.names]
-            for name in names:
-                parts = name.split(".")
-                found |= {q for i in range(2, len(parts) + 1) if (q := ".".join(parts[:i])) in known}
+        todo.extend(ast.iter_child_nodes(node))
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".") if is_pkg else module.split(".")[:-1]
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            found |= {q for i in range(2, len(parts) + 1) if (q := ".".join(parts[:i])) in known}
     return found - {module}
 
 
 def circles(sources: dict[str, str]) -> list[list[str]]:
     """The import circles among `sources` (module -> source): strongly connected components
-    of the module-level import graph with more than one module."""
+    of the import graph (`runtime_imports`) with more than one module."""
     known = set(sources)
-    graph = {m: module_level_imports(m, src, known) for m, src in sources.items()}
+    graph = {m: runtime_imports(m, src, known) for m, src in sources.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -137,10 +146,17 @@ def test_no_import_circles():
     # two modules importing each other at module level
     ({"specbench.a": "import specbench.b\n", "specbench.b": "from specbench.a import x\n"},
      [["specbench.a", "specbench.b"]]),
-    # the same, one side inside a function or under TYPE_CHECKING: no circle
-    ({"specbench.a": "import specbench.b\n", "specbench.b": "def f():\n    from specbench.a import x\n"}, []),
+    # the same, one side inside a function (or a method, or a nested function): still a circle
+    ({"specbench.a": "import specbench.b\n", "specbench.b": "def f():\n    from specbench.a import x\n"},
+     [["specbench.a", "specbench.b"]]),
+    ({"specbench.a": "def f():\n    import specbench.b\n",
+      "specbench.b": "class C:\n    def m(self):\n        def g():\n            from specbench import a\n"},
+     [["specbench.a", "specbench.b"]]),
+    # one side under TYPE_CHECKING (never run), at module level or in a function: no circle
     ({"specbench.a": "import specbench.b\n",
       "specbench.b": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from specbench.a import x\n"}, []),
+    ({"specbench.a": "import specbench.b\n",
+      "specbench.b": "def f():\n    if TYPE_CHECKING:\n        from specbench.a import x\n"}, []),
 ])
 def test_the_check_finds_a_circle(sources, expected):
     assert circles(sources) == expected

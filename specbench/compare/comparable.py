@@ -157,3 +157,26 @@ def info_differences(base_meta: dict, cur_meta: dict) -> list[dict[str, Any]]:
     b, c = _info_fields(base_meta), _info_fields(cur_meta)
     return [{"field": k, "baseline": b.get(k), "current": c.get(k)}
             for k in dict.fromkeys([*b, *c]) if not same(b.get(k), c.get(k))]
+
+
+def comparable_pairs(bdf: pd.DataFrame, bmeta: dict, cdf: pd.DataFrame, cmeta: dict, allow_diff: bool
+                     ) -> tuple[list[tuple[str, str]], list[str], list[dict[str, Any]], list[str]]:
+    """Whether two runs can be compared at all, and which of their configurations pair up:
+    (the (baseline, current) config id pairs, every reason they cannot be compared (empty when
+    they can), their metadata differences, the configurations left unpaired)."""
+    reasons = [f"the {name} run has no samples" for name, df in (("baseline", bdf), ("current", cdf)) if not len(df)]
+    if reasons:
+        return [], reasons, [], []
+    differences = info_differences(bmeta, cmeta)
+    bkeys, ckeys = config_keys(bdf), config_keys(cdf)
+    pairs, only_b, only_c = pair_configs(bkeys, ckeys, allow_diff)
+    if not pairs:
+        reasons.append(f"no configuration in common (baseline: {', '.join(bkeys)}; current: {', '.join(ckeys)})")
+    elif (only_b or only_c) and not allow_diff:
+        parts = ([f"only in baseline: {', '.join(only_b)}"] if only_b else []) + \
+                ([f"only in current: {', '.join(only_c)}"] if only_c else [])
+        reasons.append(f"configurations differ ({'; '.join(parts)}); pass --allow-config-diff to compare the ones "
+                       "in common and pair the rest by concurrency")
+    unmatched = [f"{c} (baseline only)" for c in only_b] + [f"{c} (current only)" for c in only_c]
+    reasons += setup_differences(bdf, bmeta, cdf, cmeta, pairs)
+    return pairs, reasons, differences, unmatched

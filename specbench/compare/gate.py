@@ -24,6 +24,7 @@ Boundary: records DataFrames and run metadata (`records.read_run`) in, a `Compar
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ import pandas as pd
 
 from specbench import analysis
 from specbench.compare.catalog import DEFAULT_METRICS, GATES, METRICS, Metric
-from specbench.compare.comparable import config_keys, fmt_ids, info_differences, pair_configs, setup_differences
+from specbench.compare.comparable import comparable_pairs, fmt_ids
 from specbench.compare.result import Comparison, MetricResult
 from specbench.errors import ConfigError, RecordsError
 from specbench.formatting import plain
@@ -249,6 +250,33 @@ def compare_runs(
     none. The returned `Comparison` has `reasons` when the runs are not comparable, else
     one `MetricResult` per (configuration pair, metric)."""
     metrics = list(metrics)
+    _check_settings(metrics, gate, n_boot, confidence, min_effect, interval)
+    thr = {m: METRICS[m].threshold for m in metrics} | (thresholds or {})
+    (bdf, bmeta), (cdf, cmeta) = baseline, current
+    comp = Comparison(
+        baseline=_run_info(bdf, bmeta, paths[0]), current=_run_info(cdf, cmeta, paths[1]),
+        settings={"metrics": metrics, "thresholds": {m: thr[m] for m in metrics},
+                  "min_effect": min_effect, "gate": gate, "n_boot": n_boot, "seed": seed,
+                  "confidence": confidence, "allow_config_diff": allow_config_diff,
+                  "interval": interval},
+    )
+    pairs, comp.reasons, comp.differences, comp.unmatched = comparable_pairs(bdf, bmeta, cdf, cmeta,
+                                                                              allow_config_diff)
+    if comp.reasons:
+        return comp
+    changed = {d["field"] for d in comp.differences}
+    settings = _Settings(thr, min_effect, gate, n_boot, seed, confidence, interval,
+                         greedy_ungated=[f for f in ("target", "dtype") if f in changed])
+    bdf, cdf = _with_derived(bdf), _with_derived(cdf)
+    for bc, cc in pairs:
+        comp.results += _compare_pair(bdf, bc, cdf, cc, metrics, settings)
+    _timing_verdicts(comp, interval)
+    return comp
+
+
+def _check_settings(metrics: list[str], gate: str, n_boot: int, confidence: float, min_effect: float,
+                    interval: str) -> None:
+    """The comparison's settings, each checked, or ConfigError naming the flag."""
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ConfigError(f"--metric: unknown metric {unknown[0]!r}; valid: {', '.join(METRICS)}")
@@ -262,84 +290,75 @@ def compare_runs(
         raise ConfigError(f"--min-effect must be >= 0, got {min_effect}")
     if interval not in INTERVALS:
         raise ConfigError(f"--interval must be one of {', '.join(INTERVALS)}, got {interval!r}")
-    thr = {m: METRICS[m].threshold for m in metrics} | (thresholds or {})
 
-    (bdf, bmeta), (cdf, cmeta) = baseline, current
-    def run_info(df: pd.DataFrame, meta: dict, path: str) -> dict[str, Any]:
-        run_id = meta.get("run_id") or (plain(df["run_id"].iloc[0]) if len(df) else None)
-        return {"path": path, "run_id": run_id, "created_at": meta.get("created_at"),
-                "status": meta.get("status")}
 
-    comp = Comparison(
-        baseline=run_info(bdf, bmeta, paths[0]), current=run_info(cdf, cmeta, paths[1]),
-        settings={"metrics": metrics, "thresholds": {m: thr[m] for m in metrics},
-                  "min_effect": min_effect, "gate": gate, "n_boot": n_boot, "seed": seed,
-                  "confidence": confidence, "allow_config_diff": allow_config_diff,
-                  "interval": interval},
-    )
-    for name, df in (("baseline", bdf), ("current", cdf)):
-        if not len(df):
-            comp.reasons.append(f"the {name} run has no samples")
-    if comp.reasons:
-        return comp
-    comp.differences = info_differences(bmeta, cmeta)
+def _run_info(df: pd.DataFrame, meta: dict, path: str) -> dict[str, Any]:
+    run_id = meta.get("run_id") or (plain(df["run_id"].iloc[0]) if len(df) else None)
+    return {"path": path, "run_id": run_id, "created_at": meta.get("created_at"), "status": meta.get("status")}
 
-    bkeys, ckeys = config_keys(bdf), config_keys(cdf)
-    pairs, only_b, only_c = pair_configs(bkeys, ckeys, allow_config_diff)
-    if not pairs:
-        comp.reasons.append(f"no configuration in common (baseline: {', '.join(bkeys)}; "
-                            f"current: {', '.join(ckeys)})")
-    elif (only_b or only_c) and not allow_config_diff:
-        parts = ([f"only in baseline: {', '.join(only_b)}"] if only_b else []) + \
-                ([f"only in current: {', '.join(only_c)}"] if only_c else [])
-        comp.reasons.append(f"configurations differ ({'; '.join(parts)}); pass "
-                            "--allow-config-diff to compare the ones in common and pair the "
-                            "rest by concurrency")
-    comp.unmatched = [f"{c} (baseline only)" for c in only_b] + \
-                     [f"{c} (current only)" for c in only_c]
-    comp.reasons += setup_differences(bdf, bmeta, cdf, cmeta, pairs)
-    if comp.reasons:
-        return comp
 
-    changed = {d["field"] for d in comp.differences}
-    greedy_ungated = [f for f in ("target", "dtype") if f in changed]
-    bdf, cdf = _with_derived(bdf), _with_derived(cdf)
-    for bc, cc in pairs:
-        b = bdf[bdf["config_id"] == bc]
-        c = cdf[cdf["config_id"] == cc]
-        label = bc if bc == cc else f"{bc} -> {cc}"
-        speculative = not (bool(b["is_baseline"].iloc[0]) and bool(c["is_baseline"].iloc[0]))
-        ok_b = set(b.loc[analysis.ok_mask(b), "prompt_id"])
-        ok_c = set(c.loc[analysis.ok_mask(c), "prompt_id"])
-        shared_ok = sorted(ok_b & ok_c)
-        for name in metrics:
-            m = METRICS[name]
-            if m.speculative_only and not speculative:
-                continue
-            if name == "tpot_speedup":
-                r = _speedup_change(m, bdf, b, cdf, c, thr[name], min_effect, confidence)
-            elif m.kind == "timing" and interval == "repeats":
-                r = _timing_repeats(m, b, c, thr[name], min_effect, confidence)
-            elif m.kind == "timing":
-                r = _timing(m, b, c, thr[name], min_effect, n_boot, seed, confidence)
-            elif name in ("acceptance_rate", "mean_acceptance_length"):
-                r = _acceptance(m, b, c, shared_ok, thr[name])
-            elif name == "greedy_match":
-                r = _greedy_match(b, c, shared_ok, thr[name])
-            else:
-                r = _errors(b, c, set(b["prompt_id"]), thr[name])
-            gated = gate == "all" or (gate == "deterministic" and m.kind == "deterministic")
-            note = r.get("note", "")
-            if name == "greedy_match" and greedy_ungated:
-                gated = False
-                note = "; ".join(filter(None, [note, f"not gated: {' and '.join(greedy_ungated)} "
-                                                     "differ"]))
-            comp.results.append(MetricResult(
-                config=label, baseline_config=bc, current_config=cc, metric=name, kind=m.kind,
-                better=m.better, baseline=plain(r.get("baseline")), current=plain(r.get("current")),
-                change=plain(r.get("change")), ci_low=plain(r.get("ci_low")),
-                ci_high=plain(r.get("ci_high")), threshold=thr[name], verdict=r["verdict"],
-                gated=gated, n=int(r.get("n", 0)), note=note))
+@dataclass
+class _Settings:
+    """What every metric of a comparison is judged with."""
+
+    thresholds: dict[str, float]
+    min_effect: float
+    gate: str
+    n_boot: int
+    seed: int
+    confidence: float
+    interval: str
+    greedy_ungated: list[str]  # run differences that make greedy outputs differ by design
+
+
+def _compare_pair(bdf: pd.DataFrame, bc: str, cdf: pd.DataFrame, cc: str, metrics: list[str],
+                  st: _Settings) -> list[MetricResult]:
+    """One `MetricResult` per metric that applies to this configuration pair, each gated or not."""
+    b = bdf[bdf["config_id"] == bc]
+    c = cdf[cdf["config_id"] == cc]
+    label = bc if bc == cc else f"{bc} -> {cc}"
+    speculative = not (bool(b["is_baseline"].iloc[0]) and bool(c["is_baseline"].iloc[0]))
+    shared_ok = sorted(set(b.loc[analysis.ok_mask(b), "prompt_id"]) & set(c.loc[analysis.ok_mask(c), "prompt_id"]))
+    out = []
+    for name in metrics:
+        m = METRICS[name]
+        if m.speculative_only and not speculative:
+            continue
+        r = _judge(name, m, bdf, b, cdf, c, shared_ok, st)
+        gated = st.gate == "all" or (st.gate == "deterministic" and m.kind == "deterministic")
+        note = r.get("note", "")
+        if name == "greedy_match" and st.greedy_ungated:
+            gated = False
+            note = "; ".join(filter(None, [note, f"not gated: {' and '.join(st.greedy_ungated)} differ"]))
+        out.append(MetricResult(
+            config=label, baseline_config=bc, current_config=cc, metric=name, kind=m.kind,
+            better=m.better, baseline=plain(r.get("baseline")), current=plain(r.get("current")),
+            change=plain(r.get("change")), ci_low=plain(r.get("ci_low")),
+            ci_high=plain(r.get("ci_high")), threshold=st.thresholds[name], verdict=r["verdict"],
+            gated=gated, n=int(r.get("n", 0)), note=note))
+    return out
+
+
+def _judge(name: str, m: Metric, bdf: pd.DataFrame, b: pd.DataFrame, cdf: pd.DataFrame, c: pd.DataFrame,
+           shared_ok: list[str], st: _Settings) -> dict[str, Any]:
+    """One metric of one configuration pair, by the test its kind takes."""
+    thr = st.thresholds[name]
+    if name == "tpot_speedup":
+        return _speedup_change(m, bdf, b, cdf, c, thr, st.min_effect, st.confidence)
+    if m.kind == "timing" and st.interval == "repeats":
+        return _timing_repeats(m, b, c, thr, st.min_effect, st.confidence)
+    if m.kind == "timing":
+        return _timing(m, b, c, thr, st.min_effect, st.n_boot, st.seed, st.confidence)
+    if name in ("acceptance_rate", "mean_acceptance_length"):
+        return _acceptance(m, b, c, shared_ok, thr)
+    if name == "greedy_match":
+        return _greedy_match(b, c, shared_ok, thr)
+    return _errors(b, c, set(b["prompt_id"]), thr)
+
+
+def _timing_verdicts(comp: Comparison, interval: str) -> None:
+    """What the timing verdicts can claim: a repeats gate with no repeats to gate on refuses
+    the comparison; otherwise a note says what the intervals cover across two runs."""
     timed = [r for r in comp.results if r.kind == "timing" and r.metric != "tpot_speedup" and r.gated]
     if interval == "repeats" and timed and all(r.verdict == "n/a" for r in timed):
         # a gate on timings with no timing it can gate would pass whatever the runs say
@@ -347,7 +366,7 @@ def compare_runs(
                             f"from each run's repeats, but no configuration has them ({timed[0].note}); "
                             "measure both runs with --repeats N (N >= 3), or use --interval prompts")
         comp.results = []
-        return comp
+        return
     if any(r.kind == "timing" and r.metric != "tpot_speedup" for r in comp.results):
         if interval == "prompts":
             comp.notes.append(CROSS_RUN_NOTE.format(
@@ -359,4 +378,3 @@ def compare_runs(
             comp.notes.append(CROSS_RUN_NOTE.format(
                 what="come from the spread between repeats within each run, which covers drift "
                      "inside a run but not necessarily between the two", hint=""))
-    return comp

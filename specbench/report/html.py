@@ -31,6 +31,7 @@ from specbench.config import RunConfig
 from specbench.atomic import atomic_write
 from specbench.records import package_version
 from specbench.report import fmt, model_view, plots, study_tables, study_view, verdict
+from specbench.report.sections import sections as page_sections
 from specbench.report.inputs import ReportInputs, RunInput
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -295,7 +296,7 @@ def build_report(inputs: ReportInputs, *, title: str | None = None, n_boot: int 
     """The whole report page as one HTML string."""
     table = verdict.verdict_table(inputs, n_boot=n_boot, seed=seed)
     sections = []
-    for name, builders in plots.sections():
+    for name, builders in page_sections():
         # a builder returns None where its plot does not apply (trees, in a run of chains)
         items = [_item(p) for build in builders if (p := build(inputs, table)) is not None]
         if items:

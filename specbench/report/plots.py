@@ -1,13 +1,11 @@
-"""The report's figures: what every builder shares, and the page's sections. Each builder takes
-the joined samples frame (`ReportInputs`) and the verdict table and returns a `Plot`: a
-figure, or no figure and a note saying why there is nothing to draw (a plot with no data is
-never drawn empty).
+"""The report's figures: what every builder shares. Each builder takes the joined samples frame
+(`ReportInputs`) and the verdict table and returns a `Plot`: a figure, or no figure and a
+note saying why there is nothing to draw (a plot with no data is never drawn empty).
 
-`sections()` lists the page's sections and their builders: speed (`speed_plots`), acceptance
-(`acceptance_plots`), the per-step plots (`cliff`), draft trees (`tree_plots`), the fitted
-model (`model_view`),
-correctness and scheduling (`correctness_plots`); a study's are in `study_view`. A new plot is
-a builder in one of those modules and an entry in `sections()`.
+The builders live in speed (`speed_plots`), acceptance (`acceptance_plots`), the per-step
+plots (`cliff`), draft trees (`tree_plots`), the fitted model (`model_view`), correctness and
+scheduling (`correctness_plots`), and a study's in `study_view`; `specbench.report.sections`
+puts them in page order. A new plot is a builder in one of those modules and an entry there.
 
 Boundary: Plotly figures from the report frame, the verdict table and run metadata; no HTML,
 no torch.
@@ -88,19 +86,3 @@ SPEEDUP_COLORBAR = dict(title="speedup", tickvals=np.log([0.5, 0.8, 1, 1.25, 2])
 
 
 Builder = Callable[[ReportInputs, pd.DataFrame], "Plot | None"]  # None: the plot does not apply here
-
-
-def sections() -> list[tuple[str, list[Builder]]]:
-    """(section, builders), in page order."""
-    from specbench.report import acceptance_plots as acc
-    from specbench.report import cliff, correctness_plots, model_view, speed_plots as speed, tree_plots as tree
-
-    return [
-        ("Speed", [speed.tpot_vs_k, speed.speedup_heatmap, cliff.by_batch_size, speed.tail_latency,
-                   speed.memory]),
-        ("Acceptance", [acc.acceptance_length_histogram, acc.survival, acc.rejection_positions,
-                        acc.by_category, cliff.by_context, cliff.by_output_position]),
-        ("Draft trees", [tree.tree_acceptance, tree.speedup_by_tree_size]),
-        ("Speedup model", [model_view.parity, model_view.prediction]),
-        ("Correctness and scheduling", [correctness_plots.regression, correctness_plots.batch_sizes]),
-    ]

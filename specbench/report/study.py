@@ -11,7 +11,7 @@ directory (`sweeps/studies/NAME`, with runs/ and profile.yaml), its SQLite file
   measured on another host says so in the notes).
 
 Boundary: Optuna and records only; no torch. `specbench.report.inputs.load_path` tries
-`load_study` before the run loader.
+`load_study` before the run loader (`specbench.report.loaded`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pandas as pd
 from specbench.config import RunConfig
 from specbench.errors import ConfigError, RecordsError
 from specbench.records import RUN_FILE, SAMPLES_FILE
-from specbench.report.inputs import LoadOptions, RunInput, StudyInput, load_run
+from specbench.report.loaded import LoadOptions, RunInput, StudyInput, load_run
 from specbench.sweep.guided import label
 from specbench.sweep.trials import SKIPPED_ATTR
 

@@ -15,7 +15,7 @@ import pytest
 
 from report_helpers import sample_row, synthetic_run, write_run
 from specbench.config import BASELINE, SpeculativeConfig
-from specbench.report import StudyInput, build_report, load_inputs, plots
+from specbench.report import StudyInput, build_report, load_inputs, sections
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def test_page_is_self_contained_with_plotly_inlined_once(page):
 
 
 def test_every_plot_of_a_full_run_is_drawn(page):
-    names = [p.__name__ for _, builders in plots.sections() for p in builders]
+    names = [p.__name__ for _, builders in sections.sections() for p in builders]
     assert len(names) == 17  # the two draft-tree plots are left out of a run of chains
     assert plot_ids(page) == [
         "plot-tpot-vs-k", "plot-speedup-heatmap", "plot-by-batch-size", "plot-tail-latency",

@@ -46,6 +46,7 @@ import aiohttp
 import httpx
 
 from specbench.arrivals import gamma_arrivals
+from specbench.backends.openai.collector import GC_SWEEP_S, quiet_collector
 from specbench.backends.openai.label import served_spec
 from specbench.backends.openai.prometheus import parse_prometheus, spec_decode_counters
 from specbench.backends.openai.reported import per_request
@@ -62,7 +63,6 @@ from specbench.types import Request, Result
 ENDPOINTS = ("completions", "chat")
 _JSON = {"Content-Type": "application/json"}
 SWITCH_INTERVAL_S = 0.0002  # the GIL switch interval during a run (see run())
-GC_SWEEP_S = 10.0  # during a run, the young generations are collected this often (see run())
 PROBE_TIMEOUT_S = 60.0  # /v1/models, /metrics and the probe request (capped by --request-timeout)
 
 
@@ -78,17 +78,6 @@ def _tracing() -> aiohttp.TraceConfig:
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(_body_written)
     return trace
-
-
-def quiet_collector() -> bool:
-    """Stop the cyclic garbage collector from stalling a loop mid-stream: collect once, freeze
-    what exists (the collector never walks it again) and switch automatic collection off; the
-    caller sweeps the young generations every GC_SWEEP_S. Returns whether it was enabled."""
-    gc.collect()
-    gc.freeze()
-    was = gc.isenabled()
-    gc.disable()
-    return was
 
 
 def _normalize_url(base_url: str) -> str:
@@ -329,7 +318,8 @@ class OpenAIBackend:
         return self._http
 
     def _worker_settings(self) -> dict[str, Any]:
-        return {"root": self.root, "model": self.model, "api_key": self.api_key, "endpoint": self.endpoint,
+        # the class goes by reference: the spawned worker imports it (workers.py never does)
+        return {"backend": type(self), "root": self.root, "model": self.model, "api_key": self.api_key, "endpoint": self.endpoint,
                 "request_timeout": self.request_timeout, "retries": self.retries,
                 "prompt_form": self.prompt_form, "extras": self.extras}
 
