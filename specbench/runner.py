@@ -327,110 +327,131 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
             on_result(request, result)
         progress.result(request, result)
 
-    switch = backend if isinstance(backend, BackendSwitch) else None
-
-    def backend_of(cfg: Configuration) -> Backend:
-        if switch is None:
-            return backend  # type: ignore[return-value]
-        b, fresh = switch.get(cfg)
-        if fresh and warmup:
-            progress.block(cfg, "warm-up")
-            _warm(b, requests, cfg, warmup)
-        return b
-
     recorder = Recorder(backend.name, run_id, writer, finished, keep_rows=stop is not None)
     recorder.slos_ms = slos_ms
-    stats: dict[str, dict] = {}
-    busy: dict[str, float] = {}
+    plan = _Levels(backend, requests, recorder, progress, warmup=warmup, repeats=repeats, seed=seed, stop=stop)
     groups: dict[tuple, list[Configuration]] = {}
     for cfg in configs:
         groups.setdefault((cfg.concurrency, cfg.request_rate, cfg.burstiness), []).append(cfg)
-    rng = random.Random(seed)
     started = time.monotonic()
     progress.start(configs, len(requests) * repeats)
     try:
         for g_index, ((concurrency, *_), group) in enumerate(groups.items()):
             share = None
-            if time_budget_s:
+            if time_budget_s:  # the budget left, shared evenly by the levels still to run
                 left = time_budget_s - (time.monotonic() - started)
                 share = time.monotonic() + max(left, 0.0) / (len(groups) - g_index)
-            if any(c.is_baseline for c in group):
-                recorder.expect_baseline = set(range(repeats))
-            else:
-                recorder.expect_baseline = set()
-            recorder.references = any(not c.is_baseline for c in group)
-            order = list(group)
-            rng.shuffle(order)
-            for cfg in order if switch is None else ():
-                progress.block(cfg, "warm-up")
-                if warmup:
-                    _warm(backend, requests, cfg, warmup)  # type: ignore[arg-type]
-            if blocks is not None and len(group) > 1:
-                size = max(1, -(-len(requests) // blocks))
-            else:
-                size = block_size(concurrency) if interleave and len(group) > 1 else len(requests)
-            cut = [list(requests[i:i + size]) for i in range(0, len(requests), size)]
-            turn = 0
-            block_s = 0.0
-            done = 0
-            reason = None
-            left: dict[str, str] = {}  # configurations out of the rotation -> why
-            for repeat in range(repeats):
-                for b, chunk in enumerate(cut):
-                    if share is not None and turn and time.monotonic() + block_s > share:
-                        break
-                    t_block = time.monotonic()
-                    for cfg in (order if turn % 2 == 0 else order[::-1]):
-                        if cfg.config_id in left:
-                            continue
-                        progress.block(cfg, "run")
-                        info = _run_block(backend_of(cfg), chunk, cfg, recorder, repeat=repeat, block=turn,
-                                          offset=busy.get(cfg.config_id, 0.0),
-                                          rate_seed=seed + 1000 * repeat + b)
-                        busy[cfg.config_id] = busy.get(cfg.config_id, 0.0) + info["wall_s"]
-                        stats[cfg.config_id] = merge_stats(stats.get(cfg.config_id), info)
-                    turn += 1
-                    done += len(chunk)
-                    block_s = max(block_s, time.monotonic() - t_block)
-                    reason = stop(recorder.rows, done) if stop is not None else None
-                    if isinstance(reason, dict):
-                        for cid, why in reason.items():
-                            if cid not in left:
-                                left[cid] = why
-                                stats[cid]["stopped_early"] = {
-                                    "measured": done, "planned": len(requests) * repeats, "why": why}
-                        reason = None
-                        if all(c.is_baseline or c.config_id in left for c in group):
-                            reason = "every configuration compared with the baseline is decided"
-                            for cfg in group:
-                                stats[cfg.config_id].setdefault("stopped_early", {
-                                    "measured": done, "planned": len(requests) * repeats, "why": reason})
-                            break
-                        continue
-                    if reason:
-                        for cfg in group:
-                            stats[cfg.config_id]["stopped_early"] = {
-                                "measured": done, "planned": len(requests) * repeats, "why": reason}
-                        break
-                else:
-                    continue
-                break
-            if done < len(requests) * repeats and not reason:
-                for cfg in group:
-                    if cfg.config_id in left:
-                        continue
-                    stats[cfg.config_id]["stopped_by_budget"] = {
-                        "measured": done, "planned": len(requests) * repeats, "time_budget_s": time_budget_s}
-            recorder.finish()
+            size = _block_requests(len(requests), len(group), concurrency, interleave, blocks)
+            plan.level(group, size, share, time_budget_s)
             if writer is not None:
-                writer.metadata.add_configuration_stats({c.config_id: stats[c.config_id] for c in group})
+                writer.metadata.add_configuration_stats({c.config_id: plan.stats[c.config_id] for c in group})
                 writer.flush()
     finally:
         recorder.finish()
         progress.stop()
         if writer is not None:
-            writer.metadata.add_configuration_stats(stats)
-    return stats
+            writer.metadata.add_configuration_stats(plan.stats)
+    return plan.stats
+
+
+def _block_requests(n_requests: int, n_configs: int, concurrency: int, interleave: bool, blocks: int | None) -> int:
+    """How many requests one block of a level holds: a `blocks`-th of them when asked, one
+    wave (`block_size`) when configurations interleave, else all of them."""
+    if blocks is not None and n_configs > 1:
+        return max(1, -(-n_requests // blocks))
+    return block_size(concurrency) if interleave and n_configs > 1 else n_requests
+
+
+class _Levels:
+    """Runs the levels of a plan (configurations at one concurrency and rate) in blocks, and
+    keeps each configuration's statistics (`stats`) and busy time across them."""
+
+    def __init__(self, backend: Backend | BackendSwitch, requests: Sequence[Request], recorder: Recorder,
+                 progress: PlanProgress, *, warmup: int, repeats: int, seed: int,
+                 stop: Callable[[list[dict], int], str | dict[str, str] | None] | None):
+        self.backend, self.requests, self.recorder, self.progress = backend, requests, recorder, progress
+        self.warmup, self.repeats, self.seed, self.stop = warmup, repeats, seed, stop
+        self.switch = backend if isinstance(backend, BackendSwitch) else None
+        self.rng = random.Random(seed)
+        self.stats: dict[str, dict] = {}
+        self.busy: dict[str, float] = {}
+
+    def backend_of(self, cfg: Configuration) -> Backend:
+        """The backend `cfg` runs on; a switch's fresh backend is warmed up first."""
+        if self.switch is None:
+            return self.backend  # type: ignore[return-value]
+        b, fresh = self.switch.get(cfg)
+        if fresh and self.warmup:
+            self.progress.block(cfg, "warm-up")
+            _warm(b, self.requests, cfg, self.warmup)
+        return b
+
+    def level(self, group: list[Configuration], size: int, share: float | None,
+              time_budget_s: float | None) -> None:
+        """Warm up, then run every block of `size` requests under every configuration of the
+        group, the order reversing from one block to the next, until the requests (times
+        `repeats`) are done, `stop` decides, or the level's time `share` would be overrun."""
+        recorder, requests = self.recorder, self.requests
+        recorder.expect_baseline = set(range(self.repeats)) if any(c.is_baseline for c in group) else set()
+        recorder.references = any(not c.is_baseline for c in group)
+        order = list(group)
+        self.rng.shuffle(order)
+        for cfg in order if self.switch is None else ():
+            self.progress.block(cfg, "warm-up")
+            if self.warmup:
+                _warm(self.backend, requests, cfg, self.warmup)  # type: ignore[arg-type]
+        cut = [list(requests[i:i + size]) for i in range(0, len(requests), size)]
+        planned = len(requests) * self.repeats
+        turn, block_s, done, reason = 0, 0.0, 0, None
+        left: dict[str, str] = {}  # configurations out of the rotation -> why
+        for repeat, (b, chunk) in itertools.product(range(self.repeats), enumerate(cut)):
+            if share is not None and turn and time.monotonic() + block_s > share:
+                break
+            t_block = time.monotonic()
+            for cfg in (order if turn % 2 == 0 else order[::-1]):
+                if cfg.config_id not in left:
+                    self._block(cfg, chunk, repeat, turn, b)
+            turn += 1
+            done += len(chunk)
+            block_s = max(block_s, time.monotonic() - t_block)
+            reason = self._stopping(group, left, done, planned)
+            if reason:
+                break
+        if done < planned and not reason:
+            for cfg in group:
+                if cfg.config_id not in left:
+                    self.stats[cfg.config_id]["stopped_by_budget"] = {
+                        "measured": done, "planned": planned, "time_budget_s": time_budget_s}
+        recorder.finish()
+
+    def _block(self, cfg: Configuration, chunk: list[Request], repeat: int, turn: int, b: int) -> None:
+        self.progress.block(cfg, "run")
+        info = _run_block(self.backend_of(cfg), chunk, cfg, self.recorder, repeat=repeat, block=turn,
+                          offset=self.busy.get(cfg.config_id, 0.0), rate_seed=self.seed + 1000 * repeat + b)
+        self.busy[cfg.config_id] = self.busy.get(cfg.config_id, 0.0) + info["wall_s"]
+        self.stats[cfg.config_id] = merge_stats(self.stats.get(cfg.config_id), info)
+
+    def _stopping(self, group: list[Configuration], left: dict[str, str], done: int, planned: int) -> str | None:
+        """Sequential stopping after a block all configurations ran: `stop` says why the level
+        ends here (a reason), or takes decided configurations out of the rotation (a dict),
+        which ends the level once only baselines are left. Marks what it stops."""
+        reason = self.stop(self.recorder.rows, done) if self.stop is not None else None
+        if isinstance(reason, dict):
+            for cid, why in reason.items():
+                if cid not in left:
+                    left[cid] = why
+                    self.stats[cid]["stopped_early"] = {"measured": done, "planned": planned, "why": why}
+            if not all(c.is_baseline or c.config_id in left for c in group):
+                return None
+            reason = "every configuration compared with the baseline is decided"
+            for cfg in group:
+                self.stats[cfg.config_id].setdefault("stopped_early", {"measured": done, "planned": planned,
+                                                                       "why": reason})
+            return reason
+        if reason:
+            for cfg in group:
+                self.stats[cfg.config_id]["stopped_early"] = {"measured": done, "planned": planned, "why": reason}
+        return reason or None
 
 
 _MAX_KEYS = ("peak_memory_bytes", "allocated_bytes", "peak_bytes", "weight_bytes")

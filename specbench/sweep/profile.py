@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -315,117 +316,33 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
         return evidence(t, spec.space, baseline, spec.objectives) if t is not None else None
 
     lv = levels(spec, trials)
-    primary = spec.objectives[0]
-
     first_stop = next((i for i, x in enumerate(lv) if not x.pays), None)
     paying = lv[:first_stop] if first_stop is not None else lv
     threshold = paying[-1].concurrency if paying and first_stop is not None else None
-
-    bands: list[dict[str, Any]] = []
-    prev = 0
+    bands, prev = [], 0
     for i, x in enumerate(lv):
-        speculative = i < len(paying)
-        band: dict[str, Any] = {
-            "batch_size": {"min": prev + 1, "max": None if i == len(lv) - 1 else x.concurrency},
-            "measured_at_concurrency": x.concurrency,
-            "profile": "speculative" if speculative else "baseline",
-            "pays": bool(x.pays),  # this band alone (the paired-interval rule); `profile` stops at the first that does not
-        }
+        bands.append(_band(spec, x, prev + 1, None if i == len(lv) - 1 else x.concurrency, i < len(paying), ev))
         prev = x.concurrency
-        if speculative:
-            c = config_of(spec.space, x.best)
-            band.update(method=c.spec.method, num_speculative_tokens=c.spec.num_speculative_tokens,
-                        draft=draft_model(c))
-            if c.spec.is_tree:
-                band.update(topk=c.spec.topk, num_draft_tokens=c.spec.verify_width)
-        band["gain"] = _r(x.gain)
-        if x.gain is None:
-            band["why"] = ("no feasible baseline measured at this concurrency" if x.baseline is None
-                           else "no feasible speculative configuration measured at this concurrency")
-        else:
-            verdict = "pays" if x.pays else "does not pay"
-            if x.interval is not None:
-                point, lo, hi = x.interval
-                how = ("measured with its baseline interleaved" if x.paired
-                       else "against the baseline trial, measured at another time")
-                rule = (f"paired TPOT speedup {point:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] ({how}), "
-                        f"{'wholly above' if x.pays else 'not wholly above'} {spec.profile.min_speedup:g}x")
-                blocks = (x.best.user_attrs.get("paired") or {}).get("blocks") if x.paired else None
-                if blocks:  # above concurrency 1 the interval counts blocks, not prompts
-                    rule += f", from {blocks} blocks"
-                    if not x.pays and not hi < 1.0:
-                        rule += " (undecided: more prompts, --num-prompts, buy more blocks)"
-                band["tpot_speedup_ci"] = [_r(point), _r(lo), _r(hi)]
-            else:
-                rule = f"no run files here for an interval: point gain vs threshold {spec.profile.min_speedup:g}x"
-            band["why"] = (f"best speculative {_describe(config_of(spec.space, x.best))}: {primary} gain "
-                           f"{x.gain:.3f}x over the baseline; speculation {verdict} ({rule})")
-            if not speculative and x.pays:
-                band["why"] += "; kept baseline: speculation already stopped paying at a lower concurrency"
-        band["speculative"] = ev(x.best, x.baseline)
-        band["baseline"] = ev(x.baseline)
-        if x.chain is not None:  # the best is a tree: servers without trees (vLLM) run this chain
-            band["chain"] = {**ev(x.chain, x.baseline), "pays": x.chain_pays}
-        if x.flagged:
-            band["flagged"] = [{"trial": t.number, "config": config_key(config_of(spec.space, t)), "why": flagged(t)}
-                               for t in x.flagged]
-        bands.append(band)
-
-    spec_cfg = None
-    if paying:
-        sc = config_of(spec.space, paying[0].best).spec
-        spec_cfg = {"method": sc.method}
-        if sc.draft:  # the draft model, or eagle3's head
-            spec_cfg["model"] = sc.draft
-        spec_cfg["num_speculative_tokens"] = sc.num_speculative_tokens
-        if sc.is_tree:  # specbench's --speculative-config and SGLang take these; vLLM has no trees
-            spec_cfg.update(topk=sc.topk, num_draft_tokens=sc.verify_width)
-        if threshold is not None:
-            spec_cfg["disable_by_batch_size"] = threshold
-
-    if not lv:
-        why = "nothing measured yet"
-    elif not paying:
-        why = (f"speculation does not pay at the lowest concurrency measured ({lv[0].concurrency}): "
-               "serve without it")
-    elif threshold is None:
-        why = (f"speculation pays at every concurrency measured (up to {lv[-1].concurrency}); "
-               "measure higher concurrency to find where it stops")
-    else:
-        nxt = lv[first_stop]
-        why = (f"speculation pays up to concurrency {threshold} (gain {paying[-1].gain:.3f}x) and "
-               f"not at {nxt.concurrency} (gain {_fmt(nxt.gain)}); the crossover lies in "
-               f"({threshold}, {nxt.concurrency}]: measure concurrency values in between to narrow it")
-
+    spec_cfg = _speculative_config(spec, paying[0].best, threshold) if paying else None
     failed = [{"trial": t.number, "config": params_key(spec.space, t.params),
                "reason": t.user_attrs.get("fail_reason", "interrupted")}
               for t in all_trials if t.state == TrialState.FAIL]
     profile: dict[str, Any] = {
         "specbench_profile": PROFILE_VERSION,
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "study": {
-            "name": spec.study.name, "storage": display_url(spec.storage_url),
-            "directory": str(spec.study.out), "trials": len(all_trials), "measured": len(trials),
-            "reused": sum(1 for t in all_trials if "duplicate_of" in t.user_attrs),
-            "failed": len(failed),
-            "infeasible": sum(1 for t in trials if not _feasible(t)),
-            # --sampler model: configurations not measured because the fitted model ruled
-            # them out (configuration key -> its prediction), never recommended
-            **({"skipped_by_model": dict(study.user_attrs.get(SKIPPED_ATTR) or {})}
-               if spec.study.sampler == "model" else {}),
-        },
+        "study": _study_counts(spec, study, all_trials, trials, failed),
         "models": {"target": spec.target, "drafts": list(spec.space.draft)},
         "workload": {"source": spec.workload.source, "num_prompts": spec.workload.num_prompts,
                      "chat_template": spec.workload.chat_template},
         "sampling": {**spec.sampling.overrides, "seed": spec.sampling.seed,
                      "ignore_eos": spec.sampling.ignore_eos},
-        "objective": {"primary": primary, "direction": spec.directions[0],
+        "objective": {"primary": spec.objectives[0], "direction": spec.directions[0],
                       "all": list(spec.objectives), "min_speedup": spec.profile.min_speedup,
                       "max_peak_memory_bytes": spec.max_peak_memory_bytes},
         "recommendation": "speculative" if paying else "baseline",
         "speculative_config": spec_cfg,
         "disable_by_batch_size": {
-            "value": threshold, "why": why,
+            "value": threshold, "why": _threshold_why(lv, paying, first_stop),
             "last_paying": ev(paying[-1].best, paying[-1].baseline) if paying else None,
             "first_not_paying": ev(lv[first_stop].best, lv[first_stop].baseline) if first_stop is not None else None,
         },
@@ -442,6 +359,111 @@ def build_profile(spec: SweepSpec, study: optuna.Study) -> dict[str, Any]:
                                    for t in pareto_front(spec, trials)]
     profile["failed_trials"] = failed
     return profile
+
+
+def _band(spec: SweepSpec, x: Any, lo: int, hi: int | None, speculative: bool,
+          ev: Callable[..., dict[str, Any] | None]) -> dict[str, Any]:
+    """One batch-size band [lo, hi] (hi None: and above), measured at `x.concurrency`: the
+    profile it serves (`speculative`: below the first concurrency where speculation stops
+    paying), its best configuration, its gain and why, and the trials it rests on."""
+    band: dict[str, Any] = {
+        "batch_size": {"min": lo, "max": hi},
+        "measured_at_concurrency": x.concurrency,
+        "profile": "speculative" if speculative else "baseline",
+        "pays": bool(x.pays),  # this band alone (the paired-interval rule); `profile` stops at the first that does not
+    }
+    if speculative:
+        c = config_of(spec.space, x.best)
+        band.update(method=c.spec.method, num_speculative_tokens=c.spec.num_speculative_tokens,
+                    draft=draft_model(c))
+        if c.spec.is_tree:
+            band.update(topk=c.spec.topk, num_draft_tokens=c.spec.verify_width)
+    band["gain"] = _r(x.gain)
+    if x.gain is None:
+        band["why"] = ("no feasible baseline measured at this concurrency" if x.baseline is None
+                       else "no feasible speculative configuration measured at this concurrency")
+    else:
+        band["why"] = _band_why(spec, x, band)
+        if not speculative and x.pays:
+            band["why"] += "; kept baseline: speculation already stopped paying at a lower concurrency"
+    band["speculative"] = ev(x.best, x.baseline)
+    band["baseline"] = ev(x.baseline)
+    if x.chain is not None:  # the best is a tree: servers without trees (vLLM) run this chain
+        band["chain"] = {**ev(x.chain, x.baseline), "pays": x.chain_pays}
+    if x.flagged:
+        band["flagged"] = [{"trial": t.number, "config": config_key(config_of(spec.space, t)), "why": flagged(t)}
+                           for t in x.flagged]
+    return band
+
+
+def _band_why(spec: SweepSpec, x: Any, band: dict[str, Any]) -> str:
+    """Whether speculation pays in a measured band, and by which rule: the paired interval
+    wholly above the minimum speedup, or (no run files here) the point gain alone. Sets the
+    band's `tpot_speedup_ci` where there is an interval."""
+    verdict = "pays" if x.pays else "does not pay"
+    if x.interval is not None:
+        point, lo, hi = x.interval
+        how = ("measured with its baseline interleaved" if x.paired
+               else "against the baseline trial, measured at another time")
+        rule = (f"paired TPOT speedup {point:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] ({how}), "
+                f"{'wholly above' if x.pays else 'not wholly above'} {spec.profile.min_speedup:g}x")
+        blocks = (x.best.user_attrs.get("paired") or {}).get("blocks") if x.paired else None
+        if blocks:  # above concurrency 1 the interval counts blocks, not prompts
+            rule += f", from {blocks} blocks"
+            if not x.pays and not hi < 1.0:
+                rule += " (undecided: more prompts, --num-prompts, buy more blocks)"
+        band["tpot_speedup_ci"] = [_r(point), _r(lo), _r(hi)]
+    else:
+        rule = f"no run files here for an interval: point gain vs threshold {spec.profile.min_speedup:g}x"
+    return (f"best speculative {_describe(config_of(spec.space, x.best))}: {spec.objectives[0]} gain "
+            f"{x.gain:.3f}x over the baseline; speculation {verdict} ({rule})")
+
+
+def _speculative_config(spec: SweepSpec, best: FrozenTrial, threshold: int | None) -> dict[str, Any]:
+    """The serving `speculative_config` of the lowest paying band's best configuration, off
+    above `threshold` (the last concurrency where speculation pays, when one stops paying)."""
+    sc = config_of(spec.space, best).spec
+    spec_cfg: dict[str, Any] = {"method": sc.method}
+    if sc.draft:  # the draft model, or eagle3's head
+        spec_cfg["model"] = sc.draft
+    spec_cfg["num_speculative_tokens"] = sc.num_speculative_tokens
+    if sc.is_tree:  # specbench's --speculative-config and SGLang take these; vLLM has no trees
+        spec_cfg.update(topk=sc.topk, num_draft_tokens=sc.verify_width)
+    if threshold is not None:
+        spec_cfg["disable_by_batch_size"] = threshold
+    return spec_cfg
+
+
+def _threshold_why(lv: list, paying: list, first_stop: int | None) -> str:
+    """Where speculation stops paying across the measured concurrencies, in one sentence."""
+    if not lv:
+        return "nothing measured yet"
+    if not paying:
+        return (f"speculation does not pay at the lowest concurrency measured ({lv[0].concurrency}): "
+                "serve without it")
+    if first_stop is None:
+        return (f"speculation pays at every concurrency measured (up to {lv[-1].concurrency}); "
+                "measure higher concurrency to find where it stops")
+    threshold, nxt = paying[-1].concurrency, lv[first_stop]
+    return (f"speculation pays up to concurrency {threshold} (gain {paying[-1].gain:.3f}x) and "
+            f"not at {nxt.concurrency} (gain {_fmt(nxt.gain)}); the crossover lies in "
+            f"({threshold}, {nxt.concurrency}]: measure concurrency values in between to narrow it")
+
+
+def _study_counts(spec: SweepSpec, study: optuna.Study, all_trials: list, trials: list,
+                  failed: list) -> dict[str, Any]:
+    """Where the study is and what its trials came to."""
+    return {
+        "name": spec.study.name, "storage": display_url(spec.storage_url),
+        "directory": str(spec.study.out), "trials": len(all_trials), "measured": len(trials),
+        "reused": sum(1 for t in all_trials if "duplicate_of" in t.user_attrs),
+        "failed": len(failed),
+        "infeasible": sum(1 for t in trials if not _feasible(t)),
+        # --sampler model: configurations not measured because the fitted model ruled
+        # them out (configuration key -> its prediction), never recommended
+        **({"skipped_by_model": dict(study.user_attrs.get(SKIPPED_ATTR) or {})}
+           if spec.study.sampler == "model" else {}),
+    }
 
 
 def _fmt(v: float | None) -> str:
