@@ -37,6 +37,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
+from specbench.models.eagle3 import fit_to_target
+from specbench.models.eagle3_train import head_config_for, init_head
 
 PATHS = ("eager", "static", "compile", "cudagraph")
 
@@ -47,6 +49,18 @@ def random_model(layers: int, hidden: int, vocab: int, seed: int, device: str) -
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                       tie_word_embeddings=False, attn_implementation="sdpa", dtype="float32")
     return Qwen2ForCausalLM(cfg).eval().to(device)
+
+
+def random_head(target: Qwen2ForCausalLM, vocab: int, seed: int) -> torch.nn.Module:
+    """A random EAGLE-3 head for `target` (one layer, the default feature layers) over a
+    256-token draft vocabulary: a head's per-step cost, whatever it drafts."""
+    size = min(vocab, 256)
+    ids = torch.randperm(vocab, generator=torch.Generator().manual_seed(seed))[:size].sort().values
+    n = target.config.num_hidden_layers
+    aux = None if n >= 4 else tuple(range(min(3, n + 1)))  # the default layers need a deeper target
+    head = init_head(target, head_config_for(target, draft_vocab_size=size, aux_layers=aux), ids, seed=seed)
+    dev = next(target.parameters()).device
+    return fit_to_target(head.to(dev), target, path="<random>", target_name="random")
 
 
 @contextlib.contextmanager
@@ -88,9 +102,9 @@ class Point:
     """One (path, configuration, batch size): its own engine and running batch."""
 
     def __init__(self, path: str, label: str, spec: SpeculativeConfig, sampling: SamplingParams, batch: int,
-                 target, draft, prompt_len: int, vocab: int, steps: int, cpp_wrapper: bool = False):
+                 target, draft, prompt_len: int, vocab: int, steps: int, cpp_wrapper: bool = False, head=None):
         self.path, self.label, self.spec, self.batch_size = path, label, spec, batch
-        self.engine = Engine(target, draft, pack=False, static=None if path == "eager" else path,
+        self.engine = Engine(target, draft, pack=False, static=None if path == "eager" else path, head=head,
                              compile_options={"cpp_wrapper": True} if cpp_wrapper and path == "compile" else None)
         self.batch = self.engine.batch(spec)
         k = spec.num_speculative_tokens
@@ -139,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--configs", default="baseline,greedy,sampled",
                     help="of baseline, greedy (draft_model k, greedy), sampled (draft_model k, T=0.8, top-p 0.95), "
                          "tree (draft_model, a static tree k deep: the best child and the second-best at every "
-                         "depth, 2k nodes, greedy)")
+                         "depth, 2k nodes, greedy), eagle3 (a random EAGLE-3 head on the target, k, greedy)")
     ap.add_argument("--steps", type=int, default=24, help="timed steps per point (in blocks of 4, ABBA)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--device", default="cpu")
@@ -167,12 +181,15 @@ def main(argv: list[str] | None = None) -> None:
                 SamplingParams(temperature=0.8, top_p=0.95)),
                ("draft_model tree", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d",
                                                       token_tree=tuple((0,) * (d - 1) + (r,) for d in range(1, args.k + 1)
-                                                                       for r in (0, 1))), SamplingParams())]
+                                                                       for r in (0, 1))), SamplingParams()),
+               ("eagle3 eagle3", SpeculativeConfig(method="eagle3", num_speculative_tokens=args.k, draft="h"),
+                SamplingParams())]
     wanted = {c.strip() for c in args.configs.split(",")}
-    known = {"baseline", "greedy", "sampled", "tree"}
+    known = {"baseline", "greedy", "sampled", "tree", "eagle3"}
     if wanted - known:
         ap.error(f"--configs: unknown {', '.join(sorted(wanted - known))}")
     configs = [c for c in configs if c[0].split()[-1] in wanted]
+    head = random_head(target, args.vocab, 2) if "eagle3" in wanted else None
     points = []
     with torch.inference_mode():
         for path in paths:
@@ -180,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                 for b in batches:
                     t = time.perf_counter()
                     pt = Point(path, label, spec, sp, b, target, draft, args.prompt, args.vocab, args.steps,
-                               args.cpp_wrapper)
+                               args.cpp_wrapper, head=head if spec.method == "eagle3" else None)
                     pt.warm(3)
                     console.print(f"[dim]{path} {label} batch {b}: ready in {time.perf_counter() - t:.1f} s[/]")
                     points.append(pt)
@@ -204,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
                 "graphs", "build s"):
         table.add_column(col, justify="left" if col in ("path", "configuration") else "right")
     for r in rows:
-        label = "baseline" if r["method"] == "none" else f"draft_model k={r['k']} {r['sampling']}" + \
+        label = "baseline" if r["method"] == "none" else f"{r['method']} k={r['k']} {r['sampling']}" + \
             (f", tree of {r['tree']} nodes" if r["tree"] else "")
         table.add_row(r["path"], label, str(r["batch"]), f"{r['host_ms']:.2f}",
                       "" if r["vs_eager"] is None else f"{r['vs_eager']:.2f}", str(r["ops"]), str(r["syncs"]),

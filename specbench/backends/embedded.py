@@ -38,10 +38,11 @@ def make_engine(target, draft=None, *, head=None, pack: bool | None = None, stat
         raise ConfigError(f"{flag}: {exc}" if flag else str(exc)) from None
 
 
-def static_reason(target, draft, specs) -> str:
+def static_reason(target, draft, specs, head=None) -> str:
     """Why the static step cannot run these `LoadedModel`s (`draft` for method draft_model, or
-    None) in these `SpeculativeConfig`s ('' when it can): specbench.engine.static.static_reason."""
-    return models_static_reason(target.model, draft.model if draft is not None else None, specs)
+    None; `head`, the EAGLE-3 head module for method eagle3, or None) in these
+    `SpeculativeConfig`s ('' when it can): specbench.engine.static.static_reason."""
+    return models_static_reason(target.model, draft.model if draft is not None else None, specs, head=head)
 
 
 class EmbeddedBackend:

@@ -46,6 +46,7 @@ from specbench.engine.rows import BatchStats, Generation, Row, RunningRows
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
 from specbench.engine.tree import Proposal, gather_paths, path_features, tree_batch
 from specbench.engine.static import StaticBatch, static_reason
+from specbench.engine.static_head import StaticHead
 from specbench.engine.static_lm import StaticLM
 from specbench.engine.verify import verify_tree
 from specbench.types import StepEvent
@@ -81,6 +82,7 @@ class Engine:
         self._sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
         self.static, self.compile_backend, self.compile_options = static, compile_backend, compile_options
         self._static_lms: dict[str, StaticLM] = {}
+        self._static_head: StaticHead | None = None
         self._static_batches: dict[SpeculativeConfig, StaticBatch] = {}
         if static is not None:
             if pack:
@@ -172,7 +174,7 @@ class Engine:
 
     def static_reason(self, spec: SpeculativeConfig) -> str:
         """Why `spec` cannot run on the static step with these models ('' when it can)."""
-        return static_reason(self.target, self.draft, [spec])
+        return static_reason(self.target, self.draft, [spec], head=self.head)
 
     def _static_batch(self, spec: SpeculativeConfig) -> StaticBatch:
         """The static step of `spec`, kept for the engine's life so its graphs are built once
@@ -181,12 +183,17 @@ class Engine:
         if why:
             raise ValueError(f"the static step does not run {spec.method}: {why}")
         if spec not in self._static_batches:
-            for role, model in (("target", self.target), ("draft", self.draft if spec.speculative else None)):
+            eagle3 = spec.speculative and spec.method == "eagle3"
+            drafting = self.draft if spec.speculative and not eagle3 else None
+            for role, model in (("target", self.target), ("draft", drafting)):
                 if model is not None and role not in self._static_lms:
                     self._static_lms[role] = StaticLM(model)
+            if eagle3 and self._static_head is None:
+                self._static_head = StaticHead(self.head)
             self._static_batches[spec] = StaticBatch(self, spec, self._static_lms["target"],
-                                                     self._static_lms.get("draft") if spec.speculative else None,
-                                                     self.static, self.compile_backend, self.compile_options)
+                                                     self._static_lms.get("draft") if drafting is not None else None,
+                                                     self.static, self.compile_backend, self.compile_options,
+                                                     head=self._static_head if eagle3 else None)
         batch = self._static_batches[spec]
         batch.reset()
         return batch

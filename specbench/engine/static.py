@@ -17,12 +17,13 @@ wants it, proven on the CPU:
 - two pure functions per step (draft chain; verify and accept) run as they are, compiled or
   captured (specbench.engine.graphs); on CUDA the draft/verify split comes from CUDA events.
 
-What it runs: the baseline, draft-model chains and draft-model static trees (vLLM's
-speculative_token_tree: fixed index tables, specbench.engine.tree.StaticTree), greedy and
+What it runs: the baseline, draft-model chains, draft-model static trees (vLLM's
+speculative_token_tree: fixed index tables, specbench.engine.tree.StaticTree) and EAGLE-3
+chains (the head with its own static KV slots, specbench.engine.static_eagle3), greedy and
 sampled with temperature, top-k and top-p, mixed in one batch, on Llama-family models (Llama,
-Mistral, Qwen2) with plain linear layers. Dynamic (EAGLE-2) trees, EAGLE-3, Medusa, n-gram
-and suffix drafting run on the eager step; `static_reason` says why a configuration or a
-model cannot run here, for run.json.
+Mistral, Qwen2) with plain linear layers. Dynamic (EAGLE-2) trees, EAGLE-3 trees, Medusa,
+n-gram and suffix drafting run on the eager step; `static_reason` says why a configuration or
+a model cannot run here, for run.json.
 
 Lossless as the eager step is (docs/engine.md, "The rule"): a greedy row accepts drafts while
 they equal the target's argmax and emits the argmax; a sampled row accepts draft x with
@@ -50,6 +51,8 @@ from specbench.engine.graphs import Graphs
 from specbench.engine.rows import BatchStats, Row, RunningRows
 from specbench.engine.sampling import (SALT_ACCEPT, SALT_DRAFT, SALT_TOKEN, counter_uniform, row_probs,
                                        sample_inverse_cdf)
+from specbench.engine.static_eagle3 import HeadStep
+from specbench.engine.static_head import StaticHead
 from specbench.engine.static_lm import StaticLM, model_reason
 from specbench.engine.static_tree import TreeStep, step_table
 from specbench.engine.tree import StaticTree, TreeShape
@@ -65,17 +68,20 @@ def spec_reason(spec: SpeculativeConfig) -> str:
     """Why a configuration cannot run on the static step ('' when it can)."""
     if not spec.speculative:
         return ""
-    if spec.method != "draft_model":
-        return f"method {spec.method} (the static step runs the baseline and draft_model chains and static trees)"
+    if spec.method not in ("draft_model", "eagle3"):
+        return (f"method {spec.method} (the static step runs the baseline, draft_model chains and static trees, "
+                "and eagle3 chains)")
     if spec.topk > 1:
         return "a dynamic draft tree, topk > 1 (the static step runs chains and static speculative_token_trees)"
+    if spec.method == "eagle3" and spec.token_tree is not None and not TreeShape.from_spec(spec).chain:
+        return "an EAGLE-3 draft tree (the static step runs EAGLE-3 chains)"
     return ""
 
 
 def static_reason(target: torch.nn.Module, draft: torch.nn.Module | None,
-                  specs: Sequence[SpeculativeConfig]) -> str:
-    """Why the static step cannot run `target` (and `draft`, the draft model or None) in these
-    configurations ('' when it can)."""
+                  specs: Sequence[SpeculativeConfig], head: torch.nn.Module | None = None) -> str:
+    """Why the static step cannot run `target` (and `draft`, the draft model or None, or
+    `head`, the EAGLE-3 head or None) in these configurations ('' when it can)."""
     for role, model in (("target", target), ("draft", draft)):
         why = model_reason(model) if model is not None else ""
         if why:
@@ -84,8 +90,10 @@ def static_reason(target: torch.nn.Module, draft: torch.nn.Module | None,
         why = spec_reason(spec)
         if why:
             return why
-        if spec.speculative and draft is None:
+        if spec.speculative and spec.method == "draft_model" and draft is None:
             return "no draft model loaded"
+        if spec.speculative and spec.method == "eagle3" and head is None:
+            return "no EAGLE-3 head loaded"
     return ""
 
 
@@ -105,14 +113,15 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, r / total.clamp_min(1e-30), p)
 
 
-class StaticBatch(RunningRows, TreeStep):
+class StaticBatch(RunningRows, TreeStep, HeadStep):
     """The running requests of one configuration on the static step (the interface of
     specbench.engine.engine.Batch: admit, step, cancel, rows, tags, stats, reserve)."""
 
     def __init__(self, engine: Any, spec: SpeculativeConfig, target: StaticLM, draft: StaticLM | None, mode: str,
-                 backend: str = "inductor", options: dict[str, Any] | None = None):
+                 backend: str = "inductor", options: dict[str, Any] | None = None, head: StaticHead | None = None):
         self.engine, self.spec = engine, spec
         self.target, self.draft = target, draft
+        self.head = head if spec.speculative and spec.method == "eagle3" else None
         self.graphs = Graphs(mode, target.device, backend, options)
         self.dev = target.device
         # a static tree with more than one child somewhere (a tree of one child per node is a chain)
@@ -120,13 +129,15 @@ class StaticBatch(RunningRows, TreeStep):
             if spec.speculative and spec.token_tree is not None and not TreeShape.from_spec(spec).chain else None
         self.k = self.tree.depth if self.tree else \
             min(spec.num_speculative_tokens, spec.draft_nodes) if spec.speculative else 0
-        if self.k and draft is None:
+        if self.k and self.head is None and draft is None:
             raise ValueError("method draft_model needs an engine built with a draft model")
-        if self.k and draft.vocab_size != target.vocab_size:
+        if self.k and self.head is None and draft.vocab_size != target.vocab_size:
             raise ValueError(f"the static step needs one vocabulary: draft {draft.vocab_size}, "
                              f"target {target.vocab_size}")
         self.threshold = spec.draft_confidence_threshold
         self.scratch = (self.tree.nodes if self.tree else self.k) + 1
+        if self.head is not None:  # the head's catch-up writes k + 1 entries past its length
+            self.scratch += self.head_width
         self._state_rows = self._state_gen = 0
         self._alloc_state(max(1, target.rows))
         if self.dev.type == "cuda":
@@ -138,13 +149,19 @@ class StaticBatch(RunningRows, TreeStep):
         """Empty: no rows, fresh statistics (buffers and built graphs are kept)."""
         self.rows: list[Row] = []
         self.draft_valid: list[int] = []  # per row: positions of its sequence the draft cache holds
+        self.head_pending: list[int] = []  # per row: the head's pending entries (pn, as the host knows it)
         self.stats = BatchStats(target_weight_bytes=self.target.weight_bytes,
-                                draft_weight_bytes=self.draft.weight_bytes if self.k else 0,
+                                draft_weight_bytes=self.drafter.weight_bytes if self.k else 0,
                                 step_path=f"static ({self.graphs.mode})")
         self.flags: tuple[bool, bool, bool] | None = None  # the run's sampling kind, when known
         self._built_at_reset = (self.graphs.builds, self.graphs.build_s)
         self.live.fill_(False)
         self.ctx.fill_(2)
+
+    @property
+    def drafter(self) -> StaticLM | StaticHead | None:
+        """What drafts: the draft model, or the EAGLE-3 head."""
+        return self.head if self.head is not None else self.draft
 
     # ---- persistent device state ----------------------------------------------------------
 
@@ -161,6 +178,7 @@ class StaticBatch(RunningRows, TreeStep):
             "top_k": torch.zeros(rows, dtype=torch.long, device=dev),
             "top_p": torch.ones(rows, dtype=torch.float32, device=dev),
             "ks": torch.zeros(rows, dtype=torch.long, device=dev),  # this step's draft length per row
+            **self._head_state(rows),
         }
         if old:
             for name, t in state.items():
@@ -179,7 +197,7 @@ class StaticBatch(RunningRows, TreeStep):
         slots = bucket(rows)
         grown = self.target.reserve(slots, capacity + self.scratch)
         if self.k:
-            grown |= self.draft.reserve(slots, capacity + self.scratch)
+            grown |= self.drafter.reserve(slots, capacity + self.scratch)
         if grown or slots > self._state_rows:
             self._alloc_state(max(slots, self._state_rows))
         if samplings is not None and not self.rows:
@@ -188,10 +206,11 @@ class StaticBatch(RunningRows, TreeStep):
                 with torch.inference_mode():
                     for b in sorted({bucket(n) for n in range(1, rows + 1)}):
                         for K in sorted({self.k, 0}):
-                            saved = self.ctx.clone(), self.last.clone()
+                            state = self._graph_state()
+                            saved = [t.clone() for t in state]
                             self._run(b, K, self.flags)  # rows not live: their state is set on admission
-                            self.ctx.copy_(saved[0])
-                            self.last.copy_(saved[1])
+                            for t, old in zip(state, saved):
+                                t.copy_(old)
 
     # ---- admission --------------------------------------------------------------------------
 
@@ -211,7 +230,7 @@ class StaticBatch(RunningRows, TreeStep):
         self.reserve(b + 1, len(prompt) + budget)
         ids = torch.tensor([prompt], dtype=torch.long, device=self.dev)
         zero = torch.zeros(1, dtype=torch.long, device=self.dev)
-        logits = self.target.forward(ids, zero, row0=b, last_only=True)
+        logits, feats = self._target_pass(ids, zero, row0=b, last_only=True)
         if sampling.greedy:
             first = int(logits[0].argmax())
         else:
@@ -222,7 +241,9 @@ class StaticBatch(RunningRows, TreeStep):
                                 torch.tensor([len(prompt)], device=self.dev))
             first = int(sample_inverse_cdf(probs, u)[0])
         ends = first in stops or budget <= 1
-        if self.k and not ends:
+        if self.k and not ends and self.head is not None:
+            self._admit_head(b, prompt, feats, first)  # the head's prefill counts as prefill
+        elif self.k and not ends:
             self.draft.forward(ids, zero, row0=b, last_only=True)  # the draft's prefill counts as prefill
         t = e.now()
         row.prefill_s = t - start
@@ -241,6 +262,8 @@ class StaticBatch(RunningRows, TreeStep):
         self.top_p[b] = sampling.top_p
         self.rows.append(row)
         self.draft_valid.append(n)
+        if self.head is not None:
+            self.head_pending.append(1)
         return None
 
     # ---- the step -----------------------------------------------------------------------------
@@ -250,7 +273,11 @@ class StaticBatch(RunningRows, TreeStep):
         and each row's draft length (ks, cut after the first node below the confidence
         threshold): the draft catches up on the row's last two tokens, then drafts K deep."""
         ctx, last, greedy = self.ctx[:B], self.last[:B], self.greedy[:B]
-        logits = self.draft.forward(last, ctx - 2, last_only=True)
+        if self.head is not None:  # the head catches up on what is pending, then drafts from its root
+            hidden = self._head_catch_up(B)
+            logits = self.head.draft_logits(hidden, self.target.vocab_size)
+        else:
+            logits = self.draft.forward(last, ctx - 2, last_only=True)
         toks, qs, probs = [], [], []
         for j in range(K):
             if sampled:
@@ -267,7 +294,10 @@ class StaticBatch(RunningRows, TreeStep):
                     conf = torch.where(greedy.view(B, 1), conf, q)
                 probs.append(conf.gather(1, tok.view(B, 1)).view(B))
             toks.append(tok)
-            if j + 1 < K:
+            if j + 1 < K and self.head is not None:
+                hidden = self._head_next(tok, hidden, ctx, j)
+                logits = self.head.draft_logits(hidden, self.target.vocab_size)
+            elif j + 1 < K:
                 logits = self.draft.forward(tok.view(B, 1), ctx + j, last_only=True)
         drafts = torch.stack(toks, dim=1)
         q = torch.stack(qs, dim=1) if sampled else None
@@ -284,7 +314,7 @@ class StaticBatch(RunningRows, TreeStep):
         and the cache roll-back (lengths); returns the step's table (`_table`)."""
         ctx, last, greedy, live = self.ctx[:B], self.last[:B], self.greedy[:B], self.live[:B]
         feed = last[:, 1:] if K == 0 else torch.cat([last[:, 1:], drafts], dim=1)
-        logits = self.target.forward(feed, ctx - 1)  # [B, K + 1, V]
+        logits, feats = self._target_pass(feed, ctx - 1)  # [B, K + 1, V]
         top = logits.argmax(-1)
         at = torch.arange(K, device=self.dev).view(1, K)
         ok = (drafts == top[:, :K]) & (at < ks.view(B, 1)) if K else top[:, :0].bool()
@@ -306,6 +336,8 @@ class StaticBatch(RunningRows, TreeStep):
                 dist = torch.where((n < ks).view(B, 1), residual(dist, q_n), dist)
             drawn = sample_inverse_cdf(dist, counter_uniform(self.seed[:B], SALT_TOKEN, ctx + n))
             extra = torch.where(greedy, extra, drawn)
+        if self.head is not None:
+            self._head_commit(B, K, feats, drafts, n, extra, live)
         # roll back by length: the accepted drafts' entries are in place, the rest past the end
         before = drafts.gather(1, (n - 1).clamp(min=0).view(B, 1)).view(B) if K else last[:, 1]
         self.last[:B] = torch.stack([torch.where(n > 0, before, last[:, 1]), extra], dim=1)
@@ -333,18 +365,24 @@ class StaticBatch(RunningRows, TreeStep):
         """The step's graphs for bucket Bb and width K: (the table of what every row emitted,
         on the device; the host time between the draft and the verify graph)."""
         sampled, top_k, top_p = flags
-        key = (Bb, K, *flags, (self.target.allocations, self.draft.allocations if self.k else 0, self._state_gen))
+        key = (Bb, K, *flags, (self.target.allocations, self.drafter.allocations if self.k else 0, self._state_gen))
         drafts = q = None
         eff = self.ks[:Bb]
         if K:
-            drafts, q, eff = self.graphs.run(("draft",) + key, lambda: self._draft_chain(Bb, K, sampled, top_k, top_p))
+            drafts, q, eff = self.graphs.run(("draft",) + key, lambda: self._draft_chain(Bb, K, sampled, top_k, top_p),
+                                             state=self._graph_state()[2:])
         t1 = time.perf_counter()
         if self.dev.type == "cuda":
             self._events[1].record()
         out = self.graphs.run(("verify",) + key,
                               lambda d, q_, e: self._verify(Bb, K, sampled, top_k, top_p, d, q_, e),
-                              drafts, q, eff, state=(self.ctx, self.last))
+                              drafts, q, eff, state=self._graph_state())
         return out, t1
+
+    def _graph_state(self) -> list[torch.Tensor]:
+        """The buffers the step's graphs update in place that decide what they compute: the
+        sequence lengths and last tokens, then the head's lengths and pending counts."""
+        return [self.ctx, self.last] + ([self.hlen, self.pn] if self.head is not None else [])
 
     def _catch_up_draft(self) -> None:
         """Rows whose draft lags more than the step's two-token catch-up (steps that did not
@@ -373,8 +411,11 @@ class StaticBatch(RunningRows, TreeStep):
         off = spec.disable_by_batch_size is not None and B > spec.disable_by_batch_size
         ks = [0 if off else max(0, min(r.k, r.budget - len(r.out) - 1)) for r in rows]
         K = self.k if any(ks) else 0
-        if K:
+        if K and self.head is None:
             self._catch_up_draft()
+        elif not K and self.head is not None:
+            self._head_flush(B)
+        if K:
             host = torch.tensor(ks + [0] * (Bb - B))
             if self.dev.type == "cuda":  # from pinned memory: an asynchronous copy, no sync
                 host = self._ks_host[:Bb].copy_(host)
@@ -400,6 +441,8 @@ class StaticBatch(RunningRows, TreeStep):
                                      accepted_ranks=tuple(table[b][4 + K:4 + K + n])))
             if K:
                 self.draft_valid[b] = context[b] + n - 1
+            if self.head is not None:
+                self.head_pending[b] = n + 1 if K else self.head_pending[b] + 1
             if spec.dynamic_k and drafted:
                 r.k = min(r.k + 2, self.k) if leaf else max(1, r.k - 1)
         self.stats.padded_rows += Bb - B
@@ -415,7 +458,7 @@ class StaticBatch(RunningRows, TreeStep):
     # ---- bookkeeping ----------------------------------------------------------------------------
 
     def _account(self, batch_size: int, target_tokens: int, t0: float, t1: float, t2: float) -> None:
-        draft = self.draft if self.k else None
+        draft = self.drafter if self.k else None
         self.stats.record_step(batch_size, t0, t1, t2,
                                target_kv=(self.target.allocated_bytes, target_tokens * self.target.bytes_per_token),
                                draft_kv=(draft.allocated_bytes, target_tokens * draft.bytes_per_token) if draft else None)
@@ -428,12 +471,15 @@ class StaticBatch(RunningRows, TreeStep):
         moves = [(src, dst) for dst, src in enumerate(keep) if src != dst]
         if moves:
             src, dst = (torch.tensor(x, dtype=torch.long, device=self.dev) for x in zip(*moves))
-            for model in (self.target, self.draft) if self.k else (self.target,):
+            for model in (self.target, self.drafter) if self.k else (self.target,):
                 model.move_rows(src, dst)
-            for name in ("ctx", "last", "seed", "greedy", "temperature", "top_k", "top_p"):
+            for name in ("ctx", "last", "seed", "greedy", "temperature", "top_k", "top_p") + \
+                    (("hlen", "pn", "pend", "ptok") if self.head is not None else ()):
                 t = getattr(self, name)
                 t.index_copy_(0, dst, t.index_select(0, src))
         self.live[n:] = False
         self.ctx[n:] = 2
         self.rows = [self.rows[i] for i in keep]
         self.draft_valid = [self.draft_valid[i] for i in keep]
+        if self.head is not None:
+            self.head_pending = [self.head_pending[i] for i in keep]

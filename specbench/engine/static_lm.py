@@ -178,9 +178,14 @@ class StaticLM:
             buf[rows, :, dst] = buf[rows, :, src]
 
     def forward(self, tokens: torch.Tensor, start: torch.Tensor, *, row0: int = 0,
-                last_only: bool = False, tree: Tree | None = None) -> torch.Tensor:
+                last_only: bool = False, tree: Tree | None = None,
+                features: tuple[int, ...] = ()) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, W] (device) at positions start[b] + 0..W-1 (start: device long [B]) of
         slots row0..row0+B-1; logits [B, W, V] (last_only: [B, V] at each row's last token).
+
+        `features` (layer indices; the number of layers: the final norm's input): also return
+        the inputs of those layers concatenated, [B, W, len(features) * hidden], every token's
+        (what an EAGLE-3 head reads; specbench.engine.model.ModelRunner captures the same).
 
         `tree` (offset, depth [B, W], visible [B, W, S]): the tokens are tree entries, written
         at start[b] + offset + 0..W-1 with rotary positions start[b] + depth; a query sees the
@@ -214,7 +219,10 @@ class StaticLM:
         cos, sin = self.decoder.rotary_emb(x, pos)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         d, h, hkv = self.head_dim, self.heads, self.kv_heads
+        captured: dict[int, torch.Tensor] = {}
         for i, layer in enumerate(self.layers):
+            if i in features:
+                captured[i] = x
             attn, mlp = layer.self_attn, layer.mlp
             y = _rms(x, layer.input_layernorm)
             qkv = F.linear(y, *self.qkv[i])
@@ -232,5 +240,8 @@ class StaticLM:
             y = _rms(x, layer.post_attention_layernorm)
             gate, up = F.linear(y, *self.gate_up[i]).chunk(2, dim=-1)
             x = x + mlp.down_proj(mlp.act_fn(gate) * up)
+        if features:
+            captured[len(self.layers)] = x
+            feats = torch.cat([captured[i] for i in features], dim=-1)
         x = _rms(x[:, -1] if last_only else x, self.decoder.norm)
-        return self.lm_head(x)
+        return (self.lm_head(x), feats) if features else self.lm_head(x)

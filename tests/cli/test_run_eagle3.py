@@ -49,6 +49,22 @@ def test_method_eagle3_with_a_head_directory(tiny_pair, head_dir, prompts_file, 
     check_row_invariants(df)
 
 
+def test_method_eagle3_on_the_static_step(tiny_pair, head_dir, prompts_file, tmp_path):
+    """`--capture static` runs the head on the static step (its own static KV slots), and
+    run.json says so; greedy outputs stay the baseline's."""
+    out = tmp_path / "run"
+    res = specbench("run", "--target", tiny_pair[0], "--method", "eagle3", "--draft", head_dir, "-k", "3",
+                    "--capture", "static", "--workload", prompts_file, *FAST, "--out", out)
+    assert res.code == 0, res.output
+    df, meta = read_run(out)
+    assert meta["config"]["engine"]["capture"] == "static"
+    assert "capture_off_reason" not in meta["config"]["engine"]
+    spec = df[~df["is_baseline"]]
+    assert set(spec["method"]) == {"eagle3"} and spec["drafted_tokens"].sum() > 0
+    assert (spec["token_match_rate"] == 1.0).all()
+    check_row_invariants(df)
+
+
 def test_vllm_speculative_config_selects_eagle3(tiny_pair, head_dir, prompts_file, tmp_path):
     out = tmp_path / "json"
     cfg = json.dumps({"method": "eagle3", "model": str(head_dir), "num_speculative_tokens": 2})

@@ -139,3 +139,28 @@ def test_the_head_needs_the_target_features(world, trained):
     assert not learned(without), f"head trained on zeros: {without:.3f}"
     assert not learned(blind), f"trained head fed zeros: {blind:.3f}"
     assert acceptance(world, trained) > max(without, blind) + 0.3
+
+
+@pytest.mark.parametrize("k,concurrency,extra", [(3, 1, {}), (3, 4, {}), (4, 4, {"dynamic_k": True}),
+                                                 (3, 4, {"disable_by_batch_size": 2})])
+def test_the_static_step_drafts_with_the_trained_head_as_the_eager_step_does(world, trained, k, concurrency, extra):
+    """EAGLE-3 on the static step (the head's own static KV slots, features captured by the
+    static forward, pending features on the device): greedy, step for step the eager step's
+    records, with the head's learned acceptance, so the accepting paths are the ones compared
+    (disable_by_batch_size: steps that draft nothing, and the pending buffer caught up early)."""
+    target, *_, held_out = world
+    head = fit_to_target(trained, target, path="<trained>", target_name="tiny")
+    spec = SpeculativeConfig(method="eagle3", num_speculative_tokens=k, draft="h", **extra)
+    reqs = [(p, SamplingParams(max_new_tokens=8 + 3 * i, ignore_eos=True)) for i, p in enumerate(held_out)]
+
+    def records(engine):
+        gens, _ = scheduler.run(engine, reqs, spec, concurrency=concurrency)
+        return [(g.output_ids, [(s.drafted, s.accepted, s.first_rejection, s.emitted) for s in g.steps])
+                for g in gens]
+
+    eager = records(Engine(target, head=head, pack=False))
+    static = records(Engine(target, head=head, static="static"))
+    assert static == eager
+    drafted = sum(s[0] for _, steps in static for s in steps)
+    accepted = sum(s[1] for _, steps in static for s in steps)
+    assert drafted > 0 and (accepted / drafted >= LEARNED or "disable_by_batch_size" in extra)

@@ -81,14 +81,54 @@ def test_greedy_static_step_equals_the_eager_step(models, spec, concurrency):
     assert stats.steps == sum(len(g.steps) for g in static) or concurrency > 1
 
 
+@pytest.fixture(scope="module")
+def e3_models():
+    """A 16-token target and a random EAGLE-3 head over 10 of its tokens (seldom accepted:
+    the accepting paths are compared with a trained head, tests/engine/test_eagle3_training.py)."""
+    target = tiny.make_model(vocab_size=16, layers=2, seed=0, init_range=0.5)
+    return target, tiny.make_head(target, draft_vocab_size=10, seed=2, std=0.6)
+
+
+def e3_requests(n: int = 9, seed: int = 0) -> list:
+    rnd = random.Random(seed)
+    return [([rnd.randrange(16) for _ in range(rnd.randint(2, 20))],
+             SamplingParams(max_new_tokens=rnd.randint(1, 30), seed=i, ignore_eos=True)) for i in range(n)]
+
+
+E3_SPECS = [SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head"),
+            SpeculativeConfig(method="eagle3", num_speculative_tokens=1, draft="head"),
+            SpeculativeConfig(method="eagle3", num_speculative_tokens=4, draft="head", dynamic_k=True,
+                              draft_confidence_threshold=0.3),
+            SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head", disable_by_batch_size=2)]
+
+
+@pytest.mark.parametrize("spec", E3_SPECS, ids=spec_id)
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_greedy_static_eagle3_equals_the_eager_step(e3_models, spec, concurrency):
+    """Step for step, with budgets, dynamic k, the confidence threshold, and steps that
+    draft nothing (disable_by_batch_size above 2 rows: the head's pending buffer fills and is
+    caught up before the step that would overflow it)."""
+    target, head = e3_models
+    reqs = e3_requests()
+    eager, _ = scheduler.run(Engine(target, head=head, pack=False), reqs, spec, concurrency=concurrency)
+    static, stats = scheduler.run(Engine(target, head=head, static="static"), reqs, spec, concurrency=concurrency)
+    assert trace(static) == trace(eager)
+    assert stats.draft_weight_bytes > 0 and stats.draft_kv_peak_bytes > 0
+
+
 def test_the_static_step_refuses_what_it_does_not_run(models):
     target, draft = models
     engine = Engine(target, draft, static="static")
     for spec, why in [(SpeculativeConfig(method="ngram", num_speculative_tokens=2), "method ngram"),
-                      (chain(2, topk=2), "a dynamic draft tree")]:
+                      (chain(2, topk=2), "a dynamic draft tree"),
+                      (SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h"), "no EAGLE-3 head")]:
         assert why in engine.static_reason(spec)
         with pytest.raises(ValueError, match=why):
             engine.batch(spec)
+    with_head = Engine(target, head=tiny.make_head(target, seed=1), static="static")
+    e3_tree = SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h", token_tree=((0,), (1,), (0, 0)))
+    assert "an EAGLE-3 draft tree" in with_head.static_reason(e3_tree)
+    assert with_head.static_reason(SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h")) == ""
     with pytest.raises(ValueError, match="prepacking"):
         Engine(target, static="static", pack=True)
     with pytest.raises(ValueError, match="needs a CUDA device"):
@@ -137,6 +177,21 @@ def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
     # (budget) widths, at c3 those at buckets 1, 2 and 4, and the tree the same at c3
     assert backend.graphs <= sum(g.builds for g in graphs)
     assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3 + 2 * 2 * 3
+
+
+def test_compiled_eagle3_step_matches_and_never_recompiles_for_a_length(e3_models):
+    target, head = e3_models
+    backend = CountingBackend()
+    engine = Engine(target, head=head, static="compile", compile_backend=backend)
+    eager = Engine(target, head=head, pack=False)
+    spec = E3_SPECS[0]
+    for concurrency in (1, 3):
+        reqs = e3_requests(5, seed=concurrency)
+        assert trace(scheduler.run(engine, reqs, spec, concurrency=concurrency)[0]) == \
+            trace(scheduler.run(eager, reqs, spec, concurrency=concurrency)[0])
+    (batch,) = engine._static_batches.values()
+    assert backend.graphs <= batch.graphs.builds  # no guard failed and recompiled
+    assert len(batch.graphs.built) <= 2 * 2 * 3  # (draft, verify) x (k + 1, 1) x buckets 1, 2, 4
 
 
 def test_the_graph_counter_sees_a_recompile():
@@ -207,6 +262,57 @@ def test_static_baseline_sampling_follows_the_target_distribution(static_engine,
     sp = SAMPLINGS["top_k"]
     outputs = sample_outputs(static_engine, sp, SpeculativeConfig(), None, 4)
     assert gof_pvalue(joint_counts(outputs), exact_joint(tiny_target, sp)) > 1e-3
+
+
+@pytest.fixture(scope="module")
+def e3_target():
+    return tiny.make_model(vocab_size=V, hidden=16, layers=2, init_range=0.5, seed=3)
+
+
+def eagle3(k: int, **kw) -> SpeculativeConfig:
+    return SpeculativeConfig(method="eagle3", num_speculative_tokens=k, draft="head", **kw)
+
+
+E3_CASES = [  # (concurrency, sampling, draft vocabulary, configuration)
+    (1, "temperature", 3, eagle3(3)),  # 3 of 6 tokens: the target's support is not covered
+    (4, "all", V, eagle3(3, dynamic_k=True)),  # ragged companions, k changing per row
+]
+
+
+@pytest.mark.parametrize("concurrency,sampling,draft_vocab,spec", E3_CASES,
+                         ids=lambda x: spec_id(x) if isinstance(x, SpeculativeConfig) else str(x))
+def test_static_eagle3_sampling_follows_the_target_distribution(e3_target, concurrency, sampling, draft_vocab, spec):
+    head = tiny.make_head(e3_target, draft_vocab_size=draft_vocab, seed=14, std=0.6)
+    engine = Engine(e3_target, head=head, static="static")
+    sp = SAMPLINGS[sampling]
+    outputs = sample_outputs(engine, sp, spec, None, concurrency, n=1000)
+    counts, expected = joint_counts(outputs), exact_joint(e3_target, sp)
+    assert counts[expected == 0].sum() == 0, "emitted a sequence the target can never produce"
+    assert gof_pvalue(counts, expected) > 1e-3
+
+
+def test_the_same_test_rejects_static_eagle3_q_left_in_draft_id_order(e3_target, monkeypatch):
+    """The head's distribution handed to the verifier indexed by draft id instead of
+    scattered to the target ids (the classic EAGLE-3 slip; the drafts themselves drawn
+    right), on the static step: caught."""
+    real = static_mod.StaticBatch._draft_chain
+
+    def draft_order_q(self, B, K, sampled, top_k, top_p):
+        drafts, q, ks = real(self, B, K, sampled, top_k, top_p)
+        if q is not None:
+            ids = self.head.draft_ids
+            wrong = torch.zeros_like(q)
+            wrong[..., : ids.numel()] = q[..., ids]
+            q = wrong
+        return drafts, q, ks
+    monkeypatch.setattr(static_mod.StaticBatch, "_draft_chain", draft_order_q)
+    head = tiny.make_head(e3_target, draft_vocab_size=3, seed=14, std=0.6)
+    assert head.draft_ids.tolist() != [0, 1, 2]  # otherwise the two orders coincide
+    sp = SAMPLINGS["temperature"]
+    outputs = sample_outputs(Engine(e3_target, head=head, static="static"), sp, eagle3(3), None, 4, n=600)
+    pvalue = gof_pvalue(joint_counts(outputs), exact_joint(e3_target, sp))
+    print(f"static EAGLE-3 q in draft-id order, 600 draws: p = {pvalue:.3g}")
+    assert pvalue < 1e-3
 
 
 def test_the_same_test_rejects_a_verifier_that_draws_from_p_after_a_rejection(static_engine, tiny_target,

@@ -87,9 +87,10 @@ class HeadRunner:
 
 
 class Eagle3Drafter(OwnCache):
-    def __init__(self, head: Any, shape: TreeShape = TreeShape()):
+    def __init__(self, head: Any, shape: TreeShape = TreeShape(), confidence_threshold: float = 0.0):
         self.head = head
         self.shape = shape
+        self.threshold = confidence_threshold  # a node the head is less sure of is not expanded
         self.lm = HeadRunner(head)
         self.capture_layers: tuple[int, ...] = tuple(head.aux_layers)
         self.draft_ids = head.draft_ids.to(self.lm.device)  # draft id -> target id
@@ -155,7 +156,7 @@ class Eagle3Drafter(OwnCache):
             return self.head.logits(outputs)
 
         prop, _ = grow(self.shape, self.head.logits(hidden), ks, rows, expand, draft_ids=self.draft_ids,
-                       vocab_size=self.vocab_size)
+                       vocab_size=self.vocab_size, threshold=self.threshold)
         return prop
 
     def commit(self, accepted: Sequence[int], valid: Sequence[int], features: torch.Tensor | None) -> None:

@@ -37,7 +37,7 @@ def make_drafter(spec: "SpeculativeConfig", *, target_runner: "ModelRunner",
     if spec.method == "eagle3":
         if head is None:
             raise ValueError("method eagle3 needs an engine built with an EAGLE-3 head (Engine(..., head=))")
-        return Eagle3Drafter(head, TreeShape.from_spec(spec))
+        return Eagle3Drafter(head, TreeShape.from_spec(spec), spec.draft_confidence_threshold)
     if spec.method == "medusa":
         if head is None or not hasattr(head, "num_heads"):
             raise ValueError("method medusa needs an engine built with Medusa heads (Engine(..., head=))")
