@@ -37,6 +37,9 @@ from specbench.errors import ConfigError
 from specbench.records import SAMPLES_FILE, RunMetadata, RunWriter, default_run_dir, make_run_id, read_run
 from specbench.progress import PlanProgress
 from specbench.runner import Configuration
+from specbench import session
+from specbench.interrupts import TerminateAsInterrupt
+from specbench.models.fetch import named_head
 
 BACKENDS = ("embedded", "hf", "openai")
 Log = Callable[[str], None]
@@ -206,8 +209,6 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
               log: Log | None) -> tuple[Any, list]:
     """(backend, requests): the tokenizer or models loaded, the requests built, the backend
     ready to measure; what setup found goes into `metadata`."""
-    from specbench import session
-
     if remote is not None:  # only the tokenizer: the server holds the weights
         from specbench.backends.openai import load_tokenizer
 
@@ -230,7 +231,6 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
     draft = sp.draft if drafted else None
     if draft is not None and sp.method == "eagle3":
         from specbench.models.eagle3 import describe
-        from specbench.models.fetch import named_head
 
         head = describe(sess.eagle3_head(draft))  # before the engine packs it
         entry = named_head(draft)
@@ -257,8 +257,6 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
 
 def run_plan(plan: RunPlan, *, log: Log | None = None, progress: PlanProgress | None = None) -> RunResult:
     """Measure `plan` into a run directory (see the module docstring)."""
-    from specbench import session
-    from specbench.interrupts import TerminateAsInterrupt
 
     check_backend(plan.backend)
     remote = None

@@ -43,6 +43,8 @@ from specbench.config import (
     SamplingParams,
 )
 from specbench.types import Request
+from specbench.workload import load_workload
+from specbench.workload import build_requests
 
 Log = Callable[[str], None]
 
@@ -67,8 +69,6 @@ def load_prompts(workload: str, *, prompt_field: str | None = None, num_prompts:
                  seed: int = 0) -> Any:
     """The `specbench.workload.Workload` named by `workload`; `num_prompts` None means the
     default for its kind (`default_num_prompts`), a seeded sample of a named set."""
-    from specbench.workload import load_workload
-
     return load_workload(workload, prompt_field=prompt_field,
                          num_prompts=num_prompts if num_prompts is not None else default_num_prompts(workload),
                          seed=seed)
@@ -80,8 +80,6 @@ def tokenize(workload: Any, tokenizer: Any, base: SamplingParams, *, max_context
     """(requests, skipped): the prompts of `workload` as requests for `tokenizer`; prompts
     longer than `max_context` are left out (and said so) unless `truncate`. A workload of
     which nothing fits is a WorkloadError naming the flags that help."""
-    from specbench.workload import build_requests
-
     requests, skipped = build_requests(workload, tokenizer, base, use_chat_template=chat_template,
                                        max_context=max_context, truncate=truncate, overrides=overrides)
     if skipped and log:

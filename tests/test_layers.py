@@ -75,7 +75,9 @@ def _type_checking(node: ast.AST) -> bool:
 def runtime_imports(module: str, source: str, known: set[str]) -> set[str]:
     """The modules of `known` that `module` imports when it or any of its functions runs: every
     import statement at any depth (except under `if TYPE_CHECKING:`), each with the packages
-    above it."""
+    above it. (`importlib.import_module` calls are not followed: specbench.cli registers its
+    command modules that way, and specbench.cli.serve imports specbench.cli back only inside
+    its entry point, which says so.)"""
     is_pkg = module not in known or any(k.startswith(module + ".") for k in known)
     found: set[str] = set()
     todo: list[ast.AST] = [ast.parse(source)]
@@ -222,3 +224,121 @@ def test_the_engine_core_never_imports_the_drafters():
     assert set(ENGINE_CORE) <= set(modules())
     # the check can fail
     assert drafter_imports("specbench.engine.tree", "from specbench.engine.drafters.base import Proposal\n")
+
+
+# ---- function-level imports: lazy on purpose, or at module level ---------------------------------
+
+# Third-party packages slow enough to import that a module keeps them (and what imports them)
+# out of its own import: `specbench --help` and the commands that never need them start fast,
+# and layers that must not load them (a report never loads torch) do not.
+HEAVY = frozenset({"torch", "transformers", "optuna", "pandas", "pyarrow", "plotly", "datasets", "scipy", "numpy",
+                   "aiohttp", "httpx", "sqlalchemy", "huggingface_hub"})
+REASON = re.compile(r"#\s*\S")  # a comment on the import's line or the line above it
+
+
+def lazy_exports(source: str) -> dict[str, str]:
+    """A package `__init__`'s lazy re-exports (`exports(__name__, {name: module})`)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "exports" and len(node.args) == 2 \
+                and isinstance(node.args[1], ast.Dict):
+            return {k.value: v.value for k, v in zip(node.args[1].keys, node.args[1].values)
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+    return {}
+
+
+def imported_modules(node: ast.AST, module: str, known: set[str], lazy: dict[str, dict[str, str]]) -> set[str]:
+    """The specbench modules an import statement loads, a lazily re-exported name resolved to
+    the module that defines it (the packages above each aside)."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name in known}
+    base = node.module or ""
+    if node.level:
+        is_pkg = any(k.startswith(module + ".") for k in known)
+        parts = module.split(".") if is_pkg else module.split(".")[:-1]
+        base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+    out = set()
+    for a in node.names:
+        full = f"{base}.{a.name}"
+        out.add(full if full in known else lazy.get(base, {}).get(a.name, base))
+    return {m for m in out if m in known}
+
+
+def heavy_modules(sources: dict[str, str]) -> dict[str, str]:
+    """module -> the heavy package its import loads (through specbench modules imported at
+    module level, lazy re-exports resolved), for every module whose import loads one."""
+    known = set(sources)
+    lazy = {m: lazy_exports(s) for m, s in sources.items()}
+    direct: dict[str, str] = {}
+    graph: dict[str, set[str]] = {}
+    for m, src in sources.items():
+        graph[m] = set()
+        for node in ast.parse(src).body:
+            if _type_checking(node):
+                continue
+            for n in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+                if isinstance(n, (ast.Import, ast.ImportFrom)):
+                    names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
+                    top = {x.split(".")[0] for x in names if not getattr(n, "level", 0)}
+                    if top & HEAVY:
+                        direct.setdefault(m, sorted(top & HEAVY)[0])
+                    graph[m] |= imported_modules(n, m, known, lazy)
+                    for name in names:  # the packages above an imported module run first
+                        parts = name.split(".")
+                        graph[m] |= {q for i in range(2, len(parts)) if (q := ".".join(parts[:i])) in known}
+    heavy = dict(direct)
+    changed = True
+    while changed:
+        changed = False
+        for m, deps in graph.items():
+            if m not in heavy:
+                why = next((f"{heavy[d]} (through {d})" for d in sorted(deps) if d in heavy), None)
+                if why:
+                    heavy[m] = why
+                    changed = True
+    return heavy
+
+
+def unexplained_lazy_imports(sources: dict[str, str]) -> list[str]:
+    """Imports of specbench modules inside functions that are neither of a module whose import
+    loads a heavy package nor say why with a comment (on the line or the line above)."""
+    known = set(sources)
+    lazy = {m: lazy_exports(s) for m, s in sources.items()}
+    heavy = heavy_modules(sources)
+    out = []
+    for m, src in sources.items():
+        lines = src.splitlines()
+        for fn in ast.walk(ast.parse(src)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                targets = imported_modules(node, m, known, lazy)
+                if not targets or any(t in heavy for t in targets):
+                    continue
+                said = REASON.search(lines[node.lineno - 1]) or REASON.match(lines[node.lineno - 2].strip())
+                if not said:
+                    out.append(f"{m}:{node.lineno} {lines[node.lineno - 1].strip()}")
+    return out
+
+
+def test_every_import_inside_a_function_is_lazy_on_purpose():
+    found = unexplained_lazy_imports({m: p.read_text() for m, p in modules().items()})
+    assert not found, ("imports inside functions of modules that load nothing heavy: move them to module level, "
+                       "or say why they wait on the line above:\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("sources, found", [
+    # a light module imported in a function: reported
+    ({"specbench.a": "def f():\n    from specbench.b import x\n", "specbench.b": "x = 1\n"}, 1),
+    # the same, saying why: not reported
+    ({"specbench.a": "def f():\n    # b reads the environment when imported\n    from specbench.b import x\n",
+      "specbench.b": "x = 1\n"}, 0),
+    # a heavy one, directly or through another module or a lazy re-export: not reported
+    ({"specbench.a": "def f():\n    from specbench.b import x\n", "specbench.b": "import torch\nx = 1\n"}, 0),
+    ({"specbench.a": "def f():\n    from specbench.p import g\n",
+      "specbench.p": "from specbench.lazy import exports\n__getattr__, __dir__ = exports(__name__, {'g': 'specbench.p.m'})\n",
+      "specbench.p.m": "from specbench.q import y\ndef g(): pass\n", "specbench.q": "import pandas as pd\ny = 1\n"}, 0),
+])
+def test_the_lazy_import_check_tells_heavy_from_light(sources, found):
+    assert len(unexplained_lazy_imports(sources)) == found

@@ -13,6 +13,7 @@ import sys
 import typer
 
 from specbench.errors import SpecbenchError
+from specbench import limits
 
 app = typer.Typer(
     name="specbench",
@@ -64,8 +65,6 @@ def bound_numbers(command, top: str | None = None) -> None:
     """Hold every integer and float option of `command` (and its subcommands) to its
     `specbench.limits` bound as click parses it: one place for all of them, so a huge, tiny
     or NaN value is a one-line error naming the flag before the command starts."""
-    from specbench import limits
-
     for name, sub in (getattr(command, "commands", None) or {}).items():
         if name not in UNBOUNDED_HERE:
             bound_numbers(sub, top or name)

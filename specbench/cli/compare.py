@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 
 from specbench.errors import ConfigError
+from specbench import compare as cmp
+from specbench.atomic import atomic_write
 
 FORMATS = ("table", "json", "junit", "markdown")
 
@@ -31,8 +33,6 @@ def compare(
 ) -> None:
     """Compare CURRENT against BASELINE per configuration: exit 0 if nothing regressed, 1 on a
     regression, 2 when the runs are not comparable (the message names what differs)."""
-    from specbench import compare as cmp
-    from specbench.atomic import atomic_write
     from specbench.records import read_run
 
     # ---- validate every flag before reading anything -------------------------------------

@@ -14,6 +14,9 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from specbench.models import catalog, fetch
+from specbench.config import EngineConfig
+from specbench.errors import ModelError
 
 models_app = typer.Typer(
     help="List, pull and inspect models (catalog names, Hugging Face directories, .gguf files).",
@@ -32,8 +35,6 @@ def _size(n: float) -> str:
 @models_app.command("list")
 def list_models() -> None:
     """Show the catalog models and heads, their verified size and sha256, and whether they are cached."""
-    from specbench.models import catalog, fetch
-
     # Converted models live at <cache>/models/<name>; the caption says where, so the table
     # stays narrow enough for an 80-column terminal.
     table = Table(title="catalog", caption=f"cached models: {fetch.cache_root() / 'models'}")
@@ -54,8 +55,6 @@ def pull(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bars"),
 ) -> None:
     """Download, assemble, verify and convert a model into the cache (once; later pulls are instant)."""
-    from specbench.config import EngineConfig
-    from specbench.errors import ModelError
     from specbench.models import catalog, fetch, loading
 
     console = Console()
@@ -101,7 +100,6 @@ def _describe(path: Path, trust_remote_code: bool = False) -> dict[str, Any]:
     """Config summary of a converted or Hugging Face directory, without loading weights."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-    from specbench.errors import ModelError
     from specbench.models import fetch, loading
 
     config_file = path / "config.json"
@@ -152,7 +150,6 @@ def _describe_gguf(path: Path) -> dict[str, Any]:
     """Header summary of a .gguf file not converted yet (its metadata, no weights read)."""
     from gguf import GGUFReader
 
-    from specbench.errors import ModelError
 
     try:
         reader = GGUFReader(str(path))
@@ -179,7 +176,6 @@ def info(
     trust_remote_code: bool = typer.Option(False, help="Allow a model repository's own config code to run."),
 ) -> None:
     """Summarize a model's configuration: architecture, layers, hidden size, vocab, dtype, eos ids."""
-    from specbench.errors import ModelError
     from specbench.models import catalog, fetch, loading
 
     console = Console()

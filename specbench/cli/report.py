@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from specbench.errors import ConfigError
+from specbench.records.lock import OutLock
 
 
 def report(
@@ -40,7 +41,6 @@ def report(
         target = target / default_out(inputs).name
     elif target.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"--out {target}: give an .html file name (or an existing directory)")
-    from specbench.records.lock import OutLock
 
     with OutLock(target.parent, name=f".{target.name}.lock", label=target):  # one writer per report file
         page = build_report(inputs, title=title, n_boot=n_boot)

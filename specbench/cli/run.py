@@ -30,6 +30,10 @@ from specbench.config import (
 from specbench.errors import ConfigError
 from specbench.flags import HELP
 from specbench.progress import PlanProgress
+from specbench.session import sampling_base
+from specbench.config import split_list
+from specbench import limits
+from specbench import analysis
 
 # Measuring time of the built-in default run (`specbench run`, no workload/size flags): with
 # model loading and warm-up it stays within the README's "about 5 minutes" on 2 cores, also in
@@ -158,7 +162,6 @@ def build_plan(f: RunFlags, given: set[str]) -> Any:
     """`specbench run`'s flags (by parameter name) as a `RunPlan`, each checked on its own;
     `given`: the flags set on the command line (not defaulted)."""
     from specbench.plan import RunPlan, ServerOptions, check_backend
-    from specbench.session import sampling_base
 
     check_backend(f.backend)
     if f.out is not None and not str(f.out).strip():
@@ -215,9 +218,6 @@ def build_plan(f: RunFlags, given: set[str]) -> Any:
 def _parse_rates(values: Any) -> list[float]:
     """`--request-rate 1,2 --request-rate 4` -> [1.0, 2.0, 4.0]; one line for a non-number. A
     rate given twice (5,5 or 5,5.0) counts once, as every list flag's values do."""
-    from specbench.config import split_list
-
-    from specbench import limits
 
     out = []
     for part in split_list(values or [], "--request-rate"):
@@ -312,8 +312,6 @@ def _say_interrupted(result: Any) -> None:
 def print_summary(result: Any) -> None:
     """The run's records as the console shows them: the summary table, bursts, where
     speculation pays, greedy mismatches, server acceptance and the time budget."""
-    from specbench import analysis
-
     df, cfg = result.frame, result.config
     summary = analysis.summarize(df)
     # Piped output (CI logs, files) would wrap the tables at 80 columns.

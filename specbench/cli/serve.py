@@ -25,6 +25,8 @@ from specbench.config import (
 )
 from specbench.errors import ConfigError
 from specbench.flags import HELP
+from specbench.server import SpecbenchServer, is_loopback
+from specbench.session import open_engine
 
 console = Console(stderr=True)
 
@@ -70,8 +72,6 @@ def serve(
 ) -> None:
     """Serve the embedded engine over an OpenAI-compatible API (/v1/completions,
     /v1/chat/completions, /v1/models, /health, /metrics) with continuous batching."""
-    from specbench.server import SpecbenchServer, is_loopback
-    from specbench.session import open_engine
 
     if method is not None and not method.strip():
         raise ConfigError("--method is empty: give one of none, draft_model, ngram, eagle3, medusa, suffix, "
@@ -144,9 +144,10 @@ def register(app: typer.Typer) -> None:
 
 def main() -> None:
     """`python -m specbench.server ARGS` = `specbench serve ARGS`."""
+    sys.argv = [sys.argv[0], "serve", *sys.argv[1:]]
+    # here, not at module level: specbench.cli imports this module while it registers commands
     from specbench.cli import main as cli_main
 
-    sys.argv = [sys.argv[0], "serve", *sys.argv[1:]]
     cli_main()
 
 

@@ -20,6 +20,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from specbench.sweep.options import OPTIONS, Option
+from specbench import sweep as sw
+from specbench.records.lock import OutLock
+from specbench.errors import ConfigError
+from specbench.sweep.urls import display_url
 
 console = Console(stderr=True)
 
@@ -50,14 +54,11 @@ def _spec_values(flags: dict[str, Any]) -> dict[str, Any]:
 def sweep(spec_file: Optional[Path] = None, retry_failed: bool = False, **flags: Any) -> None:
     """Tune speculative decoding with Optuna: each trial is a real run; resumable, shareable
     between workers; ends in a recommended serving profile."""
-    from specbench import sweep as sw
-
     # ---- everything that can be wrong in the input fails here, before any model loads ----
     spec = sw.build_spec(sw.load_spec_file(spec_file) if spec_file is not None else None,
                          _spec_values(flags), source=spec_file)
     _check_writable(spec.study.out, "--out (the study directory)")
     _check_writable(Path(spec.profile.out).parent, f"--profile {spec.profile.out}: its directory")
-    from specbench.records.lock import OutLock
 
     # workers of this study share the directory (each trial writes its own run directory);
     # a sweep of another study into it is refused in one line, before anything is written
@@ -67,7 +68,6 @@ def sweep(spec_file: Optional[Path] = None, retry_failed: bool = False, **flags:
 
 def _sweep(spec: Any, retry_failed: bool) -> None:
     """The sweep, its study directory locked: measure what is left, write the profile."""
-    from specbench import sweep as sw
     from specbench.sweep.profile import nothing_measured
 
     study = _open_study(spec, retry_failed)
@@ -109,7 +109,6 @@ def _check_writable(directory: Path, what: str) -> None:
     import os
     import tempfile
 
-    from specbench.errors import ConfigError
 
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -122,9 +121,7 @@ def _check_writable(directory: Path, what: str) -> None:
 
 def _open_study(spec: Any, retry_failed: bool) -> Any:
     """Open (or create) the study, set failures aside if asked, and say where it stands."""
-    from specbench import sweep as sw
     from specbench.sweep import trials
-    from specbench.sweep.urls import display_url
 
     storage = sw.open_storage(spec.storage_url, heartbeat_interval=spec.study.heartbeat_interval_s,
                               grace_period=spec.study.grace_period_s, retry_s=spec.study.storage_retry_s,
@@ -142,7 +139,6 @@ def _open_study(spec: Any, retry_failed: bool) -> Any:
 
 def _measure(spec: Any, study: Any) -> Any:
     """Load what the trials measure with, then run trials with a progress bar; the Worker."""
-    from specbench import sweep as sw
     from specbench.sweep.measure import open_session
 
     session = open_session(spec, log=console.print)
@@ -172,8 +168,6 @@ class _RichEvents:
     workers' trials count), and the requests of the trial in flight."""
 
     def __init__(self, spec: Any, study: Any, progress: Progress) -> None:
-        from specbench import sweep as sw
-
         self.sw, self.spec, self.progress = sw, spec, progress
         done, total = sw.progress_counts(study, spec)
         self.overall = progress.add_task(self._label(study), total=total, completed=done)

@@ -7,6 +7,8 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from specbench.workload import list_workloads
+from specbench.workload import load_workload
 
 workloads_app = typer.Typer(
     help="List the shipped prompt sets and preview prompts of any set, file or hf: dataset.",
@@ -31,8 +33,6 @@ def _preview(text: str, width: int = 80) -> str:
 @workloads_app.command("list")
 def list_cmd() -> None:
     """Show the named prompt sets: kind, prompt count, default sampling and description."""
-    from specbench.workload import list_workloads
-
     table = Table(title="Prompt sets (also: a .jsonl/.json/.parquet/.csv file or hf:NAME[:split])")
     for column in ("name", "kind", "count", "default sampling", "description"):
         table.add_column(column, overflow="fold")
@@ -54,8 +54,6 @@ def show_cmd(
 ) -> None:
     """Show the prompts of a workload: id, category, per-prompt sampling and the first ~80
     characters of each prompt."""
-    from specbench.workload import load_workload
-
     workload = load_workload(name, prompt_field=prompt_field, num_prompts=num_prompts, seed=seed)
     categories = sorted({p.category for p in workload.prompts})
     title = (f"{workload.name} ({workload.kind}): {len(workload.prompts)} prompts; default "

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from specbench.errors import ConfigError, ModelError
+from specbench.atomic import atomic_write
 
 # Weight files tried in order: vLLM / HF style, then FasterDecoding's names.
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "medusa_lm_head.safetensors", "medusa_lm_head.pt",
@@ -289,7 +290,6 @@ def save_heads(heads: MedusaHeads, path: str | Path, *, base_model: str | None =
     """Write `heads` in vLLM's layout (config.json + model.safetensors), atomically per file."""
     from safetensors.torch import save
 
-    from specbench.atomic import atomic_write
 
     cfg = heads.config
     path = Path(path)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.errors import ConfigError, ModelError
+from specbench.models import catalog, fetch
 
 
 @dataclass
@@ -41,7 +42,6 @@ def load_tokenizer_only(source: str | None, *, fallbacks: Sequence[str | None] =
     docstring); ConfigError with `missing_hint` when there is none."""
     from transformers import AutoTokenizer, GenerationConfig
 
-    from specbench.models import catalog, fetch
     from specbench.models.loading import check_tokenizer, eos_ids, resolve_model_path
 
     def usable(spec: str | None) -> bool:

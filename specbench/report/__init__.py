@@ -5,7 +5,7 @@ decoding on, and how?" from one or more runs.
   refuse mixed workloads, pair each speculative configuration with its baseline;
 - `verdict`: the numbers and sentences the page states (speedup with a bootstrap CI per
   configuration and concurrency, where each method stops paying, outliers);
-- `plots`: what every figure shares and the page's sections; the figures, each with a note
+- `plots`: what every figure shares, `sections`: the page's sections in order; the figures, each with a note
   instead of an empty plot when there is no data: `speed_plots`, `acceptance_plots`,
   `correctness_plots`, `cliff` (per-step: batch size, context, output position), `model_view`
   (the fitted speedup model, `specbench.speedup_model`), `study_view` (the search and the

@@ -28,6 +28,9 @@ from specbench.sweep.space import config_key
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.summary import headline, jsonable, stored_summary
 from specbench.sweep.urls import display_url
+from specbench.session import open_session as open_embedded_session
+from specbench.errors import RecordsError
+from specbench.config import BASELINE
 
 
 @dataclass
@@ -44,7 +47,6 @@ def open_session(spec: SweepSpec, log: Callable[[str], None] | None = None) -> A
         from specbench.sweep.server import open_server_session
 
         return open_server_session(spec, log=log)
-    from specbench.session import open_session as open_embedded_session
 
     w = spec.workload
     return open_embedded_session(
@@ -56,7 +58,6 @@ def open_session(spec: SweepSpec, log: Callable[[str], None] | None = None) -> A
 def baseline_outputs_from(study_dir: Path, baseline_trial: Any) -> dict[str, list[int]] | None:
     """Greedy reference outputs from a baseline trial's run directory, when it is on this
     host (token_match_rate is then filled in for speculative rows, as in `specbench run`)."""
-    from specbench.errors import RecordsError
     from specbench.records import read_run
 
     rel = baseline_trial.user_attrs.get("run_dir")
@@ -136,7 +137,6 @@ def measure(session: Any, spec: SweepSpec, config: Configuration, number: int, s
 def _run(session: Any, spec: SweepSpec, config: Configuration, number: int, run_dir: Path, study_dir: Path,
          baseline_outputs: dict[str, list[int]] | None, events: Any, backend: Any,
          launcher: Any, worker: str | None) -> Measurement:
-    from specbench.config import BASELINE
     from specbench.records import RunMetadata, RunWriter, read_run
     from specbench.runner import run_configuration, run_plan
 
@@ -218,7 +218,6 @@ def measure_level(session: Any, spec: SweepSpec, configs: list[Configuration], n
     among `configs`): every trial's speedup comes from the one Parquet they share, against
     the baseline samples measured in the same blocks. Where one baseline serves N configurations a level costs
     (N + 1) x prompts instead of 2 x N x prompts, before any configuration stops early."""
-    from specbench.config import BASELINE
     from specbench.records import RunMetadata, RunWriter, make_run_id, read_run
     from specbench.runner import run_plan
 
@@ -306,7 +305,6 @@ class PairedWatch:
         """`blocks`: the plan's block count where it sets one (`runner.run_plan`'s `blocks`),
         else blocks are `runner.block_size` long."""
         from specbench.analysis.sequential import Monitor, SequentialRule, look_points
-        from specbench.config import BASELINE
         from specbench.runner import block_size
 
         self.config, self.sequential = config, spec.budget.sequential

@@ -46,6 +46,10 @@ from specbench.sweep.spec import SweepSpec
 from specbench.sweep.trials import SKIPPED_ATTR, is_measured, params_key
 from specbench.sweep.summary import speedups_vs
 from specbench.sweep.urls import display_url
+from specbench.errors import RecordsError
+from specbench import analysis
+from specbench.sweep.options import OBJECTIVES
+from specbench.atomic import atomic_write
 
 PROFILE_VERSION = 1
 _EVIDENCE = ("tpot_p50_s", "tpot_p95_s", "ttft_p50_s", "e2e_p50_s", "output_tps",
@@ -117,7 +121,6 @@ class Level:
 
 
 def _samples(spec: SweepSpec, t: FrozenTrial) -> Any:
-    from specbench.errors import RecordsError
     from specbench.records import read_run
 
     run_dir = t.user_attrs.get("run_dir")
@@ -132,8 +135,6 @@ def _samples(spec: SweepSpec, t: FrozenTrial) -> Any:
 def tpot_interval(spec: SweepSpec, best: FrozenTrial, base: FrozenTrial) -> tuple[float, float, float] | None:
     """The paired bootstrap TPOT speedup of `best` over `base` from their run files (trials
     measured apart: server sweeps)."""
-    from specbench import analysis
-    from specbench.errors import RecordsError
 
     b, s = _samples(spec, base), _samples(spec, best)
     if b is None or s is None:
@@ -161,8 +162,6 @@ def flagged(t: FrozenTrial) -> list[str]:
 def _verdict(spec: SweepSpec, t: FrozenTrial, base: FrozenTrial | None) -> tuple[bool, Any, bool]:
     """(pays, interval, paired) of one speculative trial: its own paired interval when it
     measured its baseline with it, else the bootstrap interval against the baseline trial."""
-    from specbench import analysis
-
     interval, paired = _paired(t), True
     if interval is None:
         interval, paired = (tpot_interval(spec, t, base) if base is not None else None), False
@@ -175,8 +174,6 @@ def _verdict(spec: SweepSpec, t: FrozenTrial, base: FrozenTrial | None) -> tuple
 def _base_value(spec: SweepSpec, t: FrozenTrial, base: FrozenTrial | None) -> float | None:
     """The primary objective of the baseline `t` is compared with: its own paired baseline
     samples when it measured them, else the baseline trial's value."""
-    from specbench.sweep.options import OBJECTIVES
-
     paired = t.user_attrs.get("baseline_summary")
     if paired is not None and spec.objectives[0] != "speedup":
         return paired.get(OBJECTIVES[spec.objectives[0]].column)
@@ -476,7 +473,6 @@ def write_profile(path: Path, profile: dict[str, Any]) -> dict[str, Path]:
     returns."""
     import yaml
 
-    from specbench.atomic import atomic_write
 
     header = ("# Recommended serving profile written by `specbench sweep`.\n"
               "# Every number is measured: trial = Optuna trial number, run_id/run_dir = the run\n"

@@ -50,6 +50,9 @@ from specbench.sweep.serving import vllm_speculative_config
 from specbench.sweep.spec import SweepSpec
 from specbench.sweep.storage import first_line
 from specbench.sweep.trials import TrialFailed
+from specbench.models import catalog, fetch
+from specbench.session import default_num_prompts
+from specbench.workload import build_requests, load_workload
 
 
 def speculative_config_json(spec: SpeculativeConfig) -> str:
@@ -64,7 +67,6 @@ def server_model_path(model: str) -> str:
     Hugging Face directory, a catalog head its unpacked directory (pulled or converted on first
     use, as `specbench run` does); anything else (a directory, a hub id the server resolves
     itself) stays as given."""
-    from specbench.models import catalog, fetch
     from specbench.models.loading import resolve_model_path
 
     if fetch.named_head(model) is not None:
@@ -104,8 +106,6 @@ class ServerSession:
 def open_server_session(spec: SweepSpec, log: Callable[[str], None] | None = None) -> ServerSession:
     """Load the workload and the tokenizer (never the weights), tokenize the requests."""
     from specbench.backends.openai import OpenAIBackend, load_tokenizer
-    from specbench.session import default_num_prompts
-    from specbench.workload import build_requests, load_workload
 
     assert spec.server is not None
     w = spec.workload

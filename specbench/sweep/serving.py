@@ -45,6 +45,7 @@ from typing import Any
 
 from specbench.analysis import physics
 from specbench.config import SUFFIX_KNOBS, SpeculativeConfig
+from specbench.atomic import atomic_write
 
 _NGRAM = SpeculativeConfig(method="ngram")  # the n-gram lookup sizes (and suffix knobs) measured
 SERVING_FILES = {"vllm": ".vllm.json", "vllm_legacy": ".vllm-legacy.json",
@@ -300,7 +301,6 @@ def write_serving(profile_path: Path, profile: dict[str, Any]) -> dict[str, Path
     line, `# baseline: <why>` (no flags)."""
     import yaml
 
-    from specbench.atomic import atomic_write
 
     serving = serving_profiles(profile)
     written: dict[str, Path] = {}

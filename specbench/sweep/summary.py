@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from specbench import analysis
 
 # Headline figures stored flat on each trial (optuna-dashboard shows flat numbers as sortable
 # columns): user attr name (units in the name) -> (summary column, scale, decimals)
@@ -50,8 +51,6 @@ def headline(summary: dict[str, Any]) -> dict[str, float]:
 def stored_summary(samples: Any, config_id: str | None = None) -> dict[str, Any]:
     """`analysis.summarize` of one configuration of a run's samples (`config_id`; the only
     one when None), as a trial stores it."""
-    from specbench import analysis
-
     if config_id is not None:
         samples = samples[samples["config_id"] == config_id]
     row = analysis.summarize(samples).iloc[0]
@@ -71,8 +70,6 @@ def summary_frame(summaries: list[dict[str, Any]]):
 
 def speedups_vs(baseline: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """`analysis.speedups` of one configuration against its baseline (stored summaries)."""
-    from specbench import analysis
-
     sp = analysis.speedups(summary_frame([baseline, summary]))
     if not len(sp):
         return {}

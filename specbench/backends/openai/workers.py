@@ -28,14 +28,14 @@ import time
 from collections import deque
 from multiprocessing.connection import Connection, wait
 from typing import Any
+from specbench.backends.openai.collector import GC_SWEEP_S, quiet_collector
+from specbench.backends.openai.lag import LoopLag
 
 
 def _worker(conn: Connection, settings: dict[str, Any]) -> None:
     """A worker process: requests in on `conn`, (index, attempt, attempts, error, (in-flight
     lag, TTFT lag)) out. `settings["backend"]` is the backend class whose requests it sends
     (OpenAIBackend, handed over by the backend that owns the pool)."""
-    from specbench.backends.openai.collector import GC_SWEEP_S, quiet_collector
-    from specbench.backends.openai.lag import LoopLag
 
     be = settings["backend"](settings["root"], settings["model"], api_key=settings["api_key"],
                        endpoint=settings["endpoint"], request_timeout=settings["request_timeout"],

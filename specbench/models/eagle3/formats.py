@@ -22,6 +22,10 @@ from specbench.models.eagle3.module import (
     HeadConfig,
     default_aux_layers,
 )
+from specbench.models.fetch import check_head_target
+from specbench.atomic import atomic_write
+from specbench.models.fetch import catalog_head
+from specbench.models.catalog import head_names
 
 # --------------------------------------------------------------------------------------
 # Reading a head directory
@@ -172,12 +176,8 @@ def read_head(path: str | Path) -> tuple[HeadConfig, dict[str, torch.Tensor]]:
     the pieces every format needs; no target needed."""
     path = Path(path).expanduser()
     if not path.exists():
-        from specbench.models.fetch import catalog_head
-
         path = catalog_head(str(path)) or path
     if not path.is_dir():
-        from specbench.models.catalog import head_names
-
         what = "is a file; pass the head's directory" if path.is_file() else "no such directory"
         raise _fail(path, f"{what} (method eagle3 reads an EAGLE-3 head: a directory with config.json + weights, "
                           f"or a catalog head: {', '.join(head_names()) or 'none'})")
@@ -292,8 +292,6 @@ def fit_to_target(head: Eagle3Head, target: Any, *, path: Path | str, target_nam
 def load_head(spec: str | Path, target: Any, *, target_name: str = "target") -> Eagle3Head:
     """Read the head directory `spec`, check it against `target` (a transformers causal LM)
     and return it on the target's device and dtype, in eval mode."""
-    from specbench.models.fetch import check_head_target
-
     check_head_target(str(spec), target_name)
     cfg, weights = read_head(spec)
     head = build_head(cfg, weights, spec)
@@ -325,7 +323,6 @@ def save_head(head: Eagle3Head, path: str | Path, *, fmt: str = "speculators", w
     config.json as is (for example how the head was trained)."""
     from safetensors.torch import save
 
-    from specbench.atomic import atomic_write
 
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}")
