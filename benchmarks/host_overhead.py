@@ -39,6 +39,7 @@ from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.models.eagle3 import fit_to_target
 from specbench.models.eagle3_train import head_config_for, init_head
+from specbench.models.medusa import MedusaConfig, MedusaHeads
 
 PATHS = ("eager", "static", "compile", "cudagraph")
 
@@ -61,6 +62,15 @@ def random_head(target: Qwen2ForCausalLM, vocab: int, seed: int) -> torch.nn.Mod
     head = init_head(target, head_config_for(target, draft_vocab_size=size, aux_layers=aux), ids, seed=seed)
     dev = next(target.parameters()).device
     return fit_to_target(head.to(dev), target, path="<random>", target_name="random")
+
+
+def random_medusa(target: Qwen2ForCausalLM, k: int, seed: int) -> torch.nn.Module:
+    """k random Medusa heads (one residual block each) on `target`'s hidden size and vocabulary."""
+    torch.manual_seed(seed)
+    cfg = target.config
+    heads = MedusaHeads(MedusaConfig(num_heads=k, num_layers=1, hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size,
+                                     draft_vocab_size=cfg.vocab_size))
+    return heads.eval().to(next(target.parameters()).device)
 
 
 @contextlib.contextmanager
@@ -153,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--configs", default="baseline,greedy,sampled",
                     help="of baseline, greedy (draft_model k, greedy), sampled (draft_model k, T=0.8, top-p 0.95), "
                          "tree (draft_model, a static tree k deep: the best child and the second-best at every "
-                         "depth, 2k nodes, greedy), eagle3 (a random EAGLE-3 head on the target, k, greedy)")
+                         "depth, 2k nodes, greedy), eagle3 (a random EAGLE-3 head on the target, k, greedy), medusa (k random "
+                         "Medusa heads, greedy)")
     ap.add_argument("--steps", type=int, default=24, help="timed steps per point (in blocks of 4, ABBA)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--device", default="cpu")
@@ -183,13 +194,16 @@ def main(argv: list[str] | None = None) -> None:
                                                       token_tree=tuple((0,) * (d - 1) + (r,) for d in range(1, args.k + 1)
                                                                        for r in (0, 1))), SamplingParams()),
                ("eagle3 eagle3", SpeculativeConfig(method="eagle3", num_speculative_tokens=args.k, draft="h"),
+                SamplingParams()),
+               ("medusa medusa", SpeculativeConfig(method="medusa", num_speculative_tokens=args.k, draft="h"),
                 SamplingParams())]
     wanted = {c.strip() for c in args.configs.split(",")}
-    known = {"baseline", "greedy", "sampled", "tree", "eagle3"}
+    known = {"baseline", "greedy", "sampled", "tree", "eagle3", "medusa"}
     if wanted - known:
         ap.error(f"--configs: unknown {', '.join(sorted(wanted - known))}")
     configs = [c for c in configs if c[0].split()[-1] in wanted]
-    head = random_head(target, args.vocab, 2) if "eagle3" in wanted else None
+    heads = {"eagle3": random_head(target, args.vocab, 2) if "eagle3" in wanted else None,
+             "medusa": random_medusa(target, args.k, 3) if "medusa" in wanted else None}
     points = []
     with torch.inference_mode():
         for path in paths:
@@ -197,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
                 for b in batches:
                     t = time.perf_counter()
                     pt = Point(path, label, spec, sp, b, target, draft, args.prompt, args.vocab, args.steps,
-                               args.cpp_wrapper, head=head if spec.method == "eagle3" else None)
+                               args.cpp_wrapper, head=heads.get(spec.method))
                     pt.warm(3)
                     console.print(f"[dim]{path} {label} batch {b}: ready in {time.perf_counter() - t:.1f} s[/]")
                     points.append(pt)

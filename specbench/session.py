@@ -176,7 +176,7 @@ class Session:
         if draft is not None:
             drafter = self.drafter(draft, method)
         why = static_reason(self.target, drafter if method == "draft_model" else None, specs,
-                            head=drafter if method == "eagle3" else None)
+                            head=drafter if method in HEAD_METHODS else None)
         if not why and not specs and self.engine_cfg.capture == "auto":
             why = "the configurations this engine will run were not given"  # a sweep's: each trial its own
         static, why = self.engine_cfg.static_mode(self.device_type, why)
@@ -234,7 +234,7 @@ def open_engine(target: str, spec: Any, engine_cfg: EngineConfig, log: Log | Non
         check_depth(drafter, [spec], drafting)
     draft_model = drafter if spec.method == "draft_model" else None
     static, _ = engine_cfg.static_mode(session.device_type, static_reason(
-        session.target, draft_model, [spec], head=drafter if spec.method == "eagle3" else None))
+        session.target, draft_model, [spec], head=drafter if spec.method in HEAD_METHODS else None))
     engine = make_engine(session.target, draft_model, head=drafter if spec.method in HEAD_METHODS else None,
                          pack=engine_cfg.pack, static=static)
     return session.target, engine

@@ -48,6 +48,7 @@ from specbench.engine.tree import Proposal, gather_paths, path_features, tree_ba
 from specbench.engine.static import StaticBatch, static_reason
 from specbench.engine.static_head import StaticHead
 from specbench.engine.static_lm import StaticLM
+from specbench.engine.static_medusa import StaticMedusa
 from specbench.engine.verify import verify_tree
 from specbench.types import StepEvent
 
@@ -184,7 +185,8 @@ class Engine:
             raise ValueError(f"the static step does not run {spec.method}: {why}")
         if spec not in self._static_batches:
             eagle3 = spec.speculative and spec.method == "eagle3"
-            drafting = self.draft if spec.speculative and not eagle3 else None
+            medusa = spec.speculative and spec.method == "medusa"
+            drafting = self.draft if spec.speculative and not (eagle3 or medusa) else None
             for role, model in (("target", self.target), ("draft", drafting)):
                 if model is not None and role not in self._static_lms:
                     self._static_lms[role] = StaticLM(model)
@@ -193,7 +195,8 @@ class Engine:
             self._static_batches[spec] = StaticBatch(self, spec, self._static_lms["target"],
                                                      self._static_lms.get("draft") if drafting is not None else None,
                                                      self.static, self.compile_backend, self.compile_options,
-                                                     head=self._static_head if eagle3 else None)
+                                                     head=self._static_head if eagle3 else None,
+                                                     medusa=StaticMedusa(self.head) if medusa else None)
         batch = self._static_batches[spec]
         batch.reset()
         return batch

@@ -19,11 +19,11 @@ wants it, proven on the CPU:
 
 What it runs: the baseline, draft-model chains, draft-model static trees (vLLM's
 speculative_token_tree: fixed index tables, specbench.engine.tree.StaticTree) and EAGLE-3
-chains (the head with its own static KV slots, specbench.engine.static_eagle3), greedy and
-sampled with temperature, top-k and top-p, mixed in one batch, on Llama-family models (Llama,
-Mistral, Qwen2) with plain linear layers. Dynamic (EAGLE-2) trees, EAGLE-3 trees, Medusa,
-n-gram and suffix drafting run on the eager step; `static_reason` says why a configuration or
-a model cannot run here, for run.json.
+chains (the head with its own static KV slots, specbench.engine.static_eagle3) and Medusa
+chains (specbench.engine.static_medusa), greedy and sampled with temperature, top-k and top-p,
+mixed in one batch, on Llama-family models (Llama, Mistral, Qwen2) with plain linear layers.
+Dynamic (EAGLE-2) trees, EAGLE-3 and Medusa trees, n-gram and suffix drafting run on the eager
+step; `static_reason` says why a configuration or a model cannot run here, for run.json.
 
 Lossless as the eager step is (docs/engine.md, "The rule"): a greedy row accepts drafts while
 they equal the target's argmax and emits the argmax; a sampled row accepts draft x with
@@ -54,6 +54,7 @@ from specbench.engine.sampling import (SALT_ACCEPT, SALT_DRAFT, SALT_TOKEN, coun
 from specbench.engine.static_eagle3 import HeadStep
 from specbench.engine.static_head import StaticHead
 from specbench.engine.static_lm import StaticLM, model_reason
+from specbench.engine.static_medusa import MedusaStep, StaticMedusa
 from specbench.engine.static_tree import TreeStep, step_table
 from specbench.engine.tree import StaticTree, TreeShape
 from specbench.types import StepEvent
@@ -68,20 +69,21 @@ def spec_reason(spec: SpeculativeConfig) -> str:
     """Why a configuration cannot run on the static step ('' when it can)."""
     if not spec.speculative:
         return ""
-    if spec.method not in ("draft_model", "eagle3"):
+    if spec.method not in ("draft_model", "eagle3", "medusa"):
         return (f"method {spec.method} (the static step runs the baseline, draft_model chains and static trees, "
-                "and eagle3 chains)")
+                "and eagle3 and medusa chains)")
     if spec.topk > 1:
         return "a dynamic draft tree, topk > 1 (the static step runs chains and static speculative_token_trees)"
-    if spec.method == "eagle3" and spec.token_tree is not None and not TreeShape.from_spec(spec).chain:
-        return "an EAGLE-3 draft tree (the static step runs EAGLE-3 chains)"
+    if spec.method in ("eagle3", "medusa") and spec.token_tree is not None and not TreeShape.from_spec(spec).chain:
+        name = "an EAGLE-3" if spec.method == "eagle3" else "a Medusa"
+        return f"{name} draft tree (the static step runs {spec.method} chains)"
     return ""
 
 
 def static_reason(target: torch.nn.Module, draft: torch.nn.Module | None,
                   specs: Sequence[SpeculativeConfig], head: torch.nn.Module | None = None) -> str:
     """Why the static step cannot run `target` (and `draft`, the draft model or None, or
-    `head`, the EAGLE-3 head or None) in these configurations ('' when it can)."""
+    `head`, the EAGLE-3 head or Medusa heads, or None) in these configurations ('' when it can)."""
     for role, model in (("target", target), ("draft", draft)):
         why = model_reason(model) if model is not None else ""
         if why:
@@ -94,6 +96,8 @@ def static_reason(target: torch.nn.Module, draft: torch.nn.Module | None,
             return "no draft model loaded"
         if spec.speculative and spec.method == "eagle3" and head is None:
             return "no EAGLE-3 head loaded"
+        if spec.speculative and spec.method == "medusa" and head is None:
+            return "no Medusa heads loaded"
     return ""
 
 
@@ -113,15 +117,17 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, r / total.clamp_min(1e-30), p)
 
 
-class StaticBatch(RunningRows, TreeStep, HeadStep):
+class StaticBatch(RunningRows, TreeStep, HeadStep, MedusaStep):
     """The running requests of one configuration on the static step (the interface of
     specbench.engine.engine.Batch: admit, step, cancel, rows, tags, stats, reserve)."""
 
     def __init__(self, engine: Any, spec: SpeculativeConfig, target: StaticLM, draft: StaticLM | None, mode: str,
-                 backend: str = "inductor", options: dict[str, Any] | None = None, head: StaticHead | None = None):
+                 backend: str = "inductor", options: dict[str, Any] | None = None, head: StaticHead | None = None,
+                 medusa: StaticMedusa | None = None):
         self.engine, self.spec = engine, spec
         self.target, self.draft = target, draft
         self.head = head if spec.speculative and spec.method == "eagle3" else None
+        self.medusa = medusa if spec.speculative and spec.method == "medusa" else None
         self.graphs = Graphs(mode, target.device, backend, options)
         self.dev = target.device
         # a static tree with more than one child somewhere (a tree of one child per node is a chain)
@@ -129,9 +135,11 @@ class StaticBatch(RunningRows, TreeStep, HeadStep):
             if spec.speculative and spec.token_tree is not None and not TreeShape.from_spec(spec).chain else None
         self.k = self.tree.depth if self.tree else \
             min(spec.num_speculative_tokens, spec.draft_nodes) if spec.speculative else 0
-        if self.k and self.head is None and draft is None:
+        if self.medusa is not None:  # one token per head
+            self.k = min(self.k, self.medusa.num_heads)
+        if self.k and self.head is None and self.medusa is None and draft is None:
             raise ValueError("method draft_model needs an engine built with a draft model")
-        if self.k and self.head is None and draft.vocab_size != target.vocab_size:
+        if self.k and self.head is None and self.medusa is None and draft.vocab_size != target.vocab_size:
             raise ValueError(f"the static step needs one vocabulary: draft {draft.vocab_size}, "
                              f"target {target.vocab_size}")
         self.threshold = spec.draft_confidence_threshold
@@ -159,9 +167,9 @@ class StaticBatch(RunningRows, TreeStep, HeadStep):
         self.ctx.fill_(2)
 
     @property
-    def drafter(self) -> StaticLM | StaticHead | None:
-        """What drafts: the draft model, or the EAGLE-3 head."""
-        return self.head if self.head is not None else self.draft
+    def drafter(self) -> StaticLM | StaticHead | StaticMedusa | None:
+        """What drafts: the draft model, the EAGLE-3 head or the Medusa heads."""
+        return self.head if self.head is not None else self.medusa if self.medusa is not None else self.draft
 
     # ---- persistent device state ----------------------------------------------------------
 
@@ -179,6 +187,7 @@ class StaticBatch(RunningRows, TreeStep, HeadStep):
             "top_p": torch.ones(rows, dtype=torch.float32, device=dev),
             "ks": torch.zeros(rows, dtype=torch.long, device=dev),  # this step's draft length per row
             **self._head_state(rows),
+            **self._medusa_state(rows),
         }
         if old:
             for name, t in state.items():
@@ -241,7 +250,9 @@ class StaticBatch(RunningRows, TreeStep, HeadStep):
                                 torch.tensor([len(prompt)], device=self.dev))
             first = int(sample_inverse_cdf(probs, u)[0])
         ends = first in stops or budget <= 1
-        if self.k and not ends and self.head is not None:
+        if self.k and not ends and self.medusa is not None:
+            self.mstate[b] = feats[0, -1]  # the state that produced the first token
+        elif self.k and not ends and self.head is not None:
             self._admit_head(b, prompt, feats, first)  # the head's prefill counts as prefill
         elif self.k and not ends:
             self.draft.forward(ids, zero, row0=b, last_only=True)  # the draft's prefill counts as prefill
@@ -272,6 +283,8 @@ class StaticBatch(RunningRows, TreeStep, HeadStep):
         """[B, K] draft tokens, their distributions q [B, K, V] (sampled batches; else None)
         and each row's draft length (ks, cut after the first node below the confidence
         threshold): the draft catches up on the row's last two tokens, then drafts K deep."""
+        if self.medusa is not None:
+            return self._draft_medusa(B, K, sampled)
         ctx, last, greedy = self.ctx[:B], self.last[:B], self.greedy[:B]
         if self.head is not None:  # the head catches up on what is pending, then drafts from its root
             hidden = self._head_catch_up(B)
@@ -338,6 +351,8 @@ class StaticBatch(RunningRows, TreeStep, HeadStep):
             extra = torch.where(greedy, extra, drawn)
         if self.head is not None:
             self._head_commit(B, K, feats, drafts, n, extra, live)
+        elif self.medusa is not None:
+            self._medusa_commit(B, feats, n, live)
         # roll back by length: the accepted drafts' entries are in place, the rest past the end
         before = drafts.gather(1, (n - 1).clamp(min=0).view(B, 1)).view(B) if K else last[:, 1]
         self.last[:B] = torch.stack([torch.where(n > 0, before, last[:, 1]), extra], dim=1)
@@ -382,7 +397,8 @@ class StaticBatch(RunningRows, TreeStep, HeadStep):
     def _graph_state(self) -> list[torch.Tensor]:
         """The buffers the step's graphs update in place that decide what they compute: the
         sequence lengths and last tokens, then the head's lengths and pending counts."""
-        return [self.ctx, self.last] + ([self.hlen, self.pn] if self.head is not None else [])
+        return [self.ctx, self.last] + ([self.hlen, self.pn] if self.head is not None else []) + \
+            ([self.mstate] if self.medusa is not None else [])
 
     def _catch_up_draft(self) -> None:
         """Rows whose draft lags more than the step's two-token catch-up (steps that did not
@@ -411,7 +427,7 @@ class StaticBatch(RunningRows, TreeStep, HeadStep):
         off = spec.disable_by_batch_size is not None and B > spec.disable_by_batch_size
         ks = [0 if off else max(0, min(r.k, r.budget - len(r.out) - 1)) for r in rows]
         K = self.k if any(ks) else 0
-        if K and self.head is None:
+        if K and self.draft is not None and self.drafter is self.draft:
             self._catch_up_draft()
         elif not K and self.head is not None:
             self._head_flush(B)
@@ -474,7 +490,8 @@ class StaticBatch(RunningRows, TreeStep, HeadStep):
             for model in (self.target, self.drafter) if self.k else (self.target,):
                 model.move_rows(src, dst)
             for name in ("ctx", "last", "seed", "greedy", "temperature", "top_k", "top_p") + \
-                    (("hlen", "pn", "pend", "ptok") if self.head is not None else ()):
+                    (("hlen", "pn", "pend", "ptok") if self.head is not None else ()) + \
+                    (("mstate",) if self.medusa is not None else ()):
                 t = getattr(self, name)
                 t.index_copy_(0, dst, t.index_select(0, src))
         self.live[n:] = False

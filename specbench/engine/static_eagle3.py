@@ -62,10 +62,13 @@ class HeadStep:
         }
 
     def _target_pass(self, tokens: torch.Tensor, start: torch.Tensor, **kw: Any) -> tuple[torch.Tensor, Any]:
-        """The target's forward, with its features where a head reads them (None otherwise)."""
-        if self.head is None:
+        """The target's forward, with its features where heads read them (None otherwise): an
+        EAGLE-3 head's feature layers, or Medusa's last layer output (the final norm's input)."""
+        layers = self.head.aux_layers if self.head is not None else \
+            (len(self.target.layers),) if getattr(self, "medusa", None) is not None else ()
+        if not layers:
             return self.target.forward(tokens, start, **kw), None
-        return self.target.forward(tokens, start, features=self.head.aux_layers, **kw)
+        return self.target.forward(tokens, start, features=layers, **kw)
 
     def _admit_head(self, b: int, prompt: Sequence[int], feats: torch.Tensor, first: int) -> None:
         """Slot b's head entries for its prompt, and its first pending feature."""

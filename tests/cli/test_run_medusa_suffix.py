@@ -46,6 +46,20 @@ def test_method_medusa_with_a_heads_directory(tiny_pair, heads_dir, prompts_file
     check_row_invariants(df)
 
 
+def test_method_medusa_on_the_static_step(tiny_pair, heads_dir, prompts_file, tmp_path):
+    """`--capture static` runs the heads on the static step, and run.json says so; greedy
+    outputs stay the baseline's."""
+    out = tmp_path / "run"
+    res = specbench("run", "--target", tiny_pair[0], "--method", "medusa", "--draft", heads_dir, "-k", "3",
+                    "--capture", "static", "--workload", prompts_file, *FAST, "--out", out)
+    assert res.code == 0, res.output
+    df, meta = read_run(out)
+    assert meta["config"]["engine"]["capture"] == "static"
+    spec = df[~df["is_baseline"]]
+    assert set(spec["method"]) == {"medusa"} and spec["drafted_tokens"].sum() > 0
+    assert (spec["token_match_rate"] == 1.0).all()
+
+
 def test_medusa_deeper_than_its_heads_is_refused(tiny_pair, heads_dir, prompts_file, tmp_path):
     """Issue 44, item 2: three heads draft at most three deep; -k 4 was recorded as
     medusa-k4 while every step drafted three."""

@@ -127,3 +127,28 @@ def test_saved_heads_load_back_and_draft_the_same(world, trained, tmp_path):
     again = build_heads(cfg, weights, tmp_path / "heads")
     h = world[1][:2]
     assert torch.equal(again(h), trained(h))
+
+
+@pytest.mark.parametrize("k,concurrency,sampling", [(2, 1, SP), (2, 4, SP), (1, 4, SP),
+                                                    (2, 4, SP.with_(temperature=0.8, top_p=0.9, seed=3))])
+def test_the_static_step_drafts_with_the_trained_heads_as_the_eager_step_does(world, trained, k, concurrency,
+                                                                              sampling):
+    """Medusa on the static step (the target's last hidden state kept per slot on the device,
+    the heads' argmax chain, one-hot q): greedy, step for step the eager step's records, with
+    the heads' learned acceptance; sampled, the same acceptance (the outputs follow the target's
+    distribution: tests/engine/test_static.py)."""
+    target, *_, held_out = world
+    spec = SpeculativeConfig(method="medusa", num_speculative_tokens=k, draft="h")
+    reqs = [(p, sampling.with_(max_new_tokens=8 + 3 * i)) for i, p in enumerate(held_out)]
+
+    def records(engine):
+        gens, _ = scheduler.run(engine, reqs, spec, concurrency=concurrency)
+        return [(g.output_ids, [(s.drafted, s.accepted, s.first_rejection, s.emitted) for s in g.steps])
+                for g in gens]
+
+    static = records(Engine(target, head=trained, static="static"))
+    drafted = sum(s[0] for _, steps in static for s in steps)
+    accepted = sum(s[1] for _, steps in static for s in steps)
+    assert drafted > 0 and accepted / drafted >= LEARNED
+    if sampling.greedy:
+        assert static == records(Engine(target, head=trained, pack=False))

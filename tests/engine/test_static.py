@@ -25,7 +25,7 @@ from gof import gof_pvalue
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine, scheduler
 from specbench.engine import static as static_mod
-from specbench.engine import static_tree
+from specbench.engine import static_medusa, static_tree
 from specbench.engine.sampling import SALT_ACCEPT, SALT_TOKEN, counter_uniform, probs_from_logits, row_probs
 from specbench.engine.static import bucket
 from test_lossless_sampling import SAMPLINGS, V, exact_joint, joint_counts, sample_outputs
@@ -116,6 +116,36 @@ def test_greedy_static_eagle3_equals_the_eager_step(e3_models, spec, concurrency
     assert stats.draft_weight_bytes > 0 and stats.draft_kv_peak_bytes > 0
 
 
+def medusa(k: int, **kw) -> SpeculativeConfig:
+    return SpeculativeConfig(method="medusa", num_speculative_tokens=k, draft="heads", **kw)
+
+
+@pytest.mark.parametrize("spec", [medusa(3), medusa(3, dynamic_k=True), medusa(2, disable_by_batch_size=2)],
+                         ids=lambda s: f"medusa-k{s.num_speculative_tokens}-{'dyn' if s.dynamic_k else 'off2' if s.disable_by_batch_size else 'plain'}")
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_greedy_static_medusa_equals_the_eager_step(models, spec, concurrency):
+    """Random heads (the accepting paths: tests/engine/test_medusa_training.py), budgets,
+    dynamic k and steps that draft nothing."""
+    target, _ = models
+    heads = medusa_heads_for(target, 3)
+    reqs = ragged_requests()
+    eager, _ = scheduler.run(Engine(target, head=heads, pack=False, eos_token_ids=[3]), reqs, spec,
+                             concurrency=concurrency)
+    static, stats = scheduler.run(Engine(target, head=heads, static="static", eos_token_ids=[3]), reqs, spec,
+                                  concurrency=concurrency)
+    assert trace(static) == trace(eager)
+    assert stats.draft_weight_bytes > 0
+
+
+def medusa_heads_for(target, n: int):
+    from specbench.models.medusa import MedusaConfig, MedusaHeads
+
+    cfg = target.config
+    torch.manual_seed(5)
+    return MedusaHeads(MedusaConfig(num_heads=n, num_layers=1, hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size,
+                                    draft_vocab_size=cfg.vocab_size)).eval()
+
+
 def test_the_static_step_refuses_what_it_does_not_run(models):
     target, draft = models
     engine = Engine(target, draft, static="static")
@@ -125,6 +155,9 @@ def test_the_static_step_refuses_what_it_does_not_run(models):
         assert why in engine.static_reason(spec)
         with pytest.raises(ValueError, match=why):
             engine.batch(spec)
+    assert "no Medusa heads loaded" in engine.static_reason(medusa(2))
+    assert "a Medusa draft tree" in Engine(target, head=medusa_heads_for(target, 2), static="static").static_reason(
+        medusa(2, token_tree=((0,), (1,), (0, 0))))
     with_head = Engine(target, head=tiny.make_head(target, seed=1), static="static")
     e3_tree = SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h", token_tree=((0,), (1,), (0, 0)))
     assert "an EAGLE-3 draft tree" in with_head.static_reason(e3_tree)
@@ -262,6 +295,35 @@ def test_static_baseline_sampling_follows_the_target_distribution(static_engine,
     sp = SAMPLINGS["top_k"]
     outputs = sample_outputs(static_engine, sp, SpeculativeConfig(), None, 4)
     assert gof_pvalue(joint_counts(outputs), exact_joint(tiny_target, sp)) > 1e-3
+
+
+def test_static_medusa_sampling_follows_the_target_distribution(tiny_target):
+    """One-hot drafts on the static step, at concurrency 4 with ragged companions."""
+    engine = Engine(tiny_target, head=medusa_heads_for(tiny_target, 3), static="static")
+    sp = SAMPLINGS["all"]
+    outputs = sample_outputs(engine, sp, medusa(3, dynamic_k=True), None, 4, n=1500)
+    counts, expected = joint_counts(outputs), exact_joint(tiny_target, sp)
+    assert counts[expected == 0].sum() == 0, "emitted a sequence the target can never produce"
+    assert gof_pvalue(counts, expected) > 1e-3
+
+
+def test_the_same_test_rejects_medusa_drafts_verified_against_a_q_they_were_not_drawn_from(tiny_target,
+                                                                                         monkeypatch):
+    """Argmax drafts handed on with the heads' softmax as q (as if sampled from it): caught."""
+    def softmax_q(self, B, K, sampled):
+        drafts, q, ks = real(self, B, K, sampled)
+        if q is not None:
+            h = self.target.decoder.norm(self.mstate[:B].unsqueeze(1))[:, 0]
+            q = torch.softmax(self.medusa.heads(h)[:, :K].float(), dim=-1)
+        return drafts, q, ks
+    real = static_medusa.MedusaStep._draft_medusa
+    monkeypatch.setattr(static_medusa.MedusaStep, "_draft_medusa", softmax_q)
+    engine = Engine(tiny_target, head=medusa_heads_for(tiny_target, 3), static="static")
+    sp = SAMPLINGS["temperature"]
+    outputs = sample_outputs(engine, sp, medusa(3), None, 4, n=600)
+    pvalue = gof_pvalue(joint_counts(outputs), exact_joint(tiny_target, sp))
+    print(f"static Medusa with a softmax q, 600 draws: p = {pvalue:.3g}")
+    assert pvalue < 1e-3
 
 
 @pytest.fixture(scope="module")
