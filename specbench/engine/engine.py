@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from specbench.config import SamplingParams, SpeculativeConfig
+from specbench.engine.constraint import TokenConstraint, consume, mask_logits, verify_masks
 from specbench.engine.drafters.base import Drafter
 from specbench.engine.drafters.factory import make_drafter
 from specbench.engine.drafters.suffix import SuffixCache
@@ -203,12 +204,12 @@ class Engine:
 
     def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, spec: SpeculativeConfig, *,
                  seed: int | None = None, on_tokens: Callable[[list[int], float], None] | None = None,
-                 drafter: Drafter | None = None) -> Generation:
+                 drafter: Drafter | None = None, constraint: TokenConstraint | None = None) -> Generation:
         """Decode one request (a batch of one). `on_tokens(ids, t)` is called at each emission."""
         if sampling.seed is None:
             sampling = sampling.with_(seed=seed or 0)
         batch = self.batch(spec, drafter=drafter)
-        g = batch.admit(prompt_ids, sampling, on_tokens=on_tokens)
+        g = batch.admit(prompt_ids, sampling, on_tokens=on_tokens, constraint=constraint)
         while g is None:
             finished = batch.step()
             g = finished[0] if finished else None
@@ -241,22 +242,29 @@ class Batch(RunningRows):
 
     @torch.inference_mode()
     def admit(self, prompt_ids: Sequence[int], sampling: SamplingParams, *, arrival: float | None = None,
-              on_tokens: Callable[[list[int], float], None] | None = None, tag: Any = None
-              ) -> Generation | None:
+              on_tokens: Callable[[list[int], float], None] | None = None, tag: Any = None,
+              constraint: TokenConstraint | None = None) -> Generation | None:
         """Prefill one request into a new row and emit its first token. Returns its Generation
-        when that token already ends it, else None (it runs in the next steps)."""
+        when that token already ends it, else None (it runs in the next steps). `constraint`:
+        the request's output constraint (specbench.engine.constraint), or None."""
         e = self.engine
         prompt = list(prompt_ids)
         stops, budget = e.limits(prompt, sampling)
+        if constraint is not None:
+            stops |= constraint.stop_ids  # a complete grammar allows nothing else
         b = len(self.rows)
         start = e.now()
         row = Row(prompt, sampling, make_generator(sampling.seed or 0, e.device), stops, budget, self.k,
-                   start if arrival is None else arrival, start, tag=tag, on_tokens=on_tokens)
+                   start if arrival is None else arrival, start, tag=tag, on_tokens=on_tokens, constraint=constraint)
         self.target.reserve(b + 1, len(prompt) + budget + self.scratch)
         # Prefill: the first token comes from the prompt's last position alone.
         logits, feats = self.target.forward(torch.tensor([prompt]), slice(b, b + 1), torch.zeros(1, dtype=torch.long),
                                             positions=torch.tensor([len(prompt) - 1]), prefill=True)
-        first = int(logits[0].argmax()) if sampling.greedy else sample(probs_from_logits(logits[0], sampling), row.gen)
+        last = mask_logits(logits[0], constraint.allowed(logits.shape[-1]).to(logits.device)
+                           if constraint is not None else None)
+        first = int(last.argmax()) if sampling.greedy else sample(probs_from_logits(last, sampling), row.gen)
+        if constraint is not None:
+            consume(constraint, [first])
         ends = first in stops or budget <= 1
         if self.drafter is not None and not ends:
             self.drafter.add_row(b, prompt, feats)  # the draft's prefill counts as prefill (TTFT)
@@ -296,6 +304,9 @@ class Batch(RunningRows):
         start = torch.tensor([c - 1 for c in context])
         attn = TreeAttention(start, start.view(B, 1) + tree.depth, tree.visible)
         logits, feats = self.target.forward(tree.feed, slice(0, B), start, tree=attn)
+        masks = verify_masks(rows, prop.tokens, tree.parents, logits.shape[1], logits.shape[-1], logits.device)
+        if masks is not None:  # the constrained target at every position along every path
+            logits = mask_logits(logits, masks)
         paths, extra = verify_tree(tree, logits, prop.q, [r.sampling for r in rows], [r.gen for r in rows])
         t2 = e.now()
         accepted = [len(p) for p in paths]
@@ -311,6 +322,8 @@ class Batch(RunningRows):
             n = len(path)
             leaf = not d or (n > 0 and not tree.has_children[b][path[-1]])  # the whole path was accepted
             emitted = r.emit([*(d[i] for i in path), extra[b]], t2)
+            if r.constraint is not None:
+                consume(r.constraint, r.out[-emitted:])
             r.steps.append(StepEvent(drafted=len(d), accepted=n, first_rejection=-1 if leaf else n,
                                      emitted=emitted, draft_time_s=t1 - t0, verify_time_s=t2 - t1,
                                      batch_size=B, context_tokens=context[b],

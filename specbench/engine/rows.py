@@ -134,6 +134,7 @@ class Row:
     done: bool = False
     finish: str = "length"
     cancelled: bool = False
+    constraint: Any = None  # its output constraint (specbench.engine.constraint.TokenConstraint), or None
 
     def emit(self, tokens: list[int], t: float) -> int:
         """Append tokens, stopping at a stop id or the budget; returns how many were kept."""

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specbench.arrivals import poisson_arrivals
 from specbench.config import SamplingParams, SpeculativeConfig
@@ -65,21 +65,23 @@ class _Handover:
             raise self.error
 
 
-def run(engine: "Engine", requests: Sequence[tuple[Sequence[int], SamplingParams]], spec: SpeculativeConfig, *,
+def run(engine: "Engine", requests: Sequence[tuple[Sequence[int], SamplingParams] | tuple[Sequence[int], SamplingParams, Any]],
+        spec: SpeculativeConfig, *,
         concurrency: int = 1, request_rate: float | None = None, rate_seed: int = 0,
         on_finish: Callable[[int, "Generation"], None] | None = None,
         drafter: "Drafter | None" = None) -> tuple[list["Generation"], "BatchStats"]:
-    """Decode every (prompt_ids, sampling) pair; returns results in input order and the
-    batch's statistics."""
+    """Decode every (prompt_ids, sampling) pair, or (prompt_ids, sampling, constraint) triple (a
+    specbench.engine.constraint.TokenConstraint or None); returns results in input order and
+    the batch's statistics."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     batch = engine.batch(spec, drafter=drafter)
     n = len(requests)
     if n:
-        longest = max(len(p) + sp.max_new_tokens for p, sp in requests)
+        longest = max(len(r[0]) + r[1].max_new_tokens for r in requests)
         if engine.max_context:
             longest = min(longest, engine.max_context)
-        batch.reserve(min(concurrency, n), longest, [sp for _, sp in requests])
+        batch.reserve(min(concurrency, n), longest, [r[1] for r in requests])
     results: list["Generation | None"] = [None] * n
     handover = _Handover(on_finish)
     start = engine.now()
@@ -104,7 +106,8 @@ def run(engine: "Engine", requests: Sequence[tuple[Sequence[int], SamplingParams
                 else:
                     arrival = heapq.heappop(free_at)
                 pending.popleft()
-                g = batch.admit(requests[i][0], requests[i][1], arrival=arrival, tag=i)
+                g = batch.admit(requests[i][0], requests[i][1], arrival=arrival, tag=i,
+                                constraint=requests[i][2] if len(requests[i]) > 2 else None)
                 if g is not None:
                     finished(g)
             if not batch.rows:

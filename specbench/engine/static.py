@@ -60,6 +60,11 @@ from specbench.engine.tree import StaticTree, TreeShape
 from specbench.types import StepEvent
 
 
+# why a constrained request (structured output) cannot run here: its masks come from a matcher on the host
+CONSTRAINED = ("structured output (a JSON schema, regex, grammar or tool call) is decoded on the eager step: "
+               "its grammar masks are computed on the host per draft position")
+
+
 def bucket(n: int) -> int:
     """The padded batch size of n rows: the next power of two (vLLM's capture sizes)."""
     return 1 << max(0, n - 1).bit_length()
@@ -225,9 +230,11 @@ class StaticBatch(RunningRows, TreeStep, HeadStep, MedusaStep):
 
     @torch.inference_mode()
     def admit(self, prompt_ids: Sequence[int], sampling: SamplingParams, *, arrival: float | None = None,
-              on_tokens: Callable[[list[int], float], None] | None = None, tag: Any = None):
+              on_tokens: Callable[[list[int], float], None] | None = None, tag: Any = None, constraint: Any = None):
         """Prefill one request into the next slot and emit its first token (eager: a prefill's
         shape is its prompt's). Returns its Generation when that token ends it, else None."""
+        if constraint is not None:
+            raise ValueError(CONSTRAINED)
         e = self.engine
         prompt = list(prompt_ids)
         stops, budget = e.limits(prompt, sampling)
