@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specbench.acceptance import SpecDecodingStats
+from specbench.structured import check_output
 from specbench.types import Request, Result
 
 # The keys `sample_metrics` returns; `specbench.records` checks its schema against these.
@@ -84,6 +85,8 @@ METRIC_COLUMNS = (
     "token_count_delta",
     "client_loop_lag_s",
     "attempts",
+    "output_valid",
+    "validation_error",
 )
 
 
@@ -155,7 +158,21 @@ def sample_metrics(
         "token_count_delta": result.extra.get("token_count_delta"),
         "client_loop_lag_s": result.extra.get("loop_lag_s"),
         "attempts": result.extra.get("attempts"),
+        **_validity(request, result),
     }
+
+
+def _validity(request: Request, result: Result) -> dict[str, Any]:
+    """Whether a structured output is what its prompt asked for (specbench.structured): null
+    for a free prompt, a grammar (checked only by the decoder that enforced it), a failed
+    request, or a backend that gave no text."""
+    c = request.constraint
+    if c is None or c.kind == "grammar" or result.error is not None or result.output_text is None:
+        return {"output_valid": None, "validation_error": None}
+    error = check_output(c, result.output_text)
+    if error is not None and result.finish_reason == "length":
+        error += " (the output was cut at max_new_tokens)"
+    return {"output_valid": error is None, "validation_error": error}
 
 
 def _latencies(result: Result, n_out: int, config_start: float | None) -> dict[str, Any]:

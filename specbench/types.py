@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specbench.config import SamplingParams
+from specbench.structured import OutputConstraint
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,11 @@ class Request:
     prompt_text: str | None = None  # rendered prompt (after the chat template), for HTTP backends
     messages: tuple[dict[str, str], ...] | None = None  # chat form, for chat-completions backends
     expected_ids: tuple[int, ...] | None = None  # regression prompts: the reference output
+    # structured output: the fields as the prompt gave them (HTTP backends send them), the
+    # constraint the output must satisfy (the embedded engine decodes under it) and the scenario
+    structured: dict[str, Any] | None = None
+    constraint: OutputConstraint | None = None
+    scenario: str = "free"  # free | json | tools | regex | grammar | choice
 
 
 @dataclass(frozen=True)
@@ -82,3 +88,6 @@ class Result:
     # to the socket). Latencies are timed from it when set: the client's own wait before it
     # (a concurrency slot, its send delay) is not the server's, and shows as queue_s instead.
     sent_time: float | None = None
+    # the output as text (embedded: decoded, special tokens skipped; openai: as streamed), for
+    # checking structured output; None where the backend gives none
+    output_text: str | None = None

@@ -31,10 +31,12 @@ def synthetic_run(*, noise_seed: int = 0, noise: float = 0.05, tpot_factor: floa
                   configs=("baseline-c1", f"draft_model-k{K}-c1"), run_id: str = "run",
                   temperature: float = 0.0, workload: str = "synthetic",
                   change_output_of: str | None = None, fail: str | None = None,
-                  meta_overrides: dict | None = None):
+                  invalid_output_of: str | None = None, meta_overrides: dict | None = None):
     """(samples, metadata) like `read_run` returns. Per prompt: a fixed "difficulty" (prompt
     seeds, the same in every run) times lognormal timing noise (`noise_seed`, per run).
-    Deterministic columns (acceptance, outputs) depend on the prompt only."""
+    Deterministic columns (acceptance, outputs) depend on the prompt only. Every third prompt asks
+    for JSON (scenario json) and its output is valid, except `invalid_output_of`'s in the
+    speculative configuration."""
     prompt_rng = np.random.default_rng(12345)
     difficulty = prompt_rng.uniform(0.5, 2.0, size=n_prompts)
     accept_p = prompt_rng.uniform(0.3, 0.8, size=n_prompts)
@@ -63,7 +65,7 @@ def synthetic_run(*, noise_seed: int = 0, noise: float = 0.05, tpot_factor: floa
                 "method": "none" if base else "draft_model", "num_speculative_tokens": k,
                 "draft_model": None if base else "draft", "concurrency": concurrency,
                 "request_rate": None, "is_baseline": base, "workload": workload,
-                "workload_kind": "custom", "category": "chat", "prompt_id": pid, "repeat": 0, "seed": 0,
+                "workload_kind": "custom", "category": "chat", "prompt_id": pid, "scenario": "json" if i % 3 == 0 else "free", "repeat": 0, "seed": 0,
                 "temperature": temperature, "top_p": 1.0, "top_k": 0, "max_new_tokens": 32,
                 "input_tokens": 20, "output_tokens": n_out, "arrival_s": 0.0,
                 "finish_s": ttft + tpot * (n_out - 1), "ttft_s": ttft, "tpot_s": tpot,
@@ -80,6 +82,8 @@ def synthetic_run(*, noise_seed: int = 0, noise: float = 0.05, tpot_factor: floa
                 "finish_reason": "error" if err else "length", "error": err,
                 "output_token_ids": out, "token_match_rate": None if base else 1.0,
                 "first_divergence": None if base else -1,
+                "output_valid": (invalid_output_of != pid or base) if i % 3 == 0 else None,
+                "validation_error": "not JSON" if i % 3 == 0 and invalid_output_of == pid and not base else None,
             })
     df = pa.Table.from_pylist(rows, schema=SCHEMA).to_pandas()
     meta = {"run_id": run_id, "status": "complete", "created_at": "2026-01-01T00:00:00+00:00",
@@ -145,6 +149,15 @@ def test_acceptance_jitter_within_the_tolerance_passes(baseline):
 
 
 # ---- planted regressions are caught ---------------------------------------------------------
+
+
+def test_one_invalid_structured_output_is_a_regression(baseline):
+    comp = cmp.compare_runs(baseline, synthetic_run(noise_seed=3, invalid_output_of="p03"))
+    r = [x for x in comp.results if x.metric == "valid_outputs" and x.config == f"draft_model-k{K}-c1"][0]
+    assert r.verdict == "regression" and comp.exit_code == 1 and r.n == N_PROMPTS // 3
+    assert r.current == pytest.approx(1 - 3 / N_PROMPTS) and "1 invalid (p03)" in r.note
+    back = cmp.compare_runs(synthetic_run(noise_seed=3, invalid_output_of="p03"), baseline, metrics=["valid_outputs"])
+    assert {x.verdict for x in back.results} == {"ok", "improved"} and back.exit_code == 0
 
 
 def test_a_20_percent_tpot_regression_is_flagged(baseline):

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "specbench"
 # low to high; a module's layer is that of its first name below `specbench.`
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("base", frozenset({"config", "flags", "types", "errors", "arrivals", "formatting", "acceptance", "atomic",
-                        "interrupts", "memory", "progress", "limits", "lazy", ""})),
+                        "interrupts", "memory", "progress", "limits", "lazy", "structured", ""})),
     ("engine", frozenset({"engine"})),
     ("models, workload", frozenset({"models", "workload"})),
     ("backends", frozenset({"backends"})),

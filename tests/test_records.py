@@ -383,8 +383,8 @@ def test_metadata_git_revision(tmp_path):
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_runs_of_older_schema_versions_read_added_columns_as_nulls(tmp_path, version):
-    """A run written before a column existed reads back with that column null (repeat: 0); a
-    column that is missing without having been added since is still an error."""
+    """A run written before a column existed reads back with that column null (repeat: 0,
+    scenario: free); a column that is missing without having been added since is still an error."""
     added = records.added_since(version)
     assert "chunk_itl_s" in added and ("step_drafted" in added) == (version == 1)
     table = pa.Table.from_pylist([_row("a"), _row("b")], schema=SCHEMA)
@@ -394,10 +394,11 @@ def test_runs_of_older_schema_versions_read_added_columns_as_nulls(tmp_path, ver
     pq.write_table(table, tmp_path / records.SAMPLES_FILE)
     df, got = read_run(tmp_path)
     assert set(COLUMNS) <= set(df.columns) and got["schema_version"] == version
-    for name in added - {"repeat"}:
+    for name in added - {"repeat", "scenario"}:
         assert df[name].isna().all(), name
     if "repeat" in added:  # a run from before repeats measured every prompt once: repeat 0
         assert (df["repeat"] == 0).all()
+    assert (df["scenario"] == "free").all()  # a run from before structured output: free prompts
     assert list(df["itl_s"].iloc[0]) == pytest.approx([0.2, 0.0, 0.2])  # older columns intact
     pq.write_table(table.drop_columns(["itl_s"]), tmp_path / records.SAMPLES_FILE)
     with pytest.raises(RecordsError, match="missing column.*itl_s"):

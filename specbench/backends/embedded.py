@@ -10,7 +10,9 @@ import platform
 import torch
 
 from specbench.config import SpeculativeConfig
+from specbench.backends.grammar import Compiler
 from specbench.engine import Engine, scheduler
+from specbench.engine.static import CONSTRAINED
 from specbench.engine.static import static_reason as models_static_reason
 from specbench.errors import ConfigError
 from specbench.memory import peak_bytes, reset_peak
@@ -60,6 +62,18 @@ class EmbeddedBackend:
         self.static_why = static_why
         self.device = self.engine.device
         self.device_name = describe_device(self.device)
+        self._compiler: Compiler | None = None
+
+    def _constraint(self, request: Request):
+        """The request's output constraint as a fresh matcher for the engine (None: free)."""
+        if request.constraint is None:
+            return None
+        if self.engine.static is not None:
+            raise ConfigError(f"--capture {self.engine.static}: {CONSTRAINED}; pass --capture off "
+                              f"(prompt {request.id!r} asks for {request.scenario} output)")
+        if self._compiler is None:
+            self._compiler = Compiler(self.target.tokenizer, self.target.vocab_size, set(self.target.eos_token_ids))
+        return self._compiler.matcher(request.constraint, request.id)
 
     def describe(self) -> dict:
         """How the engine runs the models (for run.json): the forward path and why."""
@@ -77,6 +91,8 @@ class EmbeddedBackend:
             start_time=g.start_time, token_times=g.token_times, finish_reason=g.finish_reason,
             steps=g.steps, target_forward_passes=g.target_forward_passes,
             prefill_time_s=g.prefill_time_s, peak_memory_bytes=peak_bytes(self.device),
+            output_text=self.target.tokenizer.decode(g.output_ids, skip_special_tokens=True)
+            if request.constraint is not None else None,
         )
 
     def run(self, requests: list[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
@@ -96,7 +112,8 @@ class EmbeddedBackend:
             else:
                 done[i] = res
 
-        _, stats = scheduler.run(self.engine, [(r.prompt_ids, r.sampling) for r in requests], spec,
+        constrained = [(r.prompt_ids, r.sampling, self._constraint(r)) for r in requests]
+        _, stats = scheduler.run(self.engine, constrained, spec,
                                    concurrency=concurrency, request_rate=request_rate,
                                    rate_seed=rate_seed, on_finish=finished)
         info = {**stats.to_dict(), "peak_memory_bytes": peak_bytes(self.device)}
@@ -106,7 +123,7 @@ class EmbeddedBackend:
         """One request on its own (a batch of one)."""
         reset_peak(self.device)
         try:
-            g = self.engine.generate(request.prompt_ids, request.sampling, spec)
+            g = self.engine.generate(request.prompt_ids, request.sampling, spec, constraint=self._constraint(request))
         except torch.OutOfMemoryError as exc:
             return Result(request.id, [], arrival_time, arrival_time, [], "error",
                           error=f"out of memory: {str(exc).splitlines()[0]}")

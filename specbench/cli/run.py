@@ -320,6 +320,11 @@ def print_summary(result: Any) -> None:
     out.print(analysis.rich_summary_table(summary, analysis.speedups(summary), stats))
     for line in analysis.burst_lines(summary):
         out.print(line)
+    from specbench.analysis.scenarios import has_scenarios, invalid_lines, rich_scenario_table
+    if has_scenarios(df):
+        out.print(rich_scenario_table(df))
+    for line in invalid_lines(df):
+        out.print(line)
     greedy_diff = df[(~df["is_baseline"]) & (df["temperature"] == 0) & df["token_match_rate"].notna()
                      & (df["token_match_rate"] < 1.0)]
     if len(greedy_diff):

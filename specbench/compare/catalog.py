@@ -72,12 +72,15 @@ _METRIC_LIST = [
     Metric("greedy_match", "deterministic", "higher",
            "fraction of greedy prompts whose output tokens are identical in both runs", 0.0,
            absolute=True),
+    Metric("valid_outputs", "deterministic", "higher",
+           "fraction of structured-output prompts (JSON, tool call, regex, choice) whose output is valid",
+           0.0, absolute=True),
     Metric("errors", "deterministic", "lower", "failed samples", 0.0, absolute=True),
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _METRIC_LIST}
 DEFAULT_METRICS: tuple[str, ...] = (
     "tpot_p50", "ttft_p50", "e2e_p50", "output_tps",
-    "acceptance_rate", "mean_acceptance_length", "greedy_match", "errors",
+    "acceptance_rate", "mean_acceptance_length", "greedy_match", "valid_outputs", "errors",
 )
 GATES = ("all", "deterministic", "none")
 VERDICTS = ("ok", "improved", "inconclusive", "regression", "n/a")

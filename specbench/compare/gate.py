@@ -9,7 +9,7 @@ verdict (ok, improved, inconclusive, regression, n/a).
   change is real, not noise). Worse than allowed but not significant is "inconclusive" and
   does not fail.
 - Deterministic metrics (`acceptance_rate`, `mean_acceptance_length`, `greedy_match`,
-  `errors`) repeat exactly on one machine with fixed models and seeds, so they are compared as
+  `valid_outputs`, `errors`) repeat exactly on one machine with fixed models and seeds, so they are compared as
   values with a tight tolerance: a drafter change that lowers acceptance is a regression even
   when timing noise hides it. `greedy_match` (greedy outputs identical token for token) is only
   gated when the target model and dtype are the same in both runs.
@@ -218,6 +218,27 @@ def _greedy_match(b: pd.DataFrame, c: pd.DataFrame, shared: list[str],
             "verdict": verdict, "note": note}
 
 
+def _valid_outputs(b: pd.DataFrame, c: pd.DataFrame, shared: list[str], threshold: float) -> dict[str, Any]:
+    """The fraction of shared prompts with a checked structured output (records' output_valid)
+    whose output is valid, in each run: gated exactly, as greedy outputs are."""
+    def valid(df: pd.DataFrame) -> pd.Series:
+        if "output_valid" not in df:
+            return pd.Series(dtype=bool)
+        checked = df[df["prompt_id"].isin(shared) & df["output_valid"].notna()]
+        return checked.groupby("prompt_id")["output_valid"].agg(lambda v: bool(v.astype(bool).all()))
+
+    bv, cv = valid(b), valid(c)
+    both = sorted(set(bv.index) & set(cv.index))
+    if not both:
+        return {"baseline": None, "current": None, "n": 0, "verdict": "n/a", "note": "no structured outputs"}
+    base, cur = float(bv[both].mean()), float(cv[both].mean())
+    change = cur - base
+    verdict = "regression" if -change > threshold + 1e-12 else "improved" if change > 1e-12 else "ok"
+    invalid = [p for p in both if not cv[p]]
+    return {"baseline": base, "current": cur, "n": len(both), "change": change, "verdict": verdict,
+            "note": f"{len(invalid)} invalid ({fmt_ids(invalid)})" if invalid else ""}
+
+
 def _errors(b: pd.DataFrame, c: pd.DataFrame, prompts: set[str], threshold: float) -> dict:
     nb = int((~analysis.ok_mask(b[b["prompt_id"].isin(prompts)])).sum())
     nc = int((~analysis.ok_mask(c[c["prompt_id"].isin(prompts)])).sum())
@@ -353,6 +374,8 @@ def _judge(name: str, m: Metric, bdf: pd.DataFrame, b: pd.DataFrame, cdf: pd.Dat
         return _acceptance(m, b, c, shared_ok, thr)
     if name == "greedy_match":
         return _greedy_match(b, c, shared_ok, thr)
+    if name == "valid_outputs":
+        return _valid_outputs(b, c, shared_ok, thr)
     return _errors(b, c, set(b["prompt_id"]), thr)
 
 

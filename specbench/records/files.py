@@ -503,6 +503,7 @@ def read_run(path: Path | str) -> tuple["pd.DataFrame", dict[str, Any]]:
         for name in [c for c in missing if c in added]:
             field_ = SCHEMA.field(name)
             fill = (pa.array([0] * table.num_rows, field_.type) if name == "repeat"  # one pass = repeat 0
+                    else pa.array(["free"] * table.num_rows, field_.type) if name == "scenario"  # before structured output
                     else pa.nulls(table.num_rows, field_.type))
             table = table.append_column(field_, fill)
         missing = [c for c in missing if c not in added]

@@ -23,7 +23,7 @@ SAMPLES_FILE = "samples.parquet"
 RUN_FILE = "run.json"
 JOURNAL_FILE = ".samples.journal.arrows"  # every sample as it completes; gone once the run closes
 METADATA_KEY = b"specbench"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DEFAULT_RUNS_DIR = Path("runs")
 
 
@@ -68,6 +68,9 @@ SCHEMA = pa.schema(
         _f("category", _STR, "Prompt category within the workload (e.g. code, chat)."),
         _f("prompt_id", _STR,
            "Prompt identifier, stable across runs (pairs baseline and speculative samples)."),
+        _f("scenario", _STR,
+           "What the prompt asks the output to be: free | json | tools | regex | grammar | choice "
+           "(its response_format, tools / tool_choice or structured_outputs; specbench.structured)."),
         _f("repeat", _I32, "Which repeat of the prompt this sample is (0-based; --repeats), paired across configurations."),
         _f("block", _I32,
            "Which interleaved block of its concurrency level the sample was measured in (0-based, "
@@ -165,6 +168,12 @@ SCHEMA = pa.schema(
            "openai: how many times the request was sent (1, or more with --retries: a retry after a "
            "429/5xx, a timeout or a dropped stream); TTFT and E2E are timed from the last attempt's write, "
            "queue_s holds the attempts before it. Null for the other backends.", True),
+        _f("output_valid", pa.bool_(),
+           "Structured output: whether the output parses and satisfies its JSON schema, tool signature, "
+           "regex or choices; null for free prompts, grammars, failed requests and backends that return "
+           "no text.", True),
+        _f("validation_error", _STR,
+           "Structured output: the first reason the output is not valid (null when valid or not checked).", True),
         _f("meets_slo", pa.bool_(),
            "Whether the sample met every --goodput SLO (TTFT, TPOT, E2E latency; vLLM's goodput "
            "definition); null when the run set none.", True),
@@ -181,6 +190,7 @@ ADDED_IN: dict[int, frozenset[str]] = {
                   "step_draft_depth", "step_accepted_ranks"}),
     5: frozenset({"attempts"}),
     6: frozenset({"block"}),
+    7: frozenset({"scenario", "output_valid", "validation_error"}),
 }
 
 
@@ -245,6 +255,7 @@ def make_row(
         "workload_kind": request.kind,
         "category": request.category,
         "prompt_id": request.id,
+        "scenario": request.scenario,
         "repeat": repeat,
         "block": block,
         "seed": s.seed,

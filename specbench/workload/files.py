@@ -4,10 +4,10 @@ Each row becomes one `Prompt`. The prompt is read from `--prompt-field` or, by d
 the first of `PROMPT_FIELDS` / `CHAT_FIELDS` the row has. A string is the prompt text; a list
 of message objects (OpenAI `role`/`content` or ShareGPT `from`/`value`) keeps the leading
 system message(s) and the first user turn; a list of strings (MT-bench / Spec-Bench `turns`)
-keeps the first turn. Optional columns: an id (`ID_FIELDS`), `category` and the sampling
-fields of `specbench.workload.prompt.SAMPLING_FIELDS`. Rows whose prompt is empty are skipped;
-everything else that is wrong raises `WorkloadError` naming the file, the row and what is
-valid. The team's own sets in `workloads/` are read by the same code.
+keeps the first turn. Optional columns: an id (`ID_FIELDS`), `category`, the sampling fields
+of `SAMPLING_FIELDS` and structured output (specbench.structured.FIELDS). Rows whose prompt
+is empty are skipped; anything else wrong raises `WorkloadError` naming the file, the row and
+what is valid. The team's own sets in `workloads/` are read by the same code.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from specbench.errors import WorkloadError
+from specbench.structured import parse_structured
 from specbench.workload.prompt import Prompt, is_missing, parse_sampling
 
 PROMPT_FIELDS = ("prompt", "text", "question", "instruction", "input")
@@ -272,7 +273,7 @@ def row_to_prompt(row: Any, where: str, *, default_id: str, prompt_field: str | 
     category = row.get("category")
     category = default_category if is_missing(category) else _scalar(category, where, "category")
     return Prompt(id=pid, category=category, text=text, messages=messages,
-                  sampling=parse_sampling(row, where))
+                  sampling=parse_sampling(row, where), structured=parse_structured(row, where))
 
 
 def prompts_from_rows(rows: Iterator[tuple[str, Any]], *, source: str, id_prefix: str,

@@ -42,6 +42,9 @@ class Prompt:
     text: str | None = None  # raw prompt text (completion style)
     messages: tuple[dict[str, str], ...] | None = None  # [{"role": "user", "content": ...}]
     sampling: dict[str, Any] = field(default_factory=dict)  # per-prompt overrides
+    # structured output (specbench.structured.FIELDS present, checked): response_format, tools,
+    # tool_choice, structured_outputs; {} for a free prompt
+    structured: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert self.text is not None or self.messages, f"prompt {self.id!r} has no text"

@@ -9,6 +9,8 @@ A spec is a named set (`NAMED`), `hf:NAME[:split]`, or a prompt file path. Named
   temperature 0.8 / top_p 0.95 by default: the worst case for speculative decoding.
 - `regression`: fixed prompts, each with its own seed and sampling parameters, whose outputs
   are compared against the baseline.
+- `json` and `tools`: structured output, each prompt with its `response_format` or its `tools`
+  and `tool_choice` (specbench.structured).
 
 Team-written sets live as JSONL in the repository's `workloads/` folder (override with the
 `SPECBENCH_WORKLOADS_DIR` environment variable) and are read by the user-file loader.
@@ -58,6 +60,8 @@ class _Named:
 _business = _team_file("business.jsonl")
 _high_entropy = _team_file("high_entropy.jsonl")
 _regression = _team_file("regression.jsonl")
+_json = _team_file("json.jsonl")
+_tools = _team_file("tools.jsonl")
 
 NAMED: dict[str, _Named] = {n.name: n for n in (
     _Named("real", "real", "code completion + real chats + business prompts, interleaved",
@@ -77,6 +81,12 @@ NAMED: dict[str, _Named] = {n.name: n for n in (
     _Named("business", "real",
            "customer-service replies, JSON rewriting, fixed-format reports, long summaries, "
            "code explanation", "workloads/business.jsonl", {}, _business),
+    _Named("json", "real",
+           "structured output: extraction into a JSON schema, fixed-format reports, JSON rewriting, "
+           "json_object mode (response_format)", "workloads/json.jsonl", {}, _json),
+    _Named("tools", "real",
+           "tool calls: one call, picking the tool, several calls, a named tool (tools, tool_choice)",
+           "workloads/tools.jsonl", {}, _tools),
 )}
 REAL_PARTS = ("humaneval", "sharegpt", "business")
 

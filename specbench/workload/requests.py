@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 from specbench.config import SamplingParams
 from specbench.errors import WorkloadError
+from specbench.structured import constraint_of, scenario_of
 from specbench.types import Request
 from specbench.workload.prompt import SAMPLING_FIELDS, Prompt, Workload
 
@@ -67,9 +68,10 @@ def _has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def _render_chat(tokenizer: Any, messages: tuple[dict[str, str], ...], prompt_id: str) -> str:
+def _render_chat(tokenizer: Any, messages: tuple[dict[str, str], ...], prompt_id: str,
+                 tools: list[dict[str, Any]] | None = None) -> str:
     try:
-        out = tokenizer.apply_chat_template([dict(m) for m in messages],
+        out = tokenizer.apply_chat_template([dict(m) for m in messages], tools=tools,
                                             add_generation_prompt=True, tokenize=False)
     except Exception as exc:  # noqa: BLE001 - jinja raises TemplateError for unsupported roles
         if not any(m["role"] == "system" for m in messages):
@@ -79,7 +81,7 @@ def _render_chat(tokenizer: Any, messages: tuple[dict[str, str], ...], prompt_id
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         rest = [dict(m) for m in messages if m["role"] != "system"]
         rest[0]["content"] = f"{system}\n\n{rest[0]['content']}"
-        return _render_chat(tokenizer, tuple(rest), prompt_id)
+        return _render_chat(tokenizer, tuple(rest), prompt_id, tools)
     assert isinstance(out, str), type(out)
     return out
 
@@ -90,7 +92,7 @@ def render_prompt(prompt: Prompt, tokenizer: Any, use_chat_template: bool = True
     if use_chat_template:
         messages = prompt.messages or ({"role": "user", "content": prompt.text or ""},)
         if _has_chat_template(tokenizer):
-            text = _render_chat(tokenizer, messages, prompt.id)
+            text = _render_chat(tokenizer, messages, prompt.id, prompt.structured.get("tools"))
             # the template already holds any BOS; adding special tokens would double it
             return text, list(tokenizer.encode(text, add_special_tokens=False)), messages
     else:
@@ -140,6 +142,8 @@ def build_requests(workload: Workload, tokenizer: Any, base: SamplingParams, *,
             id=prompt.id, prompt_ids=tuple(ids), sampling=sampling, category=prompt.category,
             workload=workload.name, kind=workload.kind, prompt_text=text,
             messages=tuple(dict(m) for m in messages) if messages else None,
+            structured=dict(prompt.structured) or None, constraint=constraint_of(prompt.structured),
+            scenario=scenario_of(prompt.structured),
         ))
     if not requests:
         limit_note = (f" longer than max_context - max_new_tokens (max_context={max_context}); "

@@ -128,7 +128,7 @@ def test_junit_on_stdout(runs):
     assert res.code == 0
     root = ET.fromstring(res.out)
     cases = root.findall("./testsuite/testcase")
-    assert len(cases) == 6 + 8  # baseline config: 6 metrics; speculative config: 8
+    assert len(cases) == 7 + 9  # baseline config: 7 metrics; speculative config: 9
     assert root.find("testsuite").get("failures") == "0"
 
 

@@ -1,0 +1,113 @@
+"""Output constraints compiled for the embedded engine: a `specbench.structured.OutputConstraint`
+and the tokenizer become a matcher over token ids (specbench.engine.constraint.TokenConstraint).
+
+The grammar library is llguidance (the Rust matcher behind vLLM's `guidance` backend and
+SGLang's `llguidance` backend): JSON Schema, regex and Lark grammars compile to one token-level
+matcher that computes a next-token mask in microseconds, checks a token sequence without
+consuming it, and rolls back exactly the tokens a rejected draft consumed. It ships one
+dependency-free abi3 wheel (xgrammar, the other candidate, needs triton on Linux).
+
+JSON is compact (no whitespace between tokens, llguidance's `whitespace_flexible` off, as
+vLLM's `disable_any_whitespace`): free whitespace lets a weak model pad forever.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import llguidance
+import llguidance.hf
+import llguidance.torch
+import torch
+
+from specbench.errors import WorkloadError
+from specbench.structured import OutputConstraint
+
+JSON_OPTIONS = {"whitespace_flexible": False}
+
+
+def grammar_text(constraint: OutputConstraint) -> str:
+    """The llguidance grammar of `constraint`."""
+    if constraint.kind == "json_object":
+        return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_OPTIONS)
+    if constraint.kind in ("json_schema", "tool_calls"):
+        return llguidance.LLMatcher.grammar_from_json_schema(constraint.schema, overrides=JSON_OPTIONS)
+    if constraint.kind == "regex":
+        return llguidance.LLMatcher.grammar_from_regex(constraint.source)
+    if constraint.kind == "choice":
+        alternatives = " | ".join(json.dumps(c) for c in json.loads(constraint.source))
+        return llguidance.LLMatcher.grammar_from_lark(f"start: {alternatives}")
+    if constraint.kind == "grammar":
+        return llguidance.LLMatcher.grammar_from_lark(constraint.source)
+    raise ValueError(f"unknown constraint kind {constraint.kind!r}")
+
+
+class Matcher:
+    """One request's llguidance matcher as the engine's TokenConstraint. A stop id (EOS) after a
+    complete output is accepted without being consumed (llguidance stops there), so rolling a
+    draft back past it is exact; nothing is accepted after it."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, stop_ids: frozenset[int], vocab_size: int):
+        self.m = matcher
+        self.stop_ids = stop_ids
+        self.ended = False  # a stop id was accepted after a complete output
+        self._bits = llguidance.torch.allocate_token_bitmask(1, vocab_size)
+        self._shift = torch.arange(32, dtype=torch.int32)
+        self._stops = torch.zeros(vocab_size, dtype=torch.bool)
+        self._stops[[i for i in stop_ids if i < vocab_size]] = True
+
+    def allowed(self, vocab_size: int) -> torch.Tensor:
+        if self.ended:  # never sampled from (the request ends at its stop id), but a distribution
+            return self._stops[:vocab_size].clone()
+        llguidance.torch.fill_next_token_bitmask(self.m, self._bits)
+        if self.m.is_error():
+            raise RuntimeError(f"output constraint: {self.m.get_error()}")
+        bits = ((self._bits[0].view(-1, 1) >> self._shift) & 1).view(-1).bool()
+        out = torch.zeros(vocab_size, dtype=torch.bool)
+        n = min(vocab_size, bits.numel())
+        out[:n] = bits[:n]
+        if self.m.is_accepting():
+            out |= self._stops[:vocab_size]
+        return out
+
+    def advance(self, tokens) -> int:
+        if self.ended:
+            return 0
+        tokens = [int(t) for t in tokens]
+        n = self.m.try_consume_tokens(tokens)
+        if n < len(tokens) and tokens[n] in self.stop_ids and self.m.is_accepting():
+            self.ended = True
+            n += 1
+        return n
+
+    def rollback(self, n: int) -> None:
+        if n and self.ended:
+            self.ended, n = False, n - 1
+        if n and not self.m.rollback(n):
+            raise RuntimeError(f"output constraint: could not roll back {n} tokens: {self.m.get_error()}")
+
+
+class Compiler:
+    """Compiles constraints for one tokenizer (its llguidance view is built once) and a model
+    vocabulary of `vocab_size` ids (it may pad the tokenizer's)."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int] | set[int] = frozenset()):
+        try:
+            self.tokenizer = llguidance.hf.from_tokenizer(tokenizer)
+        except ValueError as exc:
+            raise WorkloadError(f"structured output needs a fast (Rust) tokenizer: {exc}") from None
+        self.vocab_size = vocab_size
+        eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        self.stop_ids = frozenset(eos | set(eos_token_ids))
+        self._grammars: dict[OutputConstraint, str] = {}
+
+    def matcher(self, constraint: OutputConstraint, prompt_id: str) -> Matcher:
+        """A fresh matcher for one request (`prompt_id` names it in an error)."""
+        if constraint not in self._grammars:
+            self._grammars[constraint] = grammar_text(constraint)
+        m = llguidance.LLMatcher(self.tokenizer, self._grammars[constraint], log_level=0)
+        if m.is_error():
+            raise WorkloadError(f"prompt {prompt_id!r}: its {constraint.kind} does not compile: "
+                                f"{m.get_error().splitlines()[0]}")
+        return Matcher(m, self.stop_ids, self.vocab_size)

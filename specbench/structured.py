@@ -1,0 +1,253 @@
+"""Structured output: what a prompt asks its output to be, checked when the prompt is read, and
+whether an output is that.
+
+A prompt record may carry OpenAI's chat-completions fields `response_format`
+(`{"type": "json_object"}` or `{"type": "json_schema", "json_schema": {"name": ..., "schema":
+{...}}}`), `tools` and `tool_choice`, and vLLM's `structured_outputs` (exactly one of `json`,
+`regex`, `grammar` (Lark, as llguidance and vLLM read it) or `choice`). `parse_structured`
+checks them (a schema must be valid JSON Schema, a tool needs a name, a named tool_choice a
+tool of that name, a regex must compile) with one line naming the field; HTTP backends send
+them as given, in their server's dialect.
+
+`constraint_of` turns them into the one `OutputConstraint` the output must satisfy: what the
+embedded engine decodes under (specbench.backends.grammar) and what `check_output` verifies.
+Tool calls are constrained as vLLM constrains them: a named `tool_choice` makes the output the
+function's arguments (its `parameters` schema), `"required"` a JSON array of
+`{"name", "parameters"}` calls; `"auto"` and `"none"` leave the output free (the server's tool
+parser decides, which an embedded model has not got).
+
+Boundary: plain values and JSON; no tokenizer, no engine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import jsonschema
+
+from specbench.errors import WorkloadError
+
+FIELDS = ("response_format", "tools", "tool_choice", "structured_outputs")
+STRUCTURED_KEYS = ("json", "regex", "grammar", "choice")
+# the scenario of a sample: records, console, report and compare group by it
+SCENARIOS = ("free", "json", "tools", "regex", "grammar", "choice")
+
+
+@dataclass(frozen=True)
+class OutputConstraint:
+    """What an output must be: `kind` json_object | json_schema | tool_calls | regex | grammar |
+    choice, and its `source` (the schema as JSON text, each tool's parameters schema by name,
+    the regex, the Lark grammar, the choices as a JSON list). `scenario` groups samples: json, tools, regex, grammar or choice."""
+
+    kind: str
+    source: str
+    scenario: str
+
+    @property
+    def schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of a json_schema constraint, and of tool_calls (whose source maps each
+        tool's name to its parameters' schema): a non-empty array of `{"name", "parameters"}`
+        calls, as vLLM constrains tool_choice "required"."""
+        if self.kind == "json_schema":
+            return json.loads(self.source)
+        if self.kind != "tool_calls":
+            return None
+        call = [{"type": "object", "properties": {"name": {"type": "string", "enum": [n]}, "parameters": p},
+                 "required": ["name", "parameters"], "additionalProperties": False}
+                for n, p in json.loads(self.source).items()]
+        return {"type": "array", "minItems": 1, "items": call[0] if len(call) == 1 else {"anyOf": call}}
+
+
+def _schema_error(schema: Any, where: str, field: str) -> None:
+    if not isinstance(schema, Mapping):
+        raise WorkloadError(f"{where}: {field} must be a JSON Schema object, got {json.dumps(schema)[:80]}")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        at = "/".join(str(p) for p in exc.path)
+        raise WorkloadError(f"{where}: {field} is not valid JSON Schema"
+                            f"{f' at {at}' if at else ''}: {exc.message}") from None
+
+
+def _response_format(value: Any, where: str) -> None:
+    kinds = ("text", "json_object", "json_schema")
+    if not isinstance(value, Mapping) or value.get("type") not in kinds:
+        raise WorkloadError(f"{where}: field 'response_format' must be an object with type "
+                            f"{', '.join(kinds)}, got {json.dumps(value)[:80]}")
+    if value["type"] == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str) or not spec["name"]:
+            raise WorkloadError(f"{where}: response_format.json_schema must be an object with a 'name' and "
+                                "a 'schema'")
+        _schema_error(spec.get("schema"), where, "response_format.json_schema.schema")
+
+
+def _tools(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise WorkloadError(f"{where}: field 'tools' must be a non-empty list of "
+                            '{"type": "function", "function": {"name": ..., "parameters": {...}}}')
+    names = []
+    for i, tool in enumerate(value):
+        fn = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(tool, Mapping) or tool.get("type", "function") != "function" or not isinstance(fn, Mapping):
+            raise WorkloadError(f"{where}: tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
+        name = fn.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+            raise WorkloadError(f"{where}: tools[{i}].function.name must be 1-64 letters, digits, _ or -, "
+                                f"got {name!r}")
+        if name in names:
+            raise WorkloadError(f"{where}: tools[{i}].function.name {name!r} is given twice")
+        if "parameters" in fn:
+            _schema_error(fn["parameters"], where, f"tools[{i}].function.parameters")
+        names.append(name)
+    return names
+
+
+def _tool_choice(value: Any, names: list[str], where: str) -> None:
+    if value in ("none", "auto", "required"):
+        return
+    fn = value.get("function") if isinstance(value, Mapping) else None
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    if not isinstance(name, str):
+        raise WorkloadError(f"{where}: field 'tool_choice' must be none, auto, required or "
+                            f'{{"type": "function", "function": {{"name": ...}}}}, got {json.dumps(value)[:80]}')
+    if name not in names:
+        raise WorkloadError(f"{where}: tool_choice names {name!r}, which is not among the tools "
+                            f"({', '.join(names) or 'none given'})")
+
+
+def _structured_outputs(value: Any, where: str) -> None:
+    keys = [k for k in STRUCTURED_KEYS if isinstance(value, Mapping) and value.get(k) is not None]
+    if not isinstance(value, Mapping) or len(keys) != 1 or set(value) - set(STRUCTURED_KEYS):
+        raise WorkloadError(f"{where}: field 'structured_outputs' must be an object with exactly one of "
+                            f"{', '.join(STRUCTURED_KEYS)}")
+    key = keys[0]
+    spec = value[key]
+    if key == "json":
+        _schema_error(spec, where, "structured_outputs.json")
+    elif key == "regex":
+        try:
+            re.compile(spec)
+        except (re.error, TypeError) as exc:
+            raise WorkloadError(f"{where}: structured_outputs.regex does not compile: {exc}") from None
+    elif key == "grammar":
+        if not isinstance(spec, str) or not spec.strip():
+            raise WorkloadError(f"{where}: structured_outputs.grammar must be a Lark grammar (a string)")
+    elif not isinstance(spec, list) or not spec or not all(isinstance(c, str) and c for c in spec):
+        raise WorkloadError(f"{where}: structured_outputs.choice must be a non-empty list of strings")
+
+
+def parse_structured(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The structured-output fields of a prompt record (`FIELDS`), checked; {} when none.
+    `where` (e.g. `file.jsonl:3`) prefixes every error."""
+    out = {k: row[k] for k in FIELDS if row.get(k) not in (None, "")}
+    for key in ("response_format", "tools", "tool_choice", "structured_outputs"):
+        if isinstance(out.get(key), str) and key != "tool_choice":  # CSV and Parquet cells hold JSON text
+            try:
+                out[key] = json.loads(out[key])
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"{where}: field {key!r} is not valid JSON ({exc.msg})") from None
+    if "response_format" in out:
+        _response_format(out["response_format"], where)
+    names = _tools(out["tools"], where) if "tools" in out else []
+    if "tool_choice" in out:
+        if not names:
+            raise WorkloadError(f"{where}: field 'tool_choice' needs 'tools'")
+        _tool_choice(out["tool_choice"], names, where)
+    if "structured_outputs" in out:
+        _structured_outputs(out["structured_outputs"], where)
+    constraining = [k for k in ("response_format", "structured_outputs") if k in out
+                    and not (k == "response_format" and out[k]["type"] == "text")]
+    if len(constraining) > 1 or (constraining and _tool_constraint(out) is not None):
+        raise WorkloadError(f"{where}: give one of response_format, structured_outputs and a tool_choice "
+                            "that constrains the output (required or a named function), not several")
+    return out
+
+
+def _tool_constraint(structured: Mapping[str, Any]) -> OutputConstraint | None:
+    tools, choice = structured.get("tools"), structured.get("tool_choice", "auto")
+    if not tools or choice in ("none", "auto"):
+        return None
+    fns = [t["function"] for t in tools]
+    params = {f["name"]: f.get("parameters", {"type": "object"}) for f in fns}
+    if isinstance(choice, Mapping):  # a named function: the output is its arguments
+        return OutputConstraint("json_schema", json.dumps(params[choice["function"]["name"]]), "tools")
+    return OutputConstraint("tool_calls", json.dumps(params), "tools")
+
+
+def constraint_of(structured: Mapping[str, Any] | None) -> OutputConstraint | None:
+    """The constraint an output of these (checked) fields must satisfy, or None (free)."""
+    if not structured:
+        return None
+    fmt = structured.get("response_format")
+    if fmt is not None and fmt["type"] == "json_object":
+        return OutputConstraint("json_object", "{}", "json")
+    if fmt is not None and fmt["type"] == "json_schema":
+        return OutputConstraint("json_schema", json.dumps(fmt["json_schema"]["schema"]), "json")
+    so = structured.get("structured_outputs")
+    if so is not None:
+        key = next(k for k in STRUCTURED_KEYS if so.get(k) is not None)
+        if key == "json":
+            return OutputConstraint("json_schema", json.dumps(so["json"]), "json")
+        if key == "choice":
+            return OutputConstraint("choice", json.dumps(so["choice"]), "choice")
+        return OutputConstraint(key, so[key], key)
+    return _tool_constraint(structured)
+
+
+def scenario_of(structured: Mapping[str, Any] | None) -> str:
+    """The sample's scenario: its constraint's, "tools" for tools the model may call freely,
+    else "free"."""
+    c = constraint_of(structured)
+    if c is not None:
+        return c.scenario
+    return "tools" if structured and structured.get("tools") and structured.get("tool_choice") != "none" else "free"
+
+
+def check_output(constraint: OutputConstraint, text: str) -> str | None:
+    """None when `text` satisfies `constraint`, else the first error, in one line. A grammar
+    is checked by the decoder that enforced it, not here (None: not checked, see
+    specbench.metrics)."""
+    if constraint.kind in ("json_object", "json_schema", "tool_calls"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return f"not JSON: {exc.msg} at character {exc.pos}"
+        if constraint.kind == "json_object":
+            return None if isinstance(value, dict) else f"a JSON {type(value).__name__}, not an object"
+        if constraint.kind == "tool_calls":
+            return _check_calls(json.loads(constraint.source), value)
+        return _schema_check(constraint.schema, value)
+    if constraint.kind == "regex":
+        return None if re.fullmatch(constraint.source, text) else f"does not match /{constraint.source}/"[:300]
+    if constraint.kind == "choice":
+        choices = json.loads(constraint.source)
+        return None if text in choices else f"not one of {len(choices)} choices"
+    raise ValueError(f"check_output cannot check a {constraint.kind}")
+
+
+def _schema_check(schema: Any, value: Any, prefix: str = "") -> str | None:
+    error = jsonschema.exceptions.best_match(jsonschema.validators.validator_for(schema)(schema).iter_errors(value))
+    if error is None:
+        return None
+    at = prefix + "/".join(str(p) for p in error.absolute_path)
+    return f"{'at ' + at.rstrip('/') + ': ' if at else ''}{error.message}"[:300]
+
+
+def _check_calls(tools: dict[str, Any], value: Any) -> str | None:
+    """A tool_choice "required" output: a non-empty array of calls of the tools given, each
+    with arguments its tool's parameters accept."""
+    if not isinstance(value, list) or not value:
+        return "not a non-empty JSON array of tool calls"
+    for i, call in enumerate(value):
+        if not isinstance(call, dict) or set(call) != {"name", "parameters"}:
+            return f"at {i}: a tool call is an object with exactly 'name' and 'parameters'"
+        if call["name"] not in tools:
+            return f"at {i}/name: {call['name']!r} is not a tool ({', '.join(tools)})"[:300]
+        error = _schema_check(tools[call["name"]], call["parameters"], f"{i}/parameters/")
+        if error is not None:
+            return error
+    return None

@@ -1,0 +1,77 @@
+"""`specbench run` on structured-output prompts (tiny float32 models, the byte-level test
+tokenizer): records carry each sample's scenario and whether its output is valid, the
+console shows them by scenario, greedy speculation equals the baseline under the grammar, and
+the static step refuses such prompts in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_harness import specbench
+from specbench.records import read_run
+
+PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+          "properties": {"name": {"type": "string", "maxLength": 5},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 99}}}
+CLOCK = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "additionalProperties": False, "required": ["zone"],
+    "properties": {"zone": {"enum": ["UTC", "CET"]}}}}}
+PROMPTS = [
+    {"id": "free", "prompt": "Say hello."},
+    {"id": "person", "prompt": "Who is Ada?",
+     "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}},
+    {"id": "clock", "messages": [{"role": "user", "content": "Time in Paris?"}], "tools": [CLOCK],
+     "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+    {"id": "code", "prompt": "A ticket code:", "structured_outputs": {"regex": "[A-Z]{2}-[0-9]{3}"}},
+    {"id": "pick", "prompt": "Yes or no?", "structured_outputs": {"choice": ["yes", "no", "maybe"]}},
+]
+FAST = ["--dtype", "float32", "--device", "cpu", "--warmup", "0", "--max-new-tokens", "40"]
+
+
+@pytest.fixture(scope="module")
+def structured_run(tiny_pair, tmp_path_factory):
+    d = tmp_path_factory.mktemp("structured")
+    prompts = d / "structured.jsonl"
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    out = d / "run"
+    res = specbench("run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--method", "draft_model",
+                    "-k", "3", "--workload", str(prompts), *FAST, "--out", str(out))
+    assert res.code == 0, res.output
+    return res, read_run(out)[0], prompts
+
+
+def test_records_say_each_scenario_and_that_every_output_is_valid(structured_run):
+    _, df, _ = structured_run
+    assert dict(zip(df["prompt_id"], df["scenario"])) == {"free": "free", "person": "json", "clock": "tools",
+                                                          "code": "regex", "pick": "choice"}
+    constrained = df[df["scenario"] != "free"]
+    assert constrained["output_valid"].eq(True).all() and constrained["validation_error"].isna().all()
+    assert df[df["scenario"] == "free"]["output_valid"].isna().all()
+    assert (constrained["finish_reason"] == "stop").all()
+
+
+def test_greedy_speculation_equals_the_baseline_under_the_grammar(structured_run):
+    _, df, _ = structured_run
+    base = df[df["is_baseline"]].set_index("prompt_id")["output_token_ids"]
+    spec = df[~df["is_baseline"]].set_index("prompt_id")["output_token_ids"]
+    assert {p: list(v) for p, v in base.items()} == {p: list(v) for p, v in spec.items()}
+    assert (df[~df["is_baseline"]]["token_match_rate"] == 1.0).all()
+
+
+def test_the_console_shows_validity_by_scenario(structured_run):
+    res, _, _ = structured_run
+    text = " ".join(res.out.replace("│", " ").split())
+    assert "By scenario (structured output)" in text
+    for scenario in ("json", "tools", "regex", "choice"):
+        assert f"{scenario} baseline-c1 1 1/1" in text and f"{scenario} draft_model-k3-c1 1 1/1" in text
+
+
+def test_the_static_step_refuses_structured_output_in_one_line(tiny_pair, structured_run, tmp_path):
+    res = specbench("run", "--target", str(tiny_pair[0]), "--method", "none", "--workload", str(structured_run[2]), *FAST,
+                    "--capture", "static", "--out", str(tmp_path / "static"))
+    assert res.code != 0 and "Traceback" not in res.output
+    line = [ln for ln in res.err.splitlines() if ln.startswith("error:")]
+    assert len(line) == 1 and "--capture static: structured output" in line[0] and "eager step" in line[0]
+    assert not (tmp_path / "static" / "samples.parquet").exists()
