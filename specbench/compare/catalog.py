@@ -4,7 +4,7 @@ Metrics come in two kinds:
 
 - timing (`tpot_p50`, `ttft_p50`, `e2e_p50`, `output_tps`, ...): noisy, decided with a paired
   bootstrap over the shared prompt ids (`specbench.compare.gate`);
-- deterministic (`acceptance_rate`, `mean_acceptance_length`, `greedy_match`, `errors`):
+- deterministic (`acceptance_rate`, `mean_acceptance_length`, `greedy_match`, `valid_outputs`, `errors`):
   with fixed models and seeds these repeat exactly on one machine, so they are compared as
   values with a tight tolerance.
 
@@ -36,6 +36,10 @@ class Metric:
     stat: str = "median"  # statistic over per-prompt values (timing metrics)
     absolute: bool = False  # threshold and change in the metric's own unit, not relative
     speculative_only: bool = False  # not defined for the non-speculative baseline
+
+    def worse(self, change: float) -> float:
+        """How much worse a change is in this metric's direction (negative: better)."""
+        return change if self.better == "lower" else -change
 
 
 TIMING_THRESHOLD = 0.05

@@ -32,7 +32,8 @@ import pandas as pd
 
 from specbench import analysis
 from specbench.compare.catalog import DEFAULT_METRICS, GATES, METRICS, Metric
-from specbench.compare.comparable import comparable_pairs, fmt_ids
+from specbench.compare.comparable import comparable_pairs
+from specbench.compare.exact import acceptance, errors, greedy_match, valid_outputs
 from specbench.compare.result import Comparison, MetricResult
 from specbench.errors import ConfigError, RecordsError
 from specbench.formatting import plain
@@ -43,10 +44,6 @@ def _with_derived(df: pd.DataFrame) -> pd.DataFrame:
     e2e = df["e2e_s"].astype(float)
     df["_output_tps"] = df["output_tokens"].astype(float) / e2e.where(e2e > 0)
     return df
-
-
-def _worse(change: float, better: str) -> float:
-    return change if better == "lower" else -change
 
 
 def _timing(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, threshold: float,
@@ -117,10 +114,10 @@ def _timing_repeats(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, threshold:
 def _decide(point: float, lo: float, hi: float, metric: Metric, threshold: float, min_effect: float,
             out: dict[str, Any]) -> dict[str, Any]:
     change, ci = point - 1.0, (lo - 1.0, hi - 1.0)
-    worse = _worse(change, metric.better)
+    worse = metric.worse(change)
     # the end of the interval most favourable to "no regression"
-    worse_low = min(_worse(ci[0], metric.better), _worse(ci[1], metric.better))
-    worse_high = max(_worse(ci[0], metric.better), _worse(ci[1], metric.better))
+    worse_low = min(metric.worse(ci[0]), metric.worse(ci[1]))
+    worse_high = max(metric.worse(ci[0]), metric.worse(ci[1]))
     if worse > threshold and worse_low > min_effect:
         verdict, note = "regression", ""
     elif worse > threshold:
@@ -170,83 +167,6 @@ def _speedup_change(metric: Metric, bdf: pd.DataFrame, b: pd.DataFrame, cdf: pd.
     half = float(stats.t.ppf(0.5 + confidence / 2, len(e) - 1)) * float(e.std(ddof=1)) / np.sqrt(len(e))
     m = float(e.mean())
     return _decide(np.exp(m), np.exp(m - half), np.exp(m + half), metric, threshold, min_effect, out)
-
-
-def _acceptance(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, shared: list[str],
-                threshold: float) -> dict[str, Any]:
-    col = {"acceptance_rate": "acceptance_rate_tok",
-           "mean_acceptance_length": "mean_acceptance_length_tok"}[metric.name]
-    if not shared:
-        return {"baseline": None, "current": None, "n": 0, "verdict": "n/a",
-                "note": "no prompt succeeded in both runs"}
-    # one configuration each, so summarize() gives one row: pooled (token-weighted) figures
-    bs = analysis.summarize(b[b["prompt_id"].isin(shared)]).iloc[0]
-    cs = analysis.summarize(c[c["prompt_id"].isin(shared)]).iloc[0]
-    base_val, cur_val = float(bs[col]), float(cs[col])
-    out: dict[str, Any] = {"baseline": base_val, "current": cur_val, "n": len(shared)}
-    if bs["drafted_tokens"] == 0 or not np.isfinite(base_val):
-        return {**out, "verdict": "n/a", "note": "nothing was drafted in the baseline"}
-    if not np.isfinite(cur_val):
-        cur_val = 0.0 if metric.name == "acceptance_rate" else 1.0  # drafted nothing at all
-        out["current"] = cur_val
-    if base_val == 0.0:  # drafted, none accepted: no relative change to state
-        if cur_val == 0.0:
-            return {**out, "change": 0.0, "verdict": "ok", "note": "no draft token accepted in either run"}
-        return {**out, "verdict": "improved", "note": "the baseline accepted no draft token"}
-    change = cur_val / base_val - 1.0
-    worse = _worse(change, metric.better)
-    verdict = ("regression" if worse > threshold + 1e-12 else
-               "improved" if -worse > threshold + 1e-12 else "ok")
-    return {**out, "change": change, "verdict": verdict}
-
-
-def _greedy_match(b: pd.DataFrame, c: pd.DataFrame, shared: list[str],
-                  threshold: float) -> dict[str, Any]:
-    temps = b.groupby("prompt_id")["temperature"].first()
-    greedy = [p for p in shared if temps.get(p) == 0]
-    if not greedy:
-        return {"baseline": None, "current": None, "n": 0, "verdict": "n/a",
-                "note": "no greedy prompts"}
-    bo = b.groupby("prompt_id")["output_token_ids"].first()
-    co = c.groupby("prompt_id")["output_token_ids"].first()
-    differ = [p for p in greedy if list(bo[p]) != list(co[p])]
-    frac = 1.0 - len(differ) / len(greedy)
-    change = frac - 1.0
-    verdict = "regression" if -change > threshold + 1e-12 else "ok"
-    note = f"{len(differ)} differ ({fmt_ids(differ)})" if differ else ""
-    return {"baseline": 1.0, "current": frac, "n": len(greedy), "change": change,
-            "verdict": verdict, "note": note}
-
-
-def _valid_outputs(b: pd.DataFrame, c: pd.DataFrame, shared: list[str], threshold: float) -> dict[str, Any]:
-    """The fraction of shared prompts with a checked structured output (records' output_valid)
-    whose output is valid, in each run: gated exactly, as greedy outputs are."""
-    def valid(df: pd.DataFrame) -> pd.Series:
-        if "output_valid" not in df:
-            return pd.Series(dtype=bool)
-        checked = df[df["prompt_id"].isin(shared) & df["output_valid"].notna()]
-        return checked.groupby("prompt_id")["output_valid"].agg(lambda v: bool(v.astype(bool).all()))
-
-    bv, cv = valid(b), valid(c)
-    both = sorted(set(bv.index) & set(cv.index))
-    if not both:
-        return {"baseline": None, "current": None, "n": 0, "verdict": "n/a", "note": "no structured outputs"}
-    base, cur = float(bv[both].mean()), float(cv[both].mean())
-    change = cur - base
-    verdict = "regression" if -change > threshold + 1e-12 else "improved" if change > 1e-12 else "ok"
-    invalid = [p for p in both if not cv[p]]
-    return {"baseline": base, "current": cur, "n": len(both), "change": change, "verdict": verdict,
-            "note": f"{len(invalid)} invalid ({fmt_ids(invalid)})" if invalid else ""}
-
-
-def _errors(b: pd.DataFrame, c: pd.DataFrame, prompts: set[str], threshold: float) -> dict:
-    nb = int((~analysis.ok_mask(b[b["prompt_id"].isin(prompts)])).sum())
-    nc = int((~analysis.ok_mask(c[c["prompt_id"].isin(prompts)])).sum())
-    change = float(nc - nb)
-    verdict = ("regression" if change > threshold else
-               "improved" if change < 0 else "ok")
-    return {"baseline": float(nb), "current": float(nc), "n": len(prompts), "change": change,
-            "verdict": verdict}
 
 
 def compare_runs(
@@ -371,12 +291,12 @@ def _judge(name: str, m: Metric, bdf: pd.DataFrame, b: pd.DataFrame, cdf: pd.Dat
     if m.kind == "timing":
         return _timing(m, b, c, thr, st.min_effect, st.n_boot, st.seed, st.confidence)
     if name in ("acceptance_rate", "mean_acceptance_length"):
-        return _acceptance(m, b, c, shared_ok, thr)
+        return acceptance(m, b, c, shared_ok, thr)
     if name == "greedy_match":
-        return _greedy_match(b, c, shared_ok, thr)
+        return greedy_match(b, c, shared_ok, thr)
     if name == "valid_outputs":
-        return _valid_outputs(b, c, shared_ok, thr)
-    return _errors(b, c, set(b["prompt_id"]), thr)
+        return valid_outputs(b, c, shared_ok, thr)
+    return errors(b, c, set(b["prompt_id"]), thr)
 
 
 def _timing_verdicts(comp: Comparison, interval: str) -> None:

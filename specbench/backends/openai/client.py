@@ -53,6 +53,7 @@ from specbench.backends.openai.reported import per_request
 from specbench.backends.openai.sse import Attempt, Fault, StampingHandler, error_message, read_stream
 from specbench.backends.openai.lag import LoopLag
 from specbench.backends.openai.stats import Tally
+from specbench.backends.openai import structured
 from specbench.backends.openai.workers import ClientPool
 from specbench.backends.openai.tokens import output_tokens
 from specbench.config import SpeculativeConfig
@@ -321,7 +322,7 @@ class OpenAIBackend:
         # the class goes by reference: the spawned worker imports it (workers.py never does)
         return {"backend": type(self), "root": self.root, "model": self.model, "api_key": self.api_key, "endpoint": self.endpoint,
                 "request_timeout": self.request_timeout, "retries": self.retries,
-                "prompt_form": self.prompt_form, "extras": self.extras}
+                "prompt_form": self.prompt_form, "extras": self.extras, "card": self.card}
 
     def close(self) -> None:
         """Close the connections, stop the loop thread and the worker processes (also at exit)."""
@@ -358,6 +359,7 @@ class OpenAIBackend:
         else:
             body["prompt"] = list(request.prompt_ids) if self.prompt_form == "ids" else request.prompt_text
         body.update(self.extras)
+        body.update(structured.body_fields(request, self.endpoint, structured.dialect(self.card)))
         return body
 
     async def _stream(self, client: aiohttp.ClientSession, request: Request, att: Attempt) -> None:
@@ -423,6 +425,8 @@ class OpenAIBackend:
             reported_acceptance=reported,
             extra={"attempts": attempts, "usage": att.usage, "server_finish_reason": att.finish,
                    "output_tokens": len(times), "token_count_delta": delta},
+            output_text=structured.output_text(request, "".join(c.text for c in att.chunks),
+                                               att.tool_calls),
         )
         if error is not None:
             res.finish_reason, res.error = "error", error
@@ -440,6 +444,8 @@ class OpenAIBackend:
         so nothing slow runs between a chunk's arrival and its timestamp; the streams that
         finished since the last call go together (one records write for a wave). Returns the
         results in request order, or none when `on_results` took them."""
+        for r in requests:
+            structured.check(r, self.endpoint, structured.dialect(self.card))
         before = self.scrape_metrics()
         if self.client_processes and self._pool is None:  # before the settings below change
             self._pool = ClientPool(self._worker_settings(), self.client_processes)
@@ -544,6 +550,8 @@ class OpenAIBackend:
             done.put(None)
 
     def generate(self, request: Request, spec: SpeculativeConfig, *, arrival_time: float) -> Result:
+        structured.check(request, self.endpoint, structured.dialect(self.card))
+
         async def go() -> Result:
             return await self.request(self._session(1), request, arrival_time)
         return self._submit(go()).result()

@@ -53,6 +53,7 @@ class Attempt:
     spec: dict | None = None  # specbench serve's per-step `spec_decode`
     vllm_spec: dict | None = None  # vLLM's `metrics.speculative_decoding`
     meta_info: dict | None = None  # SGLang's `meta_info`
+    tool_calls: dict[int, list[str]] = field(default_factory=dict)  # index -> [name, arguments] streamed
 
 
 def error_message(body: str) -> str:
@@ -90,10 +91,24 @@ def split_events(buf: bytes) -> tuple[list[bytes], bytes]:
     return out, rest
 
 
+def tool_call_pieces(choice: dict) -> list[tuple[int, str, str]]:
+    """(index, name piece, arguments piece) of each tool call a streamed chat choice carries
+    (OpenAI's `delta.tool_calls`: a name once, the arguments' JSON text in pieces)."""
+    out = []
+    for call in (choice.get("delta") or {}).get("tool_calls") or []:
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        index = call.get("index", 0)
+        out.append((index if isinstance(index, int) else 0, str(fn.get("name") or ""), str(fn.get("arguments") or "")))
+    return out
+
+
 def chunk_tokens(choice: dict, chat: bool) -> tuple[str, list[int] | None, int | None]:
-    """(text, token ids or None, token count or None) of one streamed choice."""
+    """(text, token ids or None, token count or None) of one streamed choice. A chat choice's
+    text is its content and any tool-call arguments it streams: both are output tokens."""
     if chat:
-        text = (choice.get("delta") or {}).get("content") or ""
+        text = ((choice.get("delta") or {}).get("content") or "") + "".join(a for _, _, a in tool_call_pieces(choice))
     else:
         text = choice.get("text") or ""
     ids = choice.get("token_ids")
@@ -232,6 +247,10 @@ def handle_event(raw: bytes, now: float, chat: bool, att: Attempt) -> bool:
         if not isinstance(choice, dict):
             continue
         text, ids, n = chunk_tokens(choice, chat)
+        for index, name, args in tool_call_pieces(choice) if chat else ():
+            call = att.tool_calls.setdefault(index, ["", ""])
+            call[0] += name
+            call[1] += args
         if text or n:
             att.chunks.append(Chunk(now, text, ids, n))
         if choice.get("finish_reason"):

@@ -39,7 +39,7 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
 
     be = settings["backend"](settings["root"], settings["model"], api_key=settings["api_key"],
                        endpoint=settings["endpoint"], request_timeout=settings["request_timeout"],
-                       retries=settings["retries"])
+                       retries=settings["retries"], card=settings["card"])
     be.prompt_form, be.extras = settings["prompt_form"], settings["extras"]
     quiet_collector()  # as OpenAIBackend.run, for the worker's life; swept below
 
