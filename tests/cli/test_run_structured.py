@@ -75,3 +75,14 @@ def test_the_static_step_refuses_structured_output_in_one_line(tiny_pair, struct
     line = [ln for ln in res.err.splitlines() if ln.startswith("error:")]
     assert len(line) == 1 and "--capture static: structured output" in line[0] and "eager step" in line[0]
     assert not (tmp_path / "static" / "samples.parquet").exists()
+
+
+def test_the_report_draws_acceptance_speedup_and_validity_by_scenario(structured_run, tmp_path):
+    _, df, prompts = structured_run
+    run_dir = prompts.parent / "run"
+    res = specbench("report", str(run_dir), "--out", str(tmp_path / "r.html"), "--n-boot", "200")
+    assert res.code == 0, res.output
+    page = (tmp_path / "r.html").read_text()
+    assert 'id="plot-by-scenario"' in page
+    for scenario in ("json", "tools", "regex", "choice"):
+        assert f"<td>{scenario}</td><td>draft_model-k3-c1</td><td>1</td><td>1/1</td>" in page.replace("\n", "")
