@@ -348,7 +348,15 @@ def print_summary(result: Any) -> None:
         out.print(f"[yellow]time budget ({first['time_budget_s']:g} s) reached: {first['measured']} of "
                   f"{first['planned']} prompt(s) measured per configuration (the same ones for each); "
                   "--time-budget 0 measures them all[/]")
+    if cfg.ignore_eos:
+        out.print(f"[yellow]{IGNORE_EOS_BIAS}[/]")
     out.print(f"records: {result.samples_path}  ({len(df)} samples)")
+
+
+# what forcing lengths does to acceptance (the report says it in its header)
+IGNORE_EOS_BIAS = ("--ignore-eos forced every output to max_new_tokens: acceptance past where the model would "
+                   "stop (EOS) differs from that of EOS-terminated outputs, which production sees; read acceptance "
+                   "and speedup as a forced-length figure")
 
 
 def register(app: typer.Typer) -> None:

@@ -70,7 +70,8 @@ def _sampling(df: pd.DataFrame, cfg: RunConfig) -> str:
     tokens = sorted(set(int(x) for x in combos["max_new_tokens"]))
     cap = (f"max {tokens[0]} new tokens" if len(tokens) == 1
            else f"max {tokens[0]}–{tokens[-1]} new tokens")
-    eos = "; EOS ignored" if cfg.ignore_eos else ""
+    eos = ("; EOS ignored (forced lengths: acceptance differs from EOS-terminated outputs, which production "
+           "sees)") if cfg.ignore_eos else ""
     if len(distinct[["temperature", "top_p", "top_k"]].drop_duplicates()) == 1:
         r = distinct.iloc[0]
         return f"{one(r['temperature'], r['top_p'], r['top_k'])}, {cap}{eos}"

@@ -86,3 +86,14 @@ def test_the_report_draws_acceptance_speedup_and_validity_by_scenario(structured
     assert 'id="plot-by-scenario"' in page
     for scenario in ("json", "tools", "regex", "choice"):
         assert f"<td>{scenario}</td><td>draft_model-k3-c1</td><td>1</td><td>1/1</td>" in page.replace("\n", "")
+
+
+def test_ignore_eos_is_said_and_a_complete_grammar_still_ends_the_output(tiny_pair, structured_run, tmp_path):
+    res = specbench("run", "--target", str(tiny_pair[0]), "--method", "none", "--workload", str(structured_run[2]),
+                    *FAST, "--ignore-eos", "--out", str(tmp_path / "forced"))
+    assert res.code == 0, res.output
+    assert "--ignore-eos forced every output to max_new_tokens" in " ".join(res.out.split())
+    df = read_run(tmp_path / "forced")[0].set_index("prompt_id")
+    assert df.loc["free", "output_tokens"] == 40 and df.loc["free", "finish_reason"] == "length"
+    for pid in ("person", "clock", "code", "pick"):  # the grammar ends them: nothing else is allowed
+        assert df.loc[pid, "finish_reason"] == "stop" and df.loc[pid, "output_valid"], pid
