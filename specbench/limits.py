@@ -33,6 +33,7 @@ MAX_TOPK = 64  # children per draft-tree node (SGLang's defaults use 4, vLLM gui
 MAX_TREE_TOKENS = 4096  # tokens one row verifies per step, the root included
 MAX_NEW_TOKENS = 2**20  # beyond any model context
 MAX_WAVES = 1_000  # --warmup, --repeats: each multiplies the run's length
+MAX_TURNS = 1_000  # --turns: user turns replayed per conversation
 MAX_N_BOOT = 100_000  # bootstrap resamples: 2000 is plenty, 100k already takes a while
 MAX_SECONDS = 10**7  # about 115 days: any timeout or budget beyond is a typo
 MIN_TEMPERATURE = 1e-5  # below this logits / T overflow; vLLM treats it as greedy too
@@ -116,10 +117,13 @@ LIMITS: dict[str, Limit] = {
     "--num-draft-tokens": _i(2, MAX_TREE_TOKENS, "the root and at least one draft token"),
     "--warmup": _i(0, MAX_WAVES),
     "--repeats": _i(1, MAX_WAVES),
+    "--turns": _i(1, MAX_TURNS),
     "--time-budget": _f(0, MAX_SECONDS, hint="seconds; 0 = none"),
     "--request-timeout": _f(0, MAX_SECONDS, low_open=True),
     # gamma shape of open-loop arrivals (vLLM's --burstiness): 1 = Poisson, < 1 burstier
     "--burstiness": _f(0, 1000, low_open=True),
+    # replaying a trace faster (2 = twice the arrival rate) or slower
+    "--trace-speedup": _f(0, 10**4, low_open=True),
     "--client-processes": _i(0, 256, "0 = this process"),
     "--retries": _i(0, 100),
     # ---- report, compare ----------------------------------------------------------------

@@ -48,6 +48,7 @@ METRIC_COLUMNS = (
     "input_tokens",
     "output_tokens",
     "arrival_s",
+    "sent_s",
     "finish_s",
     "ttft_s",
     "tpot_s",
@@ -182,16 +183,18 @@ def _latencies(result: Result, n_out: int, config_start: float | None) -> dict[s
     times = list(result.token_times)
     arrival = result.arrival_time
     sent = result.sent_time if result.sent_time is not None else arrival
+    went = result.sent_time if result.sent_time is not None else result.start_time  # out of the queue
     ttft = times[0] - sent if times else None
     e2e = times[-1] - sent if times else None
     chunk_times = [t for i, t in enumerate(times) if i == 0 or t != times[i - 1]]
     return {
         "arrival_s": arrival - config_start if config_start is not None else None,
+        "sent_s": went - config_start if config_start is not None else None,
         "finish_s": times[-1] - config_start if config_start is not None and times else None,
         "ttft_s": ttft,
         "tpot_s": (e2e - ttft) / (n_out - 1) if (times and n_out >= 2) else None,
         "e2e_s": e2e,
-        "queue_s": (result.sent_time if result.sent_time is not None else result.start_time) - arrival,
+        "queue_s": went - arrival,
         "itl_s": [b - a for a, b in zip(times, times[1:])],
         "chunk_itl_s": [b - a for a, b in zip(chunk_times, chunk_times[1:])],
     }

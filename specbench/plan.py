@@ -40,6 +40,8 @@ from specbench.runner import Configuration
 from specbench import session
 from specbench.interrupts import TerminateAsInterrupt
 from specbench.models.fetch import named_head
+from specbench.workload.conversation import next_turn
+from specbench.workload.trace import TraceEntry, load_trace, trace_requests
 
 BACKENDS = ("embedded", "hf", "openai")
 Log = Callable[[str], None]
@@ -87,6 +89,11 @@ class RunPlan:
     request_rate: float | None = None  # requests/s, Poisson; None = closed loop
     request_rates: tuple[float, ...] = ()  # several rates, one configuration each (beats request_rate)
     burstiness: float = 1.0  # gamma shape of the arrival gaps (1 = Poisson), vLLM's --burstiness
+    # --trace: replay this arrival trace (specbench.workload.trace), `trace_speedup` times faster;
+    # the workload is then the text its prompts are cut from. Concurrency () = no cap
+    trace: Path | None = None
+    trace_speedup: float = 1.0
+    turns: int = 1  # --turns: replay each conversation's first this many user turns (1: single prompts)
     goodput_slos_ms: dict[str, float] | None = None  # --goodput: SLO bounds in ms (ttft, tpot, e2el)
     client_processes: int = 0  # --backend openai: worker processes sending the requests (0: this one)
     warmup: int = 1  # warm-up waves per configuration
@@ -159,7 +166,8 @@ def _settle(plan: RunPlan, remote: Any = None, log: Log | None = None) -> _Settl
     specs = tuple(sp.with_k(k) for k in ks)
     rates = plan.request_rates or (plan.request_rate,)
     configs = [c for rate in rates for c in runner.plan(specs, plan.concurrency, baseline=baseline,
-                                                          request_rate=rate, burstiness=plan.burstiness)]
+                                                          request_rate=rate, burstiness=plan.burstiness,
+                                                          trace=plan.trace is not None)]
     if plan.burstiness != 1.0 and plan.backend != "openai":
         raise ConfigError(f"--burstiness {plan.burstiness:g} needs --backend openai (the {plan.backend} backend "
                           "draws Poisson arrivals only); leave it at 1")
@@ -178,7 +186,7 @@ def _run_config(plan: RunPlan, s: _Settled, wl: Any) -> RunConfig:
         target=s.target, draft=sp.draft, method=sp.method, num_speculative_tokens=s.ks,
         ngram=(sp.ngram_min, sp.ngram_max),
         workload=wl.name, workload_kind=wl.kind, num_prompts=len(wl.prompts), sampling=dict(plan.overrides),
-        seed=plan.seed, ignore_eos=plan.sampling.ignore_eos, concurrency=plan.concurrency,
+        seed=plan.seed, ignore_eos=plan.sampling.ignore_eos or plan.trace is not None, concurrency=plan.concurrency,
         request_rate=plan.request_rates[0] if len(plan.request_rates) == 1 else plan.request_rate,
         disable_by_batch_size=sp.disable_by_batch_size, dynamic_k=sp.dynamic_k,
         warmup=plan.warmup, repeats=plan.repeats, interleave=plan.interleave,
@@ -189,6 +197,9 @@ def _run_config(plan: RunPlan, s: _Settled, wl: Any) -> RunConfig:
         extra={k: v for k, v in (("request_rates", list(plan.request_rates) if len(plan.request_rates) > 1 else None),
                                  ("burstiness", plan.burstiness if plan.burstiness != 1.0 else None),
                                  ("goodput_slos_ms", plan.goodput_slos_ms),
+                                 ("trace", {"file": str(plan.trace), "speedup": plan.trace_speedup}
+                                  if plan.trace is not None else None),
+                                 ("turns", plan.turns if plan.turns > 1 else None),
                                  ("client_processes", plan.client_processes or None))
                if v is not None})
 
@@ -206,27 +217,42 @@ def _open_writer(plan: RunPlan, s: _Settled, config: RunConfig) -> RunWriter:
 
 
 def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMetadata,
-              log: Log | None) -> tuple[Any, list]:
-    """(backend, requests): the tokenizer or models loaded, the requests built, the backend
-    ready to measure; what setup found goes into `metadata`."""
+              log: Log | None, entries: list[TraceEntry] | None) -> tuple[Any, list, list[float] | None, Any]:
+    """(backend, requests, schedule, follow_up): the tokenizer or models loaded, the requests
+    built (from the workload, or from a trace's `entries` with their send times), the backend
+    ready to measure, and with --turns the builder of each conversation's next turn; what
+    setup found goes into `metadata`."""
+
+    def requests_of(tokenizer: Any, max_context: int | None) -> tuple[list, list[float] | None, Any]:
+        follow_up = None
+        if plan.turns > 1:
+            def follow_up(request: Any, result: Any) -> Any:
+                return next_turn(request, result.output_ids, tokenizer, use_chat_template=plan.chat_template,
+                                 max_context=max_context)
+        if entries is None:
+            return session.tokenize(wl, tokenizer, plan.sampling, max_context=max_context, overrides=plan.overrides,
+                                    chat_template=plan.chat_template, truncate=plan.truncate, log=log,
+                                    turns=plan.turns)[0], None, follow_up
+        # the workload is the text the trace's prompts are cut from
+        return (*trace_requests(entries, tokenizer, plan.sampling, wl, speedup=plan.trace_speedup, seed=plan.seed,
+                                max_context=max_context, source=str(plan.trace)), None)
+
     if remote is not None:  # only the tokenizer: the server holds the weights
         from specbench.backends.openai import load_tokenizer
 
         tok = load_tokenizer(plan.server.tokenizer, remote, trust_remote_code=plan.engine.trust_remote_code)
         if log:
             log(f"tokenizer [bold]{tok.name}[/]; {remote.root} serves [bold]{remote.model}[/]")
-        requests, _ = session.tokenize(wl, tok.tokenizer, plan.sampling, max_context=tok.max_context,
-                                       overrides=plan.overrides, chat_template=plan.chat_template,
-                                       truncate=plan.truncate, log=log)
+        requests, schedule, follow_up = requests_of(tok.tokenizer, tok.max_context)
         remote.prepare(requests[0], tok.tokenizer, tok.eos_token_ids)  # probes the stream format
         metadata.note(openai=remote.describe())
         metadata.device = remote.device_name
-        return remote, requests
+        return remote, requests, schedule, follow_up
     sp = s.speculative
     drafted = sp.method in DRAFTED_METHODS and any(x.speculative for x in s.specs)
     sess = session.open_session(target=s.target, engine_cfg=plan.engine, workload=wl, base=plan.sampling,
                                 overrides=plan.overrides, chat_template=plan.chat_template,
-                                truncate=plan.truncate, log=log,
+                                truncate=plan.truncate, log=log, requests=entries is None, turns=plan.turns,
                                 preload=[(sp.method, sp.draft)] if drafted else [])
     draft = sp.draft if drafted else None
     if draft is not None and sp.method == "eagle3":
@@ -252,7 +278,11 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
         backend = sess.hf_backend(draft)
     metadata.device = backend.device_name
     metadata.note(dtype_resolved=sess.dtype_name)
-    return backend, sess.requests
+    if entries is None and plan.turns == 1:
+        return backend, sess.requests, None, None
+    if entries is None:
+        return backend, sess.requests, None, requests_of(sess.target.tokenizer, sess.target.max_context)[2]
+    return backend, *requests_of(sess.target.tokenizer, sess.target.max_context)
 
 
 def run_plan(plan: RunPlan, *, log: Log | None = None, progress: PlanProgress | None = None) -> RunResult:
@@ -269,15 +299,18 @@ def run_plan(plan: RunPlan, *, log: Log | None = None, progress: PlanProgress | 
         remote = OpenAIBackend.connect(o.base_url, model=o.model, api_key_env=o.api_key_env, endpoint=o.endpoint,
                                        request_timeout=o.request_timeout, retries=o.retries)
         remote.client_processes = plan.client_processes
+    entries = load_trace(plan.trace)[:plan.num_prompts] if plan.trace is not None else None
+    if entries is not None and not plan.concurrency:  # a trace's own load: no cap on requests in flight
+        plan = replace(plan, concurrency=(len(entries),))
     s = _settle(plan, remote, log)
-    wl = session.load_prompts(plan.workload, prompt_field=plan.prompt_field, num_prompts=plan.num_prompts,
-                              seed=plan.seed)
-    if plan.num_prompts is not None and len(wl.prompts) < plan.num_prompts and log:
+    wl = session.load_prompts(plan.workload, prompt_field=plan.prompt_field,
+                              num_prompts=None if entries is not None else plan.num_prompts, seed=plan.seed)
+    if entries is None and plan.num_prompts is not None and len(wl.prompts) < plan.num_prompts and log:
         log(f"[yellow]note: --num-prompts {plan.num_prompts}, but {wl.name!r} has {len(wl.prompts)} "
             f"prompt(s): running all {len(wl.prompts)}[/]")
     writer = _open_writer(plan, s, _run_config(plan, s, wl))
     try:  # until measuring starts, a failure leaves no directory behind
-        backend, requests = _assemble(plan, s, wl, remote, writer.metadata, log)
+        backend, requests, schedule, follow_up = _assemble(plan, s, wl, remote, writer.metadata, log, entries)
     except BaseException:
         writer.abandon()
         raise
@@ -287,7 +320,7 @@ def run_plan(plan: RunPlan, *, log: Log | None = None, progress: PlanProgress | 
             runner.run_plan(backend, requests, s.configs, run_id=writer.metadata.run_id, writer=writer,
                             warmup=plan.warmup, repeats=plan.repeats, interleave=plan.interleave,
                             seed=plan.seed, time_budget_s=plan.time_budget_s or None, progress=progress,
-                            slos_ms=plan.goodput_slos_ms)
+                            slos_ms=plan.goodput_slos_ms, schedule=schedule, follow_up=follow_up)
     except KeyboardInterrupt:
         writer.metadata.note(interrupted_by=stop.signal_name or "SIGINT")
         writer.close(complete=False)

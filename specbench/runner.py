@@ -36,18 +36,23 @@ from specbench.types import Request, Result
 # Columns holding a list per sample (token ids, chunk gaps, the per-step arrays).
 _LIST_COLUMNS = tuple(f.name for f in SCHEMA if str(f.type).startswith("list"))
 
+# a conversation's next turn after a request's result (a multi-turn replay), or None
+FollowUp = Callable[[Request, Result], "Request | None"]
+
+
 @dataclass(frozen=True)
 class Configuration:
     spec: SpeculativeConfig
     concurrency: int = 1
     request_rate: float | None = None  # requests/s (Poisson); None = closed loop
     burstiness: float = 1.0  # gamma shape of the arrival gaps (1 = Poisson), as vLLM's
+    trace: bool = False  # arrivals replay a trace's send times (run_plan's `schedule`)
 
     @property
     def config_id(self) -> str:
         rate = f"-r{self.request_rate:g}" if self.request_rate else ""
         burst = f"-b{self.burstiness:g}" if self.request_rate and self.burstiness != 1.0 else ""
-        return f"{self.spec.short}-c{self.concurrency}{rate}{burst}"
+        return f"{self.spec.short}-c{self.concurrency}{rate}{burst}{'-trace' if self.trace else ''}"
 
     @property
     def is_baseline(self) -> bool:
@@ -56,7 +61,7 @@ class Configuration:
 
 def plan(specs: Sequence[SpeculativeConfig], concurrencies: Sequence[int],
          baseline: bool = True, request_rate: float | None = None,
-         burstiness: float = 1.0) -> list[Configuration]:
+         burstiness: float = 1.0, trace: bool = False) -> list[Configuration]:
     """Per concurrency: the baseline first (so speculative rows can be matched against its
     outputs), then each distinct speculative configuration."""
     out: list[Configuration] = []
@@ -69,7 +74,7 @@ def plan(specs: Sequence[SpeculativeConfig], concurrencies: Sequence[int],
                 continue  # k = 0 or method none is the baseline: run only when asked for
             if s not in chosen:
                 chosen.append(s)
-        out.extend(Configuration(s, c, request_rate, burstiness) for s in chosen)
+        out.extend(Configuration(s, c, request_rate, burstiness, trace) for s in chosen)
     if not out:
         raise ConfigError("nothing to run: --no-baseline with only non-speculative configurations")
     return out
@@ -244,13 +249,15 @@ def _warm(backend: Backend, requests: Sequence[Request], config: Configuration, 
 
 
 def _run_block(backend: Backend, requests: list[Request], config: Configuration, recorder: Recorder, *,
-               repeat: int, block: int, offset: float, rate_seed: int) -> dict:
+               repeat: int, block: int, offset: float, rate_seed: int,
+               schedule: Sequence[float] | None = None, follow_up: FollowUp | None = None) -> dict:
     """One block of requests under one configuration. Arrival and finish times are recorded
     relative to the configuration's own clock: its earlier blocks' busy time (`offset`) plus
     the time since this block started, so a configuration interleaved with others reads as
-    if it had run alone, back to back."""
+    if it had run alone, back to back. `follow_up(request, result)`: a conversation's next turn
+    (or None), run as a wave of its own once the wave before has finished, in the same block."""
     together = batched(backend)
-    if not together and (config.concurrency != 1 or config.request_rate):
+    if not together and (config.concurrency != 1 or config.request_rate or config.trace):
         raise ConfigError(
             f"the {backend.name} backend runs one request at a time: use --concurrency 1 "
             "without --request-rate (or --backend embedded)"
@@ -258,16 +265,29 @@ def _run_block(backend: Backend, requests: list[Request], config: Configuration,
     start = time.perf_counter()
     anchor = start - offset
 
+    later: list[Request] = []
+
     def record(pairs: list[tuple[Request, Result]]) -> None:
         recorder.record_many(config, pairs, config_start=anchor, repeat=repeat, block=block)
+        if follow_up is not None:
+            later.extend(n for req, res in pairs if res.error is None and (n := follow_up(req, res)) is not None)
 
     if together:
         burst = {"burstiness": config.burstiness} if config.request_rate and config.burstiness != 1.0 else {}
+        if schedule is not None:
+            burst["schedule"] = schedule
         _, info = backend.run(requests, config.spec, concurrency=config.concurrency,
                               request_rate=config.request_rate, rate_seed=rate_seed, on_results=record, **burst)
+        while later:  # the conversations' next turns, sent as soon as their wave is in
+            wave, later[:] = list(later), []
+            _, more = backend.run(wave, config.spec, concurrency=config.concurrency, on_results=record)
+            info = merge_stats(info, more)
     else:
-        for request in requests:
-            record([(request, backend.generate(request, config.spec, arrival_time=time.perf_counter()))])
+        todo = list(requests)
+        while todo:
+            for request in todo:
+                record([(request, backend.generate(request, config.spec, arrival_time=time.perf_counter()))])
+            todo, later[:] = list(later), []
         info = {"wall_s": time.perf_counter() - start}
     info.setdefault("wall_s", time.perf_counter() - start)
     return info
@@ -289,7 +309,8 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
              on_result: Callable[[Request, Result], None] | None = None,
              progress: PlanProgress | None = None,
              slos_ms: dict[str, float] | None = None,
-             stop: Callable[[list[dict], int], str | dict[str, str] | None] | None = None) -> dict[str, dict]:
+             stop: Callable[[list[dict], int], str | dict[str, str] | None] | None = None,
+             schedule: Sequence[float] | None = None, follow_up: FollowUp | None = None) -> dict[str, dict]:
     """Measure every configuration on every request, `repeats` times, so that configurations
     compared with each other see the same machine.
 
@@ -317,7 +338,15 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
     a reason string stops the level there (sequential stopping, `stopped_early`); a dict
     {config_id: reason} takes those configurations out of the level's rotation, which goes on
     for the others (each configuration compared with a baseline leaves when its comparison
-    is decided) and stops once no configuration but baselines is left."""
+    is decided) and stops once no configuration but baselines is left.
+
+    `schedule` (a replayed trace: each request's send time in seconds, configurations planned
+    with `trace`): every configuration replays all the requests at those times, in one block
+    (a trace's timeline cannot be cut into interleaved blocks).
+
+    `follow_up(request, result)` (a multi-turn replay): the next turn of a request's
+    conversation, built from that configuration's own answer, or None; it runs in the same
+    block as the turn before, once that turn's wave has finished (`_run_block`)."""
     if repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
     progress = progress or PlanProgress()
@@ -329,19 +358,21 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
 
     recorder = Recorder(backend.name, run_id, writer, finished, keep_rows=stop is not None)
     recorder.slos_ms = slos_ms
-    plan = _Levels(backend, requests, recorder, progress, warmup=warmup, repeats=repeats, seed=seed, stop=stop)
+    plan = _Levels(backend, requests, recorder, progress, warmup=warmup, repeats=repeats, seed=seed, stop=stop,
+                   schedule=schedule, follow_up=follow_up)
     groups: dict[tuple, list[Configuration]] = {}
     for cfg in configs:
         groups.setdefault((cfg.concurrency, cfg.request_rate, cfg.burstiness), []).append(cfg)
     started = time.monotonic()
-    progress.start(configs, len(requests) * repeats)
+    progress.start(configs, sum(1 + len(r.later_turns) for r in requests) * repeats)
     try:
         for g_index, ((concurrency, *_), group) in enumerate(groups.items()):
             share = None
             if time_budget_s:  # the budget left, shared evenly by the levels still to run
                 left = time_budget_s - (time.monotonic() - started)
                 share = time.monotonic() + max(left, 0.0) / (len(groups) - g_index)
-            size = _block_requests(len(requests), len(group), concurrency, interleave, blocks)
+            size = len(requests) if schedule is not None else \
+                _block_requests(len(requests), len(group), concurrency, interleave, blocks)
             plan.level(group, size, share, time_budget_s)
             if writer is not None:
                 writer.metadata.add_configuration_stats({c.config_id: plan.stats[c.config_id] for c in group})
@@ -368,8 +399,10 @@ class _Levels:
 
     def __init__(self, backend: Backend | BackendSwitch, requests: Sequence[Request], recorder: Recorder,
                  progress: PlanProgress, *, warmup: int, repeats: int, seed: int,
-                 stop: Callable[[list[dict], int], str | dict[str, str] | None] | None):
+                 stop: Callable[[list[dict], int], str | dict[str, str] | None] | None,
+                 schedule: Sequence[float] | None = None, follow_up: FollowUp | None = None):
         self.backend, self.requests, self.recorder, self.progress = backend, requests, recorder, progress
+        self.schedule, self.follow_up = schedule, follow_up
         self.warmup, self.repeats, self.seed, self.stop = warmup, repeats, seed, stop
         self.switch = backend if isinstance(backend, BackendSwitch) else None
         self.rng = random.Random(seed)
@@ -427,7 +460,8 @@ class _Levels:
     def _block(self, cfg: Configuration, chunk: list[Request], repeat: int, turn: int, b: int) -> None:
         self.progress.block(cfg, "run")
         info = _run_block(self.backend_of(cfg), chunk, cfg, self.recorder, repeat=repeat, block=turn,
-                          offset=self.busy.get(cfg.config_id, 0.0), rate_seed=self.seed + 1000 * repeat + b)
+                          offset=self.busy.get(cfg.config_id, 0.0), rate_seed=self.seed + 1000 * repeat + b,
+                          schedule=self.schedule if cfg.trace else None, follow_up=self.follow_up)
         self.busy[cfg.config_id] = self.busy.get(cfg.config_id, 0.0) + info["wall_s"]
         self.stats[cfg.config_id] = merge_stats(self.stats.get(cfg.config_id), info)
 

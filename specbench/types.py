@@ -31,6 +31,11 @@ class Request:
     structured: dict[str, Any] | None = None
     constraint: OutputConstraint | None = None
     scenario: str = "free"  # free | json | tools | regex | grammar | choice
+    # a replayed conversation (--turns): its id (the first turn's prompt id), this request's
+    # turn (1-based) and the user turns still to come
+    conversation_id: str | None = None
+    turn: int = 1
+    later_turns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ def synthetic_run(*, noise_seed: int = 0, noise: float = 0.05, tpot_factor: floa
                 "request_rate": None, "is_baseline": base, "workload": workload,
                 "workload_kind": "custom", "category": "chat", "prompt_id": pid, "scenario": "json" if i % 3 == 0 else "free", "repeat": 0, "seed": 0,
                 "temperature": temperature, "top_p": 1.0, "top_k": 0, "max_new_tokens": 32,
-                "input_tokens": 20, "output_tokens": n_out, "arrival_s": 0.0,
+                "input_tokens": 20, "output_tokens": n_out, "arrival_s": 0.0, "sent_s": 0.0,
                 "finish_s": ttft + tpot * (n_out - 1), "ttft_s": ttft, "tpot_s": tpot,
                 "e2e_s": ttft + tpot * (n_out - 1), "queue_s": 0.0, "itl_s": [], "chunk_itl_s": [],
                 "target_forward_passes": steps + 1, "num_steps": steps,

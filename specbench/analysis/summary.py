@@ -49,12 +49,12 @@ MIN_DECODE_S = 1e-3  # below this a request's decode time is a burst, not a meas
 
 
 # What `runner.Configuration.config_id` appends to a configuration's label for its load: the
-# concurrency, and in an open loop the request rate and a burstiness other than 1.
-_LOAD_SUFFIX = re.compile(r"-c\d+(-r[0-9.e+-]+(-b[0-9.e+-]+)?)?$")
+# concurrency, in an open loop the request rate and a burstiness other than 1, and -trace.
+_LOAD_SUFFIX = re.compile(r"-c\d+(-r[0-9.e+-]+(-b[0-9.e+-]+)?)?(-trace)?$")
 
 
 def series(config_id: str) -> str:
-    """A configuration id without its load (`-c4`, `-c4-r2`, `-c4-r2-b0.5`): what drafts and how
+    """A configuration id without its load (`-c4`, `-c4-r2`, `-c4-r2-b0.5`, `-c64-trace`): what drafts and how
     (`ngram-k4`, `eagle3-k3-t4n8`), the same at every concurrency of a run."""
     return _LOAD_SUFFIX.sub("", str(config_id)) or str(config_id)
 

@@ -48,9 +48,10 @@ class BatchedBackend(Backend, Protocol):
     def run(self, requests: Sequence[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
             request_rate: float | None = None, rate_seed: int = 0,
             on_results: Callable[[list[tuple[Request, Result]]], None] | None = None,
-            ) -> tuple[list[Result], dict[str, Any]]:
+            schedule: Sequence[float] | None = None) -> tuple[list[Result], dict[str, Any]]:
         """Every request under `spec`: `concurrency` in flight (closed loop), or arriving as a
-        Poisson process at `request_rate`/s seeded by `rate_seed`. Returns the results in
+        Poisson process at `request_rate`/s seeded by `rate_seed`, or at `schedule` (seconds
+        after the start, one per request: a replayed trace), `concurrency` capping it. Returns the results in
         request order (an empty list when `on_results` is given: it took each as it finished,
         and a long run holds none) and the configuration's statistics for run.json (at least
         `wall_s`).

@@ -97,9 +97,10 @@ class EmbeddedBackend:
 
     def run(self, requests: list[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
             request_rate: float | None = None, rate_seed: int = 0,
-            on_results=None) -> tuple[list[Result], dict]:
+            on_results=None, schedule=None) -> tuple[list[Result], dict]:
         """All requests through the continuous-batching engine at `concurrency` rows in flight
-        (closed loop), or arriving as a seeded Poisson process at `request_rate`.
+        (closed loop), or arriving as a seeded Poisson process at `request_rate`, or at the
+        `schedule` given (seconds after the start, one per request: a replayed trace).
         `on_results([(request, result)])` is called as each request finishes (and the
         results are not returned)."""
         reset_peak(self.device)
@@ -115,7 +116,7 @@ class EmbeddedBackend:
         constrained = [(r.prompt_ids, r.sampling, self._constraint(r)) for r in requests]
         _, stats = scheduler.run(self.engine, constrained, spec,
                                    concurrency=concurrency, request_rate=request_rate,
-                                   rate_seed=rate_seed, on_finish=finished)
+                                   rate_seed=rate_seed, on_finish=finished, schedule=schedule)
         info = {**stats.to_dict(), "peak_memory_bytes": peak_bytes(self.device)}
         return ([done[i] for i in range(len(requests))] if on_results is None else []), info
 

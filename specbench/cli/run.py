@@ -40,7 +40,7 @@ from specbench import analysis
 # float32 where a 1.5B pass costs twice as much.
 DEFAULT_RUN_BUDGET_S = 240.0
 # Flags whose presence makes a run other than the built-in default one (which has a budget).
-_SIZE_FLAGS = ("workload", "num_prompts", "concurrency", "num_speculative_tokens", "max_new_tokens")
+_SIZE_FLAGS = ("workload", "num_prompts", "concurrency", "num_speculative_tokens", "max_new_tokens", "trace")
 
 console = Console(stderr=True)
 
@@ -68,6 +68,9 @@ class RunFlags:
     concurrency: Optional[list[str]]
     request_rate: Optional[list[str]]
     burstiness: float
+    trace: Optional[str]
+    trace_speedup: float
+    turns: int
     goodput: Optional[list[str]]
     client_processes: int
     disable_by_batch_size: Optional[int]
@@ -117,6 +120,9 @@ def run(
     concurrency: Annotated[Optional[list[str]], typer.Option(help="Maximum requests in flight (closed loop); a list (1,4,16) runs each.")] = None,
     request_rate: Annotated[Optional[list[str]], typer.Option(help="Open loop: Poisson arrivals at this many requests/s (seeded by --seed), capped by --concurrency; a list (1,2,4) runs one configuration each.")] = None,
     burstiness: Annotated[float, typer.Option(help="openai, with --request-rate: gamma arrival gaps of this shape, mean 1/rate (vLLM's --burstiness: 1 = Poisson, below 1 burstier).")] = 1.0,
+    trace: Annotated[Optional[str], typer.Option(help="Replay an arrival trace: Mooncake/AIPerf JSONL, one request a line (timestamp ms, input_length, output_length, optional hash_ids: 512-token prefix blocks, equal ids shared). Prompts are cut from --workload's text to the lengths given; outputs run to output_length (EOS ignored); --concurrency caps requests in flight (default: none).")] = None,
+    trace_speedup: Annotated[float, typer.Option(help="With --trace: replay this many times faster (2 = twice the arrival rate).")] = 1.0,
+    turns: Annotated[int, typer.Option(help="Replay conversations (ShareGPT, Spec-Bench/MT-bench turns, chat files): up to this many user turns each, every turn sent with the history and this configuration's own earlier answers; records carry conversation_id and turn (1 = first turns only).")] = 1,
     goodput: Annotated[Optional[list[str]], typer.Option(help="SLOs in ms, vLLM's --goodput: ttft:MS tpot:MS e2el:MS (repeat the flag or join with commas); records say which samples met them all, the console the goodput in requests/s.")] = None,
     client_processes: Annotated[int, typer.Option(help="openai: worker processes sending the requests, each with its own event loop, one arrival schedule (0 = this process).")] = 0,
     disable_by_batch_size: Annotated[Optional[int], typer.Option(help="Switch speculation off while more than this many requests are in flight.")] = None,
@@ -191,6 +197,7 @@ def build_plan(f: RunFlags, given: set[str]) -> Any:
         raise ConfigError(f"{', '.join(named)} {verb} --backend openai (the {f.backend} backend "
                           "sends no HTTP requests)")
     rates = tuple(_parse_rates(f.request_rate))
+    trace = _trace_flags(f, given, rates)
     if f.burstiness != 1.0 and not rates:
         raise ConfigError("--burstiness shapes open-loop arrivals: it needs --request-rate")
     if f.client_processes and f.backend != "openai":
@@ -207,12 +214,34 @@ def build_plan(f: RunFlags, given: set[str]) -> Any:
     return RunPlan(
         target=f.target, speculative=speculative, ks=ks, declared=declared, baseline=f.baseline, workload=f.workload,
         prompt_field=f.prompt_field, num_prompts=f.num_prompts, sampling=sampling, overrides=overrides,
-        seed=f.seed, concurrency=tuple(parse_int_list(f.concurrency, "--concurrency") or [1]),
+        seed=f.seed, concurrency=tuple(parse_int_list(f.concurrency, "--concurrency") or ([] if trace else [1])),
+        trace=trace, trace_speedup=f.trace_speedup, turns=_turns(f.turns, trace),
         request_rate=None, request_rates=rates, burstiness=f.burstiness, goodput_slos_ms=slos,
         client_processes=f.client_processes, warmup=f.warmup, repeats=f.repeats, interleave=f.interleave,
         time_budget_s=time_budget, engine=engine, backend=f.backend, server=server,
         chat_template=f.chat_template, truncate=f.truncate,
         out=Path(f.out) if f.out is not None else None, overwrite=f.overwrite)
+
+
+def _trace_flags(f: RunFlags, given: set[str], rates: tuple[float, ...]) -> Path | None:
+    """--trace's file, with the flags that go with it checked: a trace fixes arrivals and
+    output lengths, so --request-rate, --burstiness and --max-new-tokens cannot be given too."""
+    if f.trace is None:
+        if "trace_speedup" in given:
+            raise ConfigError("--trace-speedup scales a replayed trace: it needs --trace")
+        return None
+    finite("--trace-speedup", f.trace_speedup, above=0.0)
+    clash = [flag for flag, name in (("--request-rate", "request_rate"), ("--burstiness", "burstiness"),
+                                     ("--max-new-tokens", "max_new_tokens")) if name in given]
+    if clash or rates:
+        raise ConfigError(f"--trace sets the arrivals and output lengths: drop {', '.join(clash or ['--request-rate'])}")
+    return Path(f.trace)
+
+
+def _turns(turns: int, trace: Path | None) -> int:
+    if turns > 1 and trace is not None:
+        raise ConfigError("--turns replays conversations, --trace single requests: give one of them")
+    return turns
 
 
 def _parse_rates(values: Any) -> list[float]:
@@ -321,8 +350,11 @@ def print_summary(result: Any) -> None:
     for line in analysis.burst_lines(summary):
         out.print(line)
     from specbench.analysis.scenarios import has_scenarios, invalid_lines, rich_scenario_table
+    from specbench.analysis.turns import has_turns, rich_turn_table
     if has_scenarios(df):
         out.print(rich_scenario_table(df))
+    if has_turns(df):
+        out.print(rich_turn_table(df))
     for line in invalid_lines(df):
         out.print(line)
     greedy_diff = df[(~df["is_baseline"]) & (df["temperature"] == 0) & df["token_match_rate"].notna()

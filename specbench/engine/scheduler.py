@@ -69,10 +69,12 @@ def run(engine: "Engine", requests: Sequence[tuple[Sequence[int], SamplingParams
         spec: SpeculativeConfig, *,
         concurrency: int = 1, request_rate: float | None = None, rate_seed: int = 0,
         on_finish: Callable[[int, "Generation"], None] | None = None,
-        drafter: "Drafter | None" = None) -> tuple[list["Generation"], "BatchStats"]:
+        drafter: "Drafter | None" = None, schedule: Sequence[float] | None = None
+        ) -> tuple[list["Generation"], "BatchStats"]:
     """Decode every (prompt_ids, sampling) pair, or (prompt_ids, sampling, constraint) triple (a
     specbench.engine.constraint.TokenConstraint or None); returns results in input order and
-    the batch's statistics."""
+    the batch's statistics. `schedule`: each request's arrival in seconds after the start (a
+    replayed trace), in place of closed-loop or Poisson arrivals; `concurrency` still caps it."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     batch = engine.batch(spec, drafter=drafter)
@@ -85,7 +87,8 @@ def run(engine: "Engine", requests: Sequence[tuple[Sequence[int], SamplingParams
     results: list["Generation | None"] = [None] * n
     handover = _Handover(on_finish)
     start = engine.now()
-    arrivals = poisson_arrivals(n, request_rate, rate_seed, start) if request_rate else None
+    arrivals = ([start + t for t in schedule] if schedule is not None else
+                poisson_arrivals(n, request_rate, rate_seed, start) if request_rate else None)
     free_at = [start] * min(concurrency, max(n, 1))  # closed loop: when each free slot freed
     pending = deque(range(n))
 

@@ -71,6 +71,12 @@ SCHEMA = pa.schema(
         _f("scenario", _STR,
            "What the prompt asks the output to be: free | json | tools | regex | grammar | choice "
            "(its response_format, tools / tool_choice or structured_outputs; specbench.structured)."),
+        _f("conversation_id", _STR,
+           "A replayed conversation (--turns): its first prompt's id, shared by its turns; null for single prompts.",
+           True),
+        _f("turn", _I32,
+           "A replayed conversation's turn, 1-based (its prompt holds the turns before, with this "
+           "configuration's own answers); null for single prompts.", True),
         _f("repeat", _I32, "Which repeat of the prompt this sample is (0-based; --repeats), paired across configurations."),
         _f("block", _I32,
            "Which interleaved block of its concurrency level the sample was measured in (0-based, "
@@ -86,7 +92,12 @@ SCHEMA = pa.schema(
         _f("output_tokens", _I32, "Generated tokens.", unit="tokens"),
         # --- latency, from per-token timestamps (vLLM definitions) ----------------------
         _f("arrival_s", _F64,
-           "Arrival time in s, relative to the start of this configuration.", True, unit="s"),
+           "Arrival time in s, relative to the start of this configuration: when the request was due "
+           "(a slot freed, its --request-rate arrival, or its send time in a replayed --trace).", True, unit="s"),
+        _f("sent_s", _F64,
+           "When the request actually went out, on the same clock (openai: its bytes written to the socket; "
+           "embedded: its prefill began): arrival_s + queue_s. sent_s - arrival_s is the send lag of a "
+           "replayed trace.", True, unit="s"),
         _f("finish_s", _F64,
            "Last-token time in s, relative to the start of this configuration.", True, unit="s"),
         _f("ttft_s", _F64, "Time to first token in s: arrival to first output token (openai: from when the "
@@ -190,7 +201,7 @@ ADDED_IN: dict[int, frozenset[str]] = {
                   "step_draft_depth", "step_accepted_ranks"}),
     5: frozenset({"attempts"}),
     6: frozenset({"block"}),
-    7: frozenset({"scenario", "output_valid", "validation_error"}),
+    7: frozenset({"scenario", "output_valid", "validation_error", "sent_s", "conversation_id", "turn"}),
 }
 
 
@@ -256,6 +267,8 @@ def make_row(
         "category": request.category,
         "prompt_id": request.id,
         "scenario": request.scenario,
+        "conversation_id": request.conversation_id,
+        "turn": request.turn if request.conversation_id is not None else None,
         "repeat": repeat,
         "block": block,
         "seed": s.seed,

@@ -20,7 +20,7 @@ def sections() -> list[tuple[str, list[Builder]]]:
         ("Speed", [speed.tpot_vs_k, speed.speedup_heatmap, cliff.by_batch_size, speed.tail_latency,
                    speed.memory]),
         ("Acceptance", [acc.acceptance_length_histogram, acc.survival, acc.rejection_positions,
-                        acc.by_category, scenario_plots.by_scenario, cliff.by_context, cliff.by_output_position]),
+                        acc.by_category, scenario_plots.by_scenario, scenario_plots.by_turn, cliff.by_context, cliff.by_output_position]),
         ("Draft trees", [tree.tree_acceptance, tree.speedup_by_tree_size]),
         ("Speedup model", [model_view.parity, model_view.prediction]),
         ("Correctness and scheduling", [correctness_plots.regression, correctness_plots.batch_sizes]),

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping
 
 from specbench.errors import WorkloadError
 from specbench.structured import parse_structured
+from specbench.workload.chat import chat_prompt
 from specbench.workload.prompt import Prompt, is_missing, parse_sampling
 
 PROMPT_FIELDS = ("prompt", "text", "question", "instruction", "input")
@@ -33,13 +34,6 @@ FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "
            ".csv": "csv", ".tsv": "tsv"}
 HF_PREFIX = "hf:"
 
-_ROLES = {
-    "user": "user", "human": "user",
-    "assistant": "assistant", "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant",
-    "bard": "assistant", "model": "assistant", "bot": "assistant",
-    "system": "system",
-    "tool": "tool", "function": "tool", "ipython": "tool",
-}
 
 
 def file_format(path: Path) -> str | None:
@@ -162,50 +156,6 @@ def iter_file_rows(path: Path) -> Iterator[tuple[str, Any]]:
 # --------------------------------------------------------------------------- row -> Prompt
 
 
-def _content(value: Any, where: str, field: str) -> str:
-    """Message content: a string, or OpenAI content parts whose text parts are joined."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        parts = [p.get("text", "") if isinstance(p, Mapping) else p for p in value]
-        if all(isinstance(p, str) for p in parts):
-            return "\n".join(p for p in parts if p)
-    raise WorkloadError(f"{where}: field {field!r}: message content must be a string or a list "
-                        f"of text parts, got {type(value).__name__}")
-
-
-def _chat_prompt(value: list, where: str, field: str) -> tuple[str | None, tuple[dict, ...] | None]:
-    """(text, messages) from a list of turns (strings) or messages (objects)."""
-    if all(isinstance(v, str) for v in value):  # MT-bench / Spec-Bench `turns`
-        first = next((v for v in value if v.strip()), "")
-        return (first or None), None
-    messages: list[dict[str, str]] = []
-    for i, msg in enumerate(value):
-        if not isinstance(msg, Mapping):
-            raise WorkloadError(f"{where}: field {field!r}[{i}] must be a message object or a "
-                                f"string turn, got {type(msg).__name__}")
-        raw_role = msg.get("role", msg.get("from"))
-        role = _ROLES.get(str(raw_role).lower()) if raw_role is not None else None
-        if role is None:
-            raise WorkloadError(
-                f"{where}: field {field!r}[{i}]: unknown role {raw_role!r}; valid: "
-                f"{', '.join(sorted(_ROLES))} (as 'role' with 'content', or ShareGPT 'from' "
-                "with 'value')")
-        content = _content(msg.get("content", msg.get("value")), where, field)
-        if role == "system":
-            if content.strip():
-                messages.append({"role": "system", "content": content})
-        elif role == "user":
-            if not content.strip():
-                return None, None
-            messages.append({"role": "user", "content": content})
-            return None, tuple(messages)
-        # assistant/tool turns before the first user turn (a split conversation) are dropped
-    return None, None  # no user turn
-
-
 def _scalar(value: Any, where: str, field: str) -> str:
     """An id or category: a string or a number, never a list's or an object's repr."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -249,6 +199,7 @@ def row_to_prompt(row: Any, where: str, *, default_id: str, prompt_field: str | 
     value = row[name]
     text: str | None
     messages: tuple[dict, ...] | None = None
+    later: tuple[str, ...] = ()
     if isinstance(value, str) and name in CHAT_FIELDS and value.lstrip().startswith("["):
         try:  # CSV cells hold chat lists as JSON text
             value = json.loads(value)
@@ -261,7 +212,7 @@ def row_to_prompt(row: Any, where: str, *, default_id: str, prompt_field: str | 
         if name == "instruction" and isinstance(row.get("input"), str) and row["input"].strip():
             text = f"{value}\n\n{row['input']}"  # Alpaca: the input is the instruction's context
     elif isinstance(value, (list, tuple)):
-        text, messages = _chat_prompt(list(value), where, name)
+        text, messages, later = chat_prompt(list(value), where, name)
     else:
         raise WorkloadError(f"{where}: field {name!r} must be a string, a list of messages or a "
                             f"list of turns, got {type(value).__name__}")
@@ -273,7 +224,7 @@ def row_to_prompt(row: Any, where: str, *, default_id: str, prompt_field: str | 
     category = row.get("category")
     category = default_category if is_missing(category) else _scalar(category, where, "category")
     return Prompt(id=pid, category=category, text=text, messages=messages,
-                  sampling=parse_sampling(row, where), structured=parse_structured(row, where))
+                  sampling=parse_sampling(row, where), structured=parse_structured(row, where), later_turns=later)
 
 
 def prompts_from_rows(rows: Iterator[tuple[str, Any]], *, source: str, id_prefix: str,

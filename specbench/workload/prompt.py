@@ -45,6 +45,9 @@ class Prompt:
     # structured output (specbench.structured.FIELDS present, checked): response_format, tools,
     # tool_choice, structured_outputs; {} for a free prompt
     structured: dict[str, Any] = field(default_factory=dict)
+    # a conversation's later user turns, in order (the dataset's answers are not kept: a
+    # replay sends the model's own, `specbench run --turns`)
+    later_turns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         assert self.text is not None or self.messages, f"prompt {self.id!r} has no text"

@@ -68,7 +68,7 @@ def _has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def _render_chat(tokenizer: Any, messages: tuple[dict[str, str], ...], prompt_id: str,
+def render_chat(tokenizer: Any, messages: tuple[dict[str, str], ...], prompt_id: str,
                  tools: list[dict[str, Any]] | None = None) -> str:
     try:
         out = tokenizer.apply_chat_template([dict(m) for m in messages], tools=tools,
@@ -81,7 +81,7 @@ def _render_chat(tokenizer: Any, messages: tuple[dict[str, str], ...], prompt_id
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         rest = [dict(m) for m in messages if m["role"] != "system"]
         rest[0]["content"] = f"{system}\n\n{rest[0]['content']}"
-        return _render_chat(tokenizer, tuple(rest), prompt_id, tools)
+        return render_chat(tokenizer, tuple(rest), prompt_id, tools)
     assert isinstance(out, str), type(out)
     return out
 
@@ -92,7 +92,7 @@ def render_prompt(prompt: Prompt, tokenizer: Any, use_chat_template: bool = True
     if use_chat_template:
         messages = prompt.messages or ({"role": "user", "content": prompt.text or ""},)
         if _has_chat_template(tokenizer):
-            text = _render_chat(tokenizer, messages, prompt.id, prompt.structured.get("tools"))
+            text = render_chat(tokenizer, messages, prompt.id, prompt.structured.get("tools"))
             # the template already holds any BOS; adding special tokens would double it
             return text, list(tokenizer.encode(text, add_special_tokens=False)), messages
     else:
@@ -104,7 +104,7 @@ def render_prompt(prompt: Prompt, tokenizer: Any, use_chat_template: bool = True
 def build_requests(workload: Workload, tokenizer: Any, base: SamplingParams, *,
                    use_chat_template: bool = True, max_context: int | None = None,
                    truncate: bool = False, max_new_tokens: int | None = None,
-                   overrides: Mapping[str, Any] | None = None) -> tuple[list[Request], int]:
+                   overrides: Mapping[str, Any] | None = None, turns: int = 1) -> tuple[list[Request], int]:
     """Tokenize every prompt of `workload`; returns (requests, skipped_count).
 
     `use_chat_template`: chat prompts go through the tokenizer's chat template (text prompts as
@@ -113,6 +113,8 @@ def build_requests(workload: Workload, tokenizer: Any, base: SamplingParams, *,
     or with `truncate=True` left-truncated (keeping the end, where the question is).
     `max_new_tokens` is an explicit override like those in `overrides` (CLI values the user
     set); both beat the set's defaults but not a prompt's own fields.
+    `turns` > 1: every request opens a conversation of up to that many user turns (its
+    prompt's own first turns; `specbench.workload.conversation.next_turn` builds the rest).
     """
     explicit: dict[str, Any] | None = dict(overrides) if overrides is not None else None
     if max_new_tokens is not None:
@@ -144,6 +146,7 @@ def build_requests(workload: Workload, tokenizer: Any, base: SamplingParams, *,
             messages=tuple(dict(m) for m in messages) if messages else None,
             structured=dict(prompt.structured) or None, constraint=constraint_of(prompt.structured),
             scenario=scenario_of(prompt.structured),
+            conversation_id=prompt.id if turns > 1 else None, later_turns=prompt.later_turns[:turns - 1],
         ))
     if not requests:
         limit_note = (f" longer than max_context - max_new_tokens (max_context={max_context}); "

@@ -44,7 +44,7 @@ def test_page_is_self_contained_with_plotly_inlined_once(page):
 
 def test_every_plot_of_a_full_run_is_drawn(page):
     names = [p.__name__ for _, builders in sections.sections() for p in builders]
-    assert len(names) == 18  # the two draft-tree plots and by-scenario are left out of a run of chains of free prompts
+    assert len(names) == 19  # the two draft-tree plots, by-scenario and by-turn are left out of a run of chains of single free prompts
     assert plot_ids(page) == [
         "plot-tpot-vs-k", "plot-speedup-heatmap", "plot-by-batch-size", "plot-tail-latency",
         "plot-memory", "plot-acceptance-length", "plot-survival", "plot-rejection-positions",

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from specbench.structured import constraint_of
 from specbench.workload import NAMED, SAMPLING_FIELDS, list_workloads, load_workload, packaged
 from specbench.workload.packaged import iter_json_array
 
@@ -21,15 +22,37 @@ def ids(workload) -> list[str]:
 def test_list_workloads_names_kinds_counts_and_defaults():
     infos = {i.name: i for i in list_workloads()}
     assert list(infos) == ["real", "high-entropy", "regression", "humaneval", "sharegpt",
-                           "business"]
+                           "business", "json", "tools"]
     assert {n: i.kind for n, i in infos.items()} == {
         "real": "real", "high-entropy": "high-entropy", "regression": "regression",
-        "humaneval": "real", "sharegpt": "real", "business": "real"}
+        "humaneval": "real", "sharegpt": "real", "business": "real", "json": "real", "tools": "real"}
+    assert infos["json"].count == 16 and infos["tools"].count == 14
     assert infos["humaneval"].count == 164
     assert infos["sharegpt"].count == packaged.SHAREGPT_DEFAULT_COUNT
     assert infos["real"].count == 164 + packaged.SHAREGPT_DEFAULT_COUNT + infos["business"].count
     assert infos["high-entropy"].default_sampling == {"temperature": 0.8, "top_p": 0.95}
     assert all(i.description and i.source for i in infos.values())
+
+
+def test_the_structured_sets_ask_for_what_their_categories_say():
+    """json: every prompt a response_format (json_object only in that category); tools: tools
+    and a tool_choice that constrains (required, or a named tool in `named`); each compiles
+    for llguidance and a well-formed output of its shape passes the check."""
+    from specbench.backends.grammar import Compiler
+    import tiny
+
+    compiler = Compiler(tiny.make_tokenizer(), 259)
+    for p in load_workload("json").prompts:
+        fmt = p.structured["response_format"]
+        assert (fmt["type"] == "json_object") == (p.category == "json-object"), p.id
+        compiler.matcher(constraint_of(p.structured), p.id)
+    for p in load_workload("tools").prompts:
+        choice = p.structured["tool_choice"]
+        assert (choice != "required") == (p.category == "named") and len(p.structured["tools"]) >= 2, p.id
+        assert p.messages[-1]["role"] == "user"
+        c = constraint_of(p.structured)
+        assert c.scenario == "tools"
+        compiler.matcher(c, p.id)
 
 
 def test_business_set_covers_every_business_category():

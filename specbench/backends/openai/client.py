@@ -435,10 +435,11 @@ class OpenAIBackend:
     def run(self, requests: list[Request], spec: SpeculativeConfig, *, concurrency: int = 1,
             request_rate: float | None = None, rate_seed: int = 0, burstiness: float = 1.0,
             on_results: Callable[[list[tuple[Request, Result]]], None] | None = None,
-            ) -> tuple[list[Result], dict]:
+            schedule: Sequence[float] | None = None) -> tuple[list[Result], dict]:
         """Every request, closed loop (`concurrency` in flight, a request arrives when it is
         admitted) or seeded Poisson/gamma arrivals at `request_rate` (capped by
-        `concurrency`), as the embedded backend schedules them. /metrics is scraped before
+        `concurrency`), as the embedded backend schedules them, or at the `schedule` given
+        (seconds after the start, one per request: a replayed trace). /metrics is scraped before
         and after. The event loop only sends and reads: each finished stream becomes a
         `Result` (token counting) and goes to `on_results` (records, progress) on this thread,
         so nothing slow runs between a chunk's arrival and its timestamp; the streams that
@@ -458,8 +459,8 @@ class OpenAIBackend:
         gc_was_enabled = quiet_collector()
         next_sweep = time.perf_counter() + GC_SWEEP_S
         start = time.perf_counter()
-        arrivals = (gamma_arrivals(len(requests), request_rate, burstiness, rate_seed, 0.0)
-                    if request_rate else None)
+        arrivals = (list(schedule) if schedule is not None else
+                    gamma_arrivals(len(requests), request_rate, burstiness, rate_seed, 0.0) if request_rate else None)
         # With `on_results` the results go there as they finish and only their figures stay
         # (`Tally`): a run of tens of thousands of requests does not hold each one's output.
         keep = on_results is None
