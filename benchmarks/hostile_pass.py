@@ -252,6 +252,29 @@ def build_fixtures(root: Path) -> dict[str, Path]:
     put("existing-profile.yaml", "recommendation: keep me\n")
     put("existing.db", b"SQLite format 3\x00" + os.urandom(1024))
     put("notsqlite.db", b"this is not a database\n" * 10)
+    # issue 42: structured output, conversations and arrival traces
+    row = {"prompt": "hi"}
+    for name, extra in (("schema_bad.jsonl", {"response_format": {"type": "json_schema", "json_schema": {
+                            "name": "n", "schema": {"type": "bogus"}}}}),
+                        ("format_bad.jsonl", {"response_format": {"type": "xml"}}),
+                        ("tool_noname.jsonl", {"tools": [{"type": "function", "function": {"parameters": {}}}]}),
+                        ("tool_choice_unknown.jsonl", {"tools": [{"type": "function", "function": {"name": "f"}}],
+                                                       "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+                        ("structured_two.jsonl", {"structured_outputs": {"regex": "a", "choice": ["b"]}}),
+                        ("regex_bad.jsonl", {"structured_outputs": {"regex": "[a-"}}),
+                        ("structured_str.jsonl", {"structured_outputs": "{not json"})):
+        put(name, json.dumps(row) + "\n" + json.dumps({**row, **extra}) + "\n")
+    put("turns_same_role.jsonl", json.dumps({"messages": [{"role": "user", "content": "a"},
+                                                          {"role": "user", "content": "b"}]}) + "\n")
+    ok_line = json.dumps({"timestamp": 0, "input_length": 8, "output_length": 4}) + "\n"
+    put("trace_good.jsonl", ok_line)
+    put("trace_decreasing.jsonl", json.dumps({"timestamp": 500, "input_length": 8, "output_length": 4}) + "\n" + ok_line)
+    put("trace_negative.jsonl", ok_line + json.dumps({"timestamp": 9, "input_length": -8, "output_length": 4}) + "\n")
+    put("trace_hashshort.jsonl", ok_line + json.dumps({"timestamp": 9, "input_length": 900, "output_length": 4,
+                                                       "hash_ids": [1]}) + "\n")
+    put("trace_nolength.jsonl", ok_line + json.dumps({"timestamp": 9, "input_length": 8}) + "\n")
+    put("trace_garbage.jsonl", os.urandom(512))
+    put("trace_empty.jsonl", "")
     return fx
 
 
@@ -434,6 +457,25 @@ def cases(fx: dict[str, Path], scratch: Path) -> list[Case]:
         run(*extra, needles=needles, expect="either" if any(x in line for x in legit) else "error")
     for v in ["--target", "--nosuch", "-z"]:
         run(v, needles=(v, "option", "--target"))
+    # issue 42: structured-output fields, conversations, traces (file, line and field named)
+    for name in ("schema_bad.jsonl", "format_bad.jsonl", "tool_noname.jsonl", "tool_choice_unknown.jsonl",
+                 "structured_two.jsonl", "regex_bad.jsonl", "structured_str.jsonl", "turns_same_role.jsonl"):
+        out.append(Case("run", ["run", "--target", missing_model, "--method", "ngram", "--workload", str(fx[name]),
+                                "--out", fresh("run-out")], (f"{name}:",), "error"))
+    for name in ("trace_decreasing.jsonl", "trace_negative.jsonl", "trace_hashshort.jsonl", "trace_nolength.jsonl",
+                 "trace_garbage.jsonl", "trace_empty.jsonl", "missing-trace.jsonl"):
+        run("--trace", str(fx.get(name, scratch / name)), needles=(name,))
+    trace = str(fx["trace_good.jsonl"])
+    for extra, needles in ((["--request-rate", "2"], ("--trace", "--request-rate")),
+                           (["--max-new-tokens", "9"], ("--trace", "--max-new-tokens")),
+                           (["--burstiness", "0.5"], ("--trace", "--burstiness")),
+                           (["--turns", "2"], ("--turns", "--trace"))):
+        run("--trace", trace, *extra, needles=needles)
+    for v in NUMBER_BAD + ["0", "-1"]:
+        run("--trace", trace, "--trace-speedup", v, needles=("--trace-speedup",))
+    run("--trace-speedup", "2", needles=("--trace-speedup", "--trace"))
+    for v in NUMBER_BAD + INT_ONLY_BAD + ["0", "-1", "1001"]:
+        run("--turns", v, needles=("--turns",))
 
     # --- serve -------------------------------------------------------------------------------
     def serve(*args, needles=(), expect="error"):

@@ -83,6 +83,17 @@ def load_trace(path: Path) -> list[TraceEntry]:
     if not path.is_file():
         raise WorkloadError(f"{path}: trace file not found")
     entries: list[TraceEntry] = []
+    try:
+        _read(path, entries)
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start} of a line); a trace is "
+                            "JSONL, one object a line") from None
+    if not entries:
+        raise WorkloadError(f"{path}: empty trace")
+    return entries
+
+
+def _read(path: Path, entries: list[TraceEntry]) -> None:
     with open(path, encoding="utf-8") as fp:
         for lineno, line in enumerate(fp, start=1):
             if not line.strip():
@@ -94,9 +105,6 @@ def load_trace(path: Path) -> list[TraceEntry]:
                 raise WorkloadError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); each line must "
                                     "be one JSON object") from None
             entries.append(_entry(row, where, entries[-1].timestamp_ms if entries else None, lineno))
-    if not entries:
-        raise WorkloadError(f"{path}: empty trace")
-    return entries
 
 
 class _Corpus:

@@ -48,6 +48,9 @@ def test_decreasing_timestamps_are_refused(tmp_path):
         load_trace(write(tmp_path / "e.jsonl", []))
     with pytest.raises(WorkloadError, match="trace file not found"):
         load_trace(tmp_path / "missing.jsonl")
+    (tmp_path / "bin.jsonl").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(WorkloadError, match=r"bin.jsonl: not UTF-8 text"):
+        load_trace(tmp_path / "bin.jsonl")
 
 
 def test_prompts_have_the_lengths_and_share_the_blocks_the_trace_says(tmp_path):
