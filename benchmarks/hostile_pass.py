@@ -460,8 +460,9 @@ def cases(fx: dict[str, Path], scratch: Path) -> list[Case]:
     # issue 42: structured-output fields, conversations, traces (file, line and field named)
     for name in ("schema_bad.jsonl", "format_bad.jsonl", "tool_noname.jsonl", "tool_choice_unknown.jsonl",
                  "structured_two.jsonl", "regex_bad.jsonl", "structured_str.jsonl", "turns_same_role.jsonl"):
+        replay = ["--turns", "2"] if name.startswith("turns") else []  # later turns are read only for a replay
         out.append(Case("run", ["run", "--target", missing_model, "--method", "ngram", "--workload", str(fx[name]),
-                                "--out", fresh("run-out")], (f"{name}:",), "error"))
+                                *replay, "--out", fresh("run-out")], (f"{name}:",), "error"))
     for name in ("trace_decreasing.jsonl", "trace_negative.jsonl", "trace_hashshort.jsonl", "trace_nolength.jsonl",
                  "trace_garbage.jsonl", "trace_empty.jsonl", "missing-trace.jsonl"):
         run("--trace", str(fx.get(name, scratch / name)), needles=(name,))

@@ -65,6 +65,11 @@ class ServerOptions:
     tokenizer: str | None = None  # tokenizer source; None: the served model's
 
 
+# --trace without --concurrency: requests in flight at most, as a server's batch limit caps them
+# (vLLM's max_num_seqs); the embedded engine reserves KV for every row up front, so fewer there
+TRACE_CONCURRENCY = {"embedded": 16, "hf": 1, "openai": 256}
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """Everything one `specbench run` measures, each value already checked on its own."""
@@ -90,7 +95,7 @@ class RunPlan:
     request_rates: tuple[float, ...] = ()  # several rates, one configuration each (beats request_rate)
     burstiness: float = 1.0  # gamma shape of the arrival gaps (1 = Poisson), vLLM's --burstiness
     # --trace: replay this arrival trace (specbench.workload.trace), `trace_speedup` times faster;
-    # the workload is then the text its prompts are cut from. Concurrency () = no cap
+    # the workload is then the text its prompts are cut from. Concurrency (): TRACE_CONCURRENCY
     trace: Path | None = None
     trace_speedup: float = 1.0
     turns: int = 1  # --turns: replay each conversation's first this many user turns (1: single prompts)
@@ -224,11 +229,11 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
     setup found goes into `metadata`."""
 
     def requests_of(tokenizer: Any, max_context: int | None) -> tuple[list, list[float] | None, Any]:
-        follow_up = None
-        if plan.turns > 1:
-            def follow_up(request: Any, result: Any) -> Any:
-                return next_turn(request, result.output_ids, tokenizer, use_chat_template=plan.chat_template,
-                                 max_context=max_context)
+        def next_of(request: Any, result: Any) -> Any:
+            return next_turn(request, result.output_ids, tokenizer, use_chat_template=plan.chat_template,
+                             max_context=max_context)
+
+        follow_up = next_of if plan.turns > 1 else None
         if entries is None:
             return session.tokenize(wl, tokenizer, plan.sampling, max_context=max_context, overrides=plan.overrides,
                                     chat_template=plan.chat_template, truncate=plan.truncate, log=log,
@@ -278,11 +283,18 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
         backend = sess.hf_backend(draft)
     metadata.device = backend.device_name
     metadata.note(dtype_resolved=sess.dtype_name)
-    if entries is None and plan.turns == 1:
-        return backend, sess.requests, None, None
     if entries is None:
-        return backend, sess.requests, None, requests_of(sess.target.tokenizer, sess.target.max_context)[2]
-    return backend, *requests_of(sess.target.tokenizer, sess.target.max_context)
+        requests, schedule = sess.requests, None
+        follow_up = requests_of(sess.target.tokenizer, sess.target.max_context)[2] if plan.turns > 1 else None
+    else:
+        requests, schedule, follow_up = requests_of(sess.target.tokenizer, sess.target.max_context)
+    constrained = next((r for r in requests if r.constraint is not None), None)
+    if plan.backend == "hf" and constrained is not None:
+        raise ConfigError(f"--backend hf cannot decode under an output constraint (prompt {constrained.id!r} asks "
+                          f"for {constrained.scenario} output): use --backend embedded or a server")
+    if plan.backend == "embedded":
+        backend.check_requests(requests)
+    return backend, requests, schedule, follow_up
 
 
 def run_plan(plan: RunPlan, *, log: Log | None = None, progress: PlanProgress | None = None) -> RunResult:
@@ -300,8 +312,8 @@ def run_plan(plan: RunPlan, *, log: Log | None = None, progress: PlanProgress | 
                                        request_timeout=o.request_timeout, retries=o.retries)
         remote.client_processes = plan.client_processes
     entries = load_trace(plan.trace)[:plan.num_prompts] if plan.trace is not None else None
-    if entries is not None and not plan.concurrency:  # a trace's own load: no cap on requests in flight
-        plan = replace(plan, concurrency=(len(entries),))
+    if entries is not None and not plan.concurrency:  # a trace's own load, capped as a server's batch is
+        plan = replace(plan, concurrency=(min(len(entries), TRACE_CONCURRENCY[plan.backend]),))
     s = _settle(plan, remote, log)
     wl = session.load_prompts(plan.workload, prompt_field=plan.prompt_field,
                               num_prompts=None if entries is not None else plan.num_prompts, seed=plan.seed)

@@ -125,6 +125,9 @@ class Recorder:
         self.backend_name, self.run_id, self.writer, self.on_result = backend_name, run_id, writer, on_result
         self.keep_rows = keep_rows or writer is None
         self.baseline_outputs: dict[tuple[str, int], list[int]] = {}
+        # a replayed conversation's later turns: the baseline's prompt, so a turn whose history
+        # already diverged (its own earlier answers differ) is not compared with the baseline's
+        self.baseline_prompts: dict[tuple[str, int], tuple[int, ...]] = {}
         self.expect_baseline: set[int] = set()  # repeats whose baseline is part of the plan
         self._waiting: dict[tuple[str, int], list[tuple[dict, Result]]] = {}
         self._lock = threading.Lock()
@@ -164,7 +167,9 @@ class Recorder:
         wait = False
         if not config.is_baseline and compares_with_baseline(request):
             reference = self.baseline_outputs.get(key)
-            wait = reference is None and repeat in self.expect_baseline
+            if reference is not None and self.baseline_prompts.get(key, request.prompt_ids) != request.prompt_ids:
+                reference = None  # a later turn after the conversation diverged: another prompt
+            wait = reference is None and key not in self.baseline_outputs and repeat in self.expect_baseline
         metrics = sample_metrics(request, result, config_start=config_start, reference_ids=reference)
         row = make_row(run_id=self.run_id, config_id=config.config_id, backend=self.backend_name,
                        spec=config.spec, concurrency=config.concurrency,
@@ -174,10 +179,14 @@ class Recorder:
         if self.keep_rows:
             self.rows.append(row)
         if wait and self.keep_rows:  # the kept row gets its match fields when the baseline comes
-            self._waiting.setdefault(key, []).append((row, result))
+            self._waiting.setdefault(key, []).append((row, result, request.prompt_ids))
         if config.is_baseline and result.error is None and self.references and compares_with_baseline(request):
             self.baseline_outputs.setdefault(key, list(result.output_ids))
-            for waiting_row, res in self._waiting.pop(key, []):
+            if request.turn > 1:
+                self.baseline_prompts.setdefault(key, request.prompt_ids)
+            for waiting_row, res, prompt in self._waiting.pop(key, []):
+                if request.turn > 1 and prompt != request.prompt_ids:
+                    continue  # the conversation diverged before this turn
                 fields = match_fields(res.output_ids, self.baseline_outputs[key])
                 waiting_row["token_match_rate"], waiting_row["first_divergence"] = fields
         return row, wait

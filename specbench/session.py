@@ -180,6 +180,9 @@ class Session:
                             head=drafter if method in HEAD_METHODS else None)
         if not why and not specs and self.engine_cfg.capture == "auto":
             why = "the configurations this engine will run were not given"  # a sweep's: each trial its own
+        if not why and any(r.constraint is not None for r in self.requests):
+            from specbench.engine.static import CONSTRAINED
+            why = CONSTRAINED
         static, why = self.engine_cfg.static_mode(self.device_type, why)
         key = ("embedded", method if draft is not None else None, draft, static)
         if key not in self._backends:

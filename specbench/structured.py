@@ -145,7 +145,8 @@ def parse_structured(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     `where` (e.g. `file.jsonl:3`) prefixes every error."""
     out = {k: row[k] for k in FIELDS if row.get(k) not in (None, "")}
     for key in ("response_format", "tools", "tool_choice", "structured_outputs"):
-        if isinstance(out.get(key), str) and key != "tool_choice":  # CSV and Parquet cells hold JSON text
+        if isinstance(out.get(key), str) and (key != "tool_choice" or out[key].lstrip().startswith("{")):
+            # CSV and Parquet cells hold JSON text (a tool_choice may be a bare word)
             try:
                 out[key] = json.loads(out[key])
             except json.JSONDecodeError as exc:

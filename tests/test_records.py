@@ -503,3 +503,25 @@ def test_a_column_of_the_wrong_type_is_one_line_naming_it(tmp_path):
     _retype(path, "ttft_s", [1, 2])
     df, _ = read_run(path)
     assert df["ttft_s"].dtype == "float64" and df["ttft_s"].tolist() == [1.0, 2.0]
+
+
+def test_a_turn_after_a_diverged_turn_is_not_paired_with_the_baselines():
+    """A replayed conversation's turn 2 holds each configuration's own turn-1 answer: where the
+    speculative turn 1 differed from the baseline's, turn 2 answered another prompt, so it gets
+    no match fields; where turn 1 matched, turn 2 is compared as any prompt."""
+    from specbench.records.files import pair_with_baseline
+
+    def row(config: str, conv: str, turn: int, out: list[int]) -> dict:
+        r = _row(f"{conv}#t{turn}" if turn > 1 else conv, SPEC if config == "spec" else SpeculativeConfig())
+        r.update(conversation_id=conv, turn=turn, output_token_ids=out, token_match_rate=None, first_divergence=None)
+        return r
+
+    rows = [row("base", "a", 1, [1, 2]), row("base", "a", 2, [5, 6]), row("base", "b", 1, [1, 2]),
+            row("base", "b", 2, [5, 6]),
+            row("spec", "a", 2, [5, 6]), row("spec", "a", 1, [1, 3]),  # turn 1 diverged
+            row("spec", "b", 2, [5, 7]), row("spec", "b", 1, [1, 2])]  # turn 1 matched
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    got = pair_with_baseline(table, range(4, 8)).to_pylist()
+    by = {(r["prompt_id"], r["is_baseline"]): r for r in got}
+    assert by[("a", False)]["first_divergence"] == 1 and by[("a#t2", False)]["first_divergence"] is None
+    assert by[("b", False)]["first_divergence"] == -1 and by[("b#t2", False)]["first_divergence"] == 1

@@ -64,6 +64,14 @@ class EmbeddedBackend:
         self.device_name = describe_device(self.device)
         self._compiler: Compiler | None = None
 
+    def check_requests(self, requests: list[Request]) -> None:
+        """Before measuring: the static step refuses structured output (one line), and every
+        constraint compiles (a grammar llguidance refuses is one line naming its prompt)."""
+        constrained = [(r.constraint, r.id) for r in requests if r.constraint is not None]
+        if constrained:
+            self._constraint(next(r for r in requests if r.constraint is not None))
+            self._compiler.check(constrained)
+
     def _constraint(self, request: Request):
         """The request's output constraint as a fresh matcher for the engine (None: free)."""
         if request.constraint is None:

@@ -14,6 +14,7 @@ vLLM's `disable_any_whitespace`): free whitespace lets a weak model pad forever.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import llguidance
@@ -48,14 +49,15 @@ class Matcher:
     complete output is accepted without being consumed (llguidance stops there), so rolling a
     draft back past it is exact; nothing is accepted after it."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, stop_ids: frozenset[int], vocab_size: int):
+    def __init__(self, matcher: llguidance.LLMatcher, stop_ids: frozenset[int], n_vocab: int):
         self.m = matcher
         self.stop_ids = stop_ids
+        self.n_vocab = n_vocab  # the matcher's vocabulary (the model's, or the tokenizer's where larger)
         self.ended = False  # a stop id was accepted after a complete output
-        self._bits = llguidance.torch.allocate_token_bitmask(1, vocab_size)
+        self._bits = llguidance.torch.allocate_token_bitmask(1, n_vocab)
         self._shift = torch.arange(32, dtype=torch.int32)
-        self._stops = torch.zeros(vocab_size, dtype=torch.bool)
-        self._stops[[i for i in stop_ids if i < vocab_size]] = True
+        self._stops = torch.zeros(n_vocab, dtype=torch.bool)
+        self._stops[[i for i in stop_ids if i < n_vocab]] = True
 
     def allowed(self, vocab_size: int) -> torch.Tensor:
         if self.ended:  # never sampled from (the request ends at its stop id), but a distribution
@@ -75,6 +77,8 @@ class Matcher:
         if self.ended:
             return 0
         tokens = [int(t) for t in tokens]
+        valid = next((i for i, t in enumerate(tokens) if not 0 <= t < self.n_vocab), len(tokens))
+        tokens = tokens[:valid]  # an id past the vocabulary is refused like any the grammar refuses
         n = self.m.try_consume_tokens(tokens)
         if n < len(tokens) and tokens[n] in self.stop_ids and self.m.is_accepting():
             self.ended = True
@@ -93,8 +97,11 @@ class Compiler:
     vocabulary of `vocab_size` ids (it may pad the tokenizer's)."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int] | set[int] = frozenset()):
+        # the matcher's vocabulary covers the model's: ids an lm_head pads past the tokenizer are
+        # ids the grammar never allows (and a draft that proposes one is refused, not an error)
+        self.n_vocab = max(vocab_size, len(tokenizer))
         try:
-            self.tokenizer = llguidance.hf.from_tokenizer(tokenizer)
+            self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.n_vocab)
         except ValueError as exc:
             raise WorkloadError(f"structured output needs a fast (Rust) tokenizer: {exc}") from None
         self.vocab_size = vocab_size
@@ -110,4 +117,11 @@ class Compiler:
         if m.is_error():
             raise WorkloadError(f"prompt {prompt_id!r}: its {constraint.kind} does not compile: "
                                 f"{m.get_error().splitlines()[0]}")
-        return Matcher(m, self.stop_ids, self.vocab_size)
+        return Matcher(m, self.stop_ids, self.n_vocab)
+
+    def check(self, constraints: Iterable[tuple[OutputConstraint, str]]) -> None:
+        """Compile every (constraint, prompt id) once before anything is measured, so a grammar
+        llguidance refuses stops the run in one line up front, not in its middle."""
+        for constraint, prompt_id in constraints:
+            if constraint not in self._grammars:
+                self.matcher(constraint, prompt_id)

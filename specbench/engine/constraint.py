@@ -79,17 +79,17 @@ def row_masks(constraint: TokenConstraint, tokens: Sequence[int], parents: Seque
     return out
 
 
-def verify_masks(rows: Sequence[Any], tokens: Sequence[Sequence[int]], parents: Sequence[Sequence[int]],
-                 width: int, vocab_size: int, device: torch.device) -> torch.Tensor | None:
-    """bool [B, width, V] masks of every row's verify feed (`row_masks`; unconstrained rows all
-    True), or None when no row is constrained."""
-    if not any(r.constraint is not None for r in rows):
-        return None
-    out = torch.ones(len(rows), width, vocab_size, dtype=torch.bool)
-    for b, r in enumerate(rows):
-        if r.constraint is not None:
-            out[b] = row_masks(r.constraint, tokens[b], parents[b], width, vocab_size)
-    return out.to(device)
+def mask_verify_logits(logits: torch.Tensor, rows: Sequence[Any], tokens: Sequence[Sequence[int]],
+                       parents: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The verify pass's logits [B, width, V] with each constrained row's feed masked
+    (`row_masks`); unconstrained rows untouched, and no mask built for them."""
+    constrained = [b for b, r in enumerate(rows) if r.constraint is not None]
+    if not constrained:
+        return logits
+    _, width, vocab = logits.shape
+    masks = torch.stack([row_masks(rows[b].constraint, tokens[b], parents[b], width, vocab) for b in constrained])
+    index = torch.tensor(constrained, device=logits.device)
+    return logits.index_copy(0, index, mask_logits(logits[index], masks.to(logits.device)))
 
 
 def consume(constraint: TokenConstraint, tokens: Sequence[int]) -> None:

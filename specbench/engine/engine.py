@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from specbench.config import SamplingParams, SpeculativeConfig
-from specbench.engine.constraint import TokenConstraint, consume, mask_logits, verify_masks
+from specbench.engine.constraint import TokenConstraint, consume, mask_logits, mask_verify_logits
 from specbench.engine.drafters.base import Drafter
 from specbench.engine.drafters.factory import make_drafter
 from specbench.engine.drafters.suffix import SuffixCache
@@ -304,9 +304,7 @@ class Batch(RunningRows):
         start = torch.tensor([c - 1 for c in context])
         attn = TreeAttention(start, start.view(B, 1) + tree.depth, tree.visible)
         logits, feats = self.target.forward(tree.feed, slice(0, B), start, tree=attn)
-        masks = verify_masks(rows, prop.tokens, tree.parents, logits.shape[1], logits.shape[-1], logits.device)
-        if masks is not None:  # the constrained target at every position along every path
-            logits = mask_logits(logits, masks)
+        logits = mask_verify_logits(logits, rows, prop.tokens, tree.parents)  # constrained rows, along every path
         paths, extra = verify_tree(tree, logits, prop.q, [r.sampling for r in rows], [r.gen for r in rows])
         t2 = e.now()
         accepted = [len(p) for p in paths]

@@ -54,11 +54,16 @@ def pair_with_baseline(table: pa.Table, rows: Iterable[int]) -> pa.Table:
     moment it completes, so when interleaving ran the speculative configuration first, its
     row reaches the journal with null `token_match_rate`/`first_divergence`, marked unpaired;
     the pairing is done here, on the way to samples.parquet and when a killed run is
-    recovered. A row whose baseline never succeeded stays unmatched."""
+    recovered. A row whose baseline never succeeded stays unmatched, and so does a replayed
+    conversation's turn whose earlier turn already differed from the baseline's (its prompt holds
+    another answer: the two outputs answer different prompts)."""
     todo = sorted(set(rows))
     if table.num_rows == 0 or not todo:
         return table
-    cols = table.select(["is_baseline", "error", "prompt_id", "repeat"]).to_pydict()
+    names = ["is_baseline", "error", "prompt_id", "repeat"]
+    extra = ["config_id", "conversation_id", "turn"]
+    turns = all(c in table.column_names for c in extra)
+    cols = table.select(names + (extra if turns else [])).to_pydict()
     outputs = table.column("output_token_ids")
     reference: dict[tuple[str, int], int] = {}
     for i in range(table.num_rows):
@@ -66,9 +71,19 @@ def pair_with_baseline(table: pa.Table, rows: Iterable[int]) -> pa.Table:
             reference.setdefault((cols["prompt_id"][i], cols["repeat"][i]), i)
     rate = table.column("token_match_rate").to_pylist()
     first = table.column("first_divergence").to_pylist()
+    turn_of = {}
+    if turns:
+        turn_of = {(cols["config_id"][i], cols["conversation_id"][i], cols["turn"][i], cols["repeat"][i]): i
+                   for i in range(table.num_rows) if cols["turn"][i] is not None}
+        todo.sort(key=lambda i: cols["turn"][i] or 0)  # a turn's pairing reads the turn before's
     changed = False
     for i in todo:
         ref = reference.get((cols["prompt_id"][i], cols["repeat"][i]))
+        if ref is not None and turns and (cols["turn"][i] or 1) > 1:
+            before = turn_of.get((cols["config_id"][i], cols["conversation_id"][i], cols["turn"][i] - 1,
+                                  cols["repeat"][i]))
+            if before is None or first[before] != -1:
+                ref = None  # the history diverged (or is unknown): another prompt than the baseline's
         if ref is not None:
             rate[i], first[i] = match_fields(outputs[i].as_py(), outputs[ref].as_py())
             changed = True
@@ -237,7 +252,7 @@ class RunWriter:
         fixed: dict[str, pa.ChunkedArray] = {}
         if self._unpaired:
             keys = ["is_baseline", "error", "prompt_id", "repeat", "output_token_ids",
-                    "token_match_rate", "first_divergence"]
+                    "token_match_rate", "first_divergence", "config_id", "conversation_id", "turn"]
             paired = pair_with_baseline(pa.concat_tables([part().select(keys) for part in parts]), self._unpaired)
             fixed = {name: paired.column(name) for name in ("token_match_rate", "first_divergence")}
             del paired

@@ -200,6 +200,7 @@ def row_to_prompt(row: Any, where: str, *, default_id: str, prompt_field: str | 
     text: str | None
     messages: tuple[dict, ...] | None = None
     later: tuple[str, ...] = ()
+    later_error: str | None = None
     if isinstance(value, str) and name in CHAT_FIELDS and value.lstrip().startswith("["):
         try:  # CSV cells hold chat lists as JSON text
             value = json.loads(value)
@@ -212,7 +213,7 @@ def row_to_prompt(row: Any, where: str, *, default_id: str, prompt_field: str | 
         if name == "instruction" and isinstance(row.get("input"), str) and row["input"].strip():
             text = f"{value}\n\n{row['input']}"  # Alpaca: the input is the instruction's context
     elif isinstance(value, (list, tuple)):
-        text, messages, later = chat_prompt(list(value), where, name)
+        text, messages, later, later_error = chat_prompt(list(value), where, name)
     else:
         raise WorkloadError(f"{where}: field {name!r} must be a string, a list of messages or a "
                             f"list of turns, got {type(value).__name__}")
@@ -224,7 +225,8 @@ def row_to_prompt(row: Any, where: str, *, default_id: str, prompt_field: str | 
     category = row.get("category")
     category = default_category if is_missing(category) else _scalar(category, where, "category")
     return Prompt(id=pid, category=category, text=text, messages=messages,
-                  sampling=parse_sampling(row, where), structured=parse_structured(row, where), later_turns=later)
+                  sampling=parse_sampling(row, where), structured=parse_structured(row, where), later_turns=later,
+                  later_error=later_error)
 
 
 def prompts_from_rows(rows: Iterator[tuple[str, Any]], *, source: str, id_prefix: str,

@@ -48,6 +48,7 @@ class Prompt:
     # a conversation's later user turns, in order (the dataset's answers are not kept: a
     # replay sends the model's own, `specbench run --turns`)
     later_turns: tuple[str, ...] = ()
+    later_error: str | None = None  # why the later turns stop short (a replay of them is refused)
 
     def __post_init__(self) -> None:
         assert self.text is not None or self.messages, f"prompt {self.id!r} has no text"

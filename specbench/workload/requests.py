@@ -124,6 +124,9 @@ def build_requests(workload: Workload, tokenizer: Any, base: SamplingParams, *,
         explicit["max_new_tokens"] = max_new_tokens
     requests: list[Request] = []
     skipped = 0
+    broken = next((p.later_error for p in workload.prompts if p.later_error), None) if turns > 1 else None
+    if broken:
+        raise WorkloadError(broken)
     for prompt in workload.prompts:
         sampling = resolve_sampling(base, prompt, workload.default_sampling, explicit)
         text, ids, messages = render_prompt(prompt, tokenizer, use_chat_template)

@@ -64,8 +64,8 @@ def _entry(row: Any, where: str, previous_ms: float | None, line: int) -> TraceE
         raise WorkloadError(f"{where}: field 'timestamp' {ts:g} is before the previous line's {previous_ms:g}; "
                             "a trace's timestamps must not decrease")
     text = row.get("text_input")
-    if text is not None and not isinstance(text, str):
-        raise WorkloadError(f"{where}: field 'text_input' must be a string, got {type(text).__name__}")
+    if text is not None and (not isinstance(text, str) or not text.strip()):
+        raise WorkloadError(f"{where}: field 'text_input' must be a non-empty string, got {text!r}"[:300])
     hashes = row.get("hash_ids") or []
     if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0
                                                 for h in hashes):
@@ -144,6 +144,8 @@ def trace_requests(entries: Sequence[TraceEntry], tokenizer: Any, base: Sampling
             keys = [f"block:{h}" for h in e.hash_ids] or [f"request:{seed}:{i}"]
             ids = [t for k in keys for t in corpus.window(k, BLOCK_TOKENS if e.hash_ids else e.input_length)]
             ids = ids[:e.input_length]
+        if not ids:
+            raise WorkloadError(f"{source}:{e.line}: its prompt is no token long with this tokenizer")
         if max_context is not None and len(ids) + e.output_length > max_context:
             raise WorkloadError(f"{source}:{e.line}: {len(ids)} prompt + {e.output_length} output tokens exceed the "
                                 f"model's context of {max_context}")

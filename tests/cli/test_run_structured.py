@@ -97,3 +97,52 @@ def test_ignore_eos_is_said_and_a_complete_grammar_still_ends_the_output(tiny_pa
     assert df.loc["free", "output_tokens"] == 40 and df.loc["free", "finish_reason"] == "length"
     for pid in ("person", "clock", "code", "pick"):  # the grammar ends them: nothing else is allowed
         assert df.loc[pid, "finish_reason"] == "stop" and df.loc[pid, "output_valid"], pid
+
+
+def test_capture_auto_takes_the_eager_step_for_structured_output(tiny_pair, structured_run, tmp_path, monkeypatch):
+    """Where --capture auto would take the static step (a CUDA device, here pretended), a run
+    with structured prompts takes the eager step and run.json says why, instead of refusing."""
+    from specbench.session import Session
+
+    monkeypatch.setattr(Session, "device_type", property(lambda self: "cuda"))
+    res = specbench("run", "--target", str(tiny_pair[0]), "--method", "none", "--workload", str(structured_run[2]),
+                    *FAST, "--out", str(tmp_path / "auto"))
+    assert res.code == 0, res.output
+    engine = json.loads((tmp_path / "auto" / "run.json").read_text())["config"]["engine"]
+    assert engine["capture"] == "off" and "structured output" in engine["capture_off_reason"]
+
+
+def test_a_model_vocabulary_padded_past_the_tokenizer_decodes_under_the_grammar():
+    """An lm_head wider than the tokenizer (padded vocabularies): the matcher covers the model's
+    ids, padding ids are never allowed, and a tree draft that proposes one is refused, not a crash."""
+    import tiny
+    from specbench.backends.grammar import Compiler
+    from specbench.config import SamplingParams, SpeculativeConfig
+    from specbench.engine import Engine, scheduler
+    from specbench.structured import OutputConstraint, check_output
+
+    tok = tiny.make_tokenizer()
+    for pad in (3, 40):
+        target = tiny.make_model(vocab_size=len(tok) + pad, seed=1, eos_token_id=tok.eos_token_id)
+        engine = Engine(target, tiny.perturbed_copy(target, 0.05, seed=2), eos_token_ids=[tok.eos_token_id])
+        compiler = Compiler(tok, len(tok) + pad)
+        c = OutputConstraint("regex", "[a-z ]{3,12}\\.", "regex")
+        reqs = [(tok.encode(f"Say {i}", add_special_tokens=False), SamplingParams(max_new_tokens=20, seed=i),
+                 compiler.matcher(c, "p")) for i in range(4)]
+        spec = SpeculativeConfig(method="draft_model", num_speculative_tokens=3, draft="d", topk=4, num_draft_tokens=10)
+        results, _ = scheduler.run(engine, reqs, spec, concurrency=2)
+        assert all(check_output(c, tok.decode(g.output_ids, skip_special_tokens=True)) is None for g in results)
+
+
+def test_a_grammar_llguidance_refuses_stops_the_run_before_it_measures(tiny_pair, tmp_path):
+    """Python's re compiles a lookahead, llguidance does not: every constraint is compiled before
+    the first block, so the run stops in one line naming the prompt and writes no sample."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "ok", "prompt": "hi"}) + "\n" +
+                       json.dumps({"id": "look", "prompt": "hi", "structured_outputs": {"regex": "(?=a)a+"}}) + "\n")
+    res = specbench("run", "--target", str(tiny_pair[0]), "--method", "none", "--workload", str(prompts), *FAST,
+                    "--out", str(tmp_path / "run"))
+    assert res.code != 0 and "Traceback" not in res.output
+    (line,) = [ln for ln in res.err.splitlines() if ln.startswith("error:")]
+    assert "prompt 'look': its regex does not compile" in line
+    assert not (tmp_path / "run" / "samples.parquet").exists()

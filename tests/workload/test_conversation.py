@@ -43,11 +43,15 @@ def test_every_user_turn_is_kept_and_the_datasets_answers_are_not(tmp_path):
     ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], 1),
     ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "assistant", "content": "c"}], 2),
 ])
-def test_turns_that_do_not_alternate_are_refused(tmp_path, messages, index):
+def test_turns_that_do_not_alternate_are_refused_for_a_replay_of_them(tmp_path, messages, index):
+    """A file run on first turns loads as it always did; replaying later turns is refused."""
     path = write(tmp_path / "c.jsonl", [{"prompt": "fine"}, {"messages": messages}])
+    prompts = load_file(path)
+    assert prompts[1].messages[-1]["content"] == "a" and prompts[1].later_turns == ()
+    build_requests(load_workload(str(path)), tiny.make_tokenizer(), SamplingParams())
     with pytest.raises(WorkloadError, match=rf"c.jsonl:2: field 'messages'\[{index}\]: turns must alternate user and "
                                             r"assistant, got two \w+ turns in a row"):
-        load_file(path)
+        build_requests(load_workload(str(path)), tiny.make_tokenizer(), SamplingParams(), turns=2)
 
 
 def test_a_tool_result_belongs_to_the_assistants_turn(tmp_path):
