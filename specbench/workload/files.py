@@ -67,7 +67,9 @@ def _unreadable_json(exc: Exception) -> str:
     return f"a number too long to read ({str(exc).split(':')[0]})"
 
 
-def _rows_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+def jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    """(`file:line`, object) of every non-blank line of a JSONL file (also .gz); a line that is
+    not JSON is a WorkloadError naming it (prompt files, traces)."""
     with _open_text(path) as fp:
         for lineno, line in enumerate(fp, start=1):
             if not line.strip():
@@ -137,7 +139,7 @@ def iter_file_rows(path: Path) -> Iterator[tuple[str, Any]]:
     fmt = file_format(path)
     try:
         if fmt == "jsonl":
-            yield from _rows_jsonl(path)
+            yield from jsonl_rows(path)
         elif fmt == "json":
             yield from _rows_json(path)
         elif fmt in ("csv", "tsv"):

@@ -17,7 +17,6 @@ Boundary: a trace file and a tokenizer in, requests and send times out.
 
 from __future__ import annotations
 
-import json
 import math
 import zlib
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any, Sequence
 from specbench.config import SamplingParams
 from specbench.errors import WorkloadError
 from specbench.types import Request
+from specbench.workload.files import jsonl_rows
 from specbench.workload.prompt import Workload
 from specbench.workload.requests import request_seed
 
@@ -94,17 +94,9 @@ def load_trace(path: Path) -> list[TraceEntry]:
 
 
 def _read(path: Path, entries: list[TraceEntry]) -> None:
-    with open(path, encoding="utf-8") as fp:
-        for lineno, line in enumerate(fp, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise WorkloadError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); each line must "
-                                    "be one JSON object") from None
-            entries.append(_entry(row, where, entries[-1].timestamp_ms if entries else None, lineno))
+    for where, row in jsonl_rows(path):
+        line = int(where.rsplit(":", 1)[1])
+        entries.append(_entry(row, where, entries[-1].timestamp_ms if entries else None, line))
 
 
 class _Corpus:
