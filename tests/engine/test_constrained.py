@@ -6,7 +6,7 @@ The grammar here is a table over a 6-token vocabulary (which ids may follow the 
 three each, so every position has several choices), a stand-in for a JSON schema or a regex
 (specbench.backends.grammar compiles those with llguidance; tests/test_structured.py runs
 them end to end). The first three tokens drawn with speculation follow the exact constrained
-joint distribution, enumerated, for a draft model drafting under the mask, n-gram and
+joint distribution (800 draws a case), enumerated, for a draft model drafting under the mask, n-gram and
 one-hot drafts the grammar often refuses, and a draft tree, alone and in a continuous batch
 with ragged unconstrained companions; and the same test rejects a verifier that is handed
 the draft's unmasked q while the draft drew from the masked one (the mask on the target's
@@ -30,7 +30,8 @@ from specbench.engine.sampling import probs_from_logits
 
 V = 6
 PROMPT = [1, 2, 3]
-N = 1200
+N = 800  # draws per lossless case
+N_BROKEN = 1200  # the broken verifier: p ~ 1e-14 here (at 600 it is only ~1e-2)
 MAX_NEW = 6
 FIRST = frozenset({0, 1, 2, 3})
 FOLLOW = {t: frozenset({(t + 1) % V, (t + 2) % V, (t + 4) % V}) for t in range(V)}
@@ -177,7 +178,7 @@ def test_a_verifier_given_the_unmasked_q_is_caught(engine, target, monkeypatch):
 
     sp = SAMPLINGS["temperature"]
     monkeypatch.setattr(tree_search, "_children", unmasked_q)
-    outputs = sample_outputs(engine, sp, spec_for("draft_model", 3), 1)
+    outputs = sample_outputs(engine, sp, spec_for("draft_model", 3), 1, n=N_BROKEN)
     assert gof_pvalue(joint_counts(outputs), exact_joint(target, sp)) < 1e-3
 
 
