@@ -33,7 +33,7 @@ from specbench.config import (
     default_draft,
 )
 from specbench import runner
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, WorkloadError
 from specbench.records import SAMPLES_FILE, RunMetadata, RunWriter, default_run_dir, make_run_id, read_run
 from specbench.progress import PlanProgress
 from specbench.runner import Configuration
@@ -317,6 +317,9 @@ def run_plan(plan: RunPlan, *, log: Log | None = None, progress: PlanProgress | 
     s = _settle(plan, remote, log)
     wl = session.load_prompts(plan.workload, prompt_field=plan.prompt_field,
                               num_prompts=None if entries is not None else plan.num_prompts, seed=plan.seed)
+    broken = next((p.later_error for p in wl.prompts if p.later_error), None) if plan.turns > 1 else None
+    if broken:  # a replay of later turns: refused before any model loads
+        raise WorkloadError(broken)
     if entries is None and plan.num_prompts is not None and len(wl.prompts) < plan.num_prompts and log:
         log(f"[yellow]note: --num-prompts {plan.num_prompts}, but {wl.name!r} has {len(wl.prompts)} "
             f"prompt(s): running all {len(wl.prompts)}[/]")
