@@ -104,7 +104,8 @@ class Lookahead:
     constrained rows that drafted along, `close()` rolls every row back to its emitted state."""
 
     def __init__(self, rows: Sequence[Any], vocab_size: int, device: torch.device):
-        self.rows = [(b, r.constraint) for b, r in enumerate(rows) if r.constraint is not None]
+        # rows of any kind (a drafter's caller may pass its own): those without a constraint are free
+        self.rows = [(b, c) for b, r in enumerate(rows) if (c := getattr(r, "constraint", None)) is not None]
         self.B, self.V, self.device = len(rows), vocab_size, device
         self.moved = [0] * len(rows)
         self.stuck = [False] * len(rows)  # a draft the grammar refused (a tree never reaches past it)

@@ -203,7 +203,7 @@ def grow(shape: TreeShape, root_logits: torch.Tensor, ks: Sequence[int], rows: S
     sample_chain = shape.chain and any(not r.sampling.greedy for r in rows)
     kcap = torch.tensor(list(ks), device=dev).view(B, 1, 1)
     # a chain drafts under its rows' output constraints; trees draft freely (engine.constraint)
-    look = Lookahead(rows, V, dev) if shape.chain and any(r.constraint is not None for r in rows) else None
+    look = Lookahead(rows, V, dev) if shape.chain and any(getattr(r, "constraint", None) is not None for r in rows) else None
     try:
         return _grow_levels(shape, static, D, V, ks, rows, expand, draft_ids, threshold, look, sample_chain,
                             root_logits, kcap)
