@@ -8,7 +8,7 @@ position is the target's with the disallowed logits set to -inf before temperatu
 top-p (vLLM's order), and the speculative step stays lossless against it:
 
 - verify: every position the target scores (the root and each draft node) gets the mask of the
-  state reached along that node's path (`verify_masks`); a node the grammar refuses keeps
+  state reached along that node's path (`mask_verify_logits`); a node the grammar refuses keeps
   p(x) = 0, so it is rejected as any token the target cannot emit (for a point-mass draft the
   residual is then p itself); its descendants are never reached, so their masks are never read;
 - draft: a chain drafts under the mask (`Lookahead`): each depth's draft logits are masked by
@@ -100,7 +100,7 @@ def consume(constraint: TokenConstraint, tokens: Sequence[int]) -> None:
 
 class Lookahead:
     """Chain drafting under the rows' constraints: `masks()` is each row's mask at the next
-    draft depth (None for a batch without constraints), `advance(tokens, drafted)` moves the
+    draft depth (all True for a free row), `advance(tokens, drafted)` moves the
     constrained rows that drafted along, `close()` rolls every row back to its emitted state."""
 
     def __init__(self, rows: Sequence[Any], vocab_size: int, device: torch.device):
@@ -109,10 +109,6 @@ class Lookahead:
         self.B, self.V, self.device = len(rows), vocab_size, device
         self.moved = [0] * len(rows)
         self.stuck = [False] * len(rows)  # a draft the grammar refused (a tree never reaches past it)
-
-    @property
-    def active(self) -> bool:
-        return bool(self.rows)
 
     def masks(self) -> torch.Tensor:
         out = torch.ones(self.B, self.V, dtype=torch.bool)
