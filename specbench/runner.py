@@ -311,6 +311,15 @@ def block_size(concurrency: int) -> int:
     return max(1, concurrency)
 
 
+def _levels_of(configs: Sequence[Configuration]) -> dict[tuple, list[Configuration]]:
+    """The configurations measured together: one group per (concurrency, request rate,
+    burstiness), in the order they first appear."""
+    groups: dict[tuple, list[Configuration]] = {}
+    for cfg in configs:
+        groups.setdefault((cfg.concurrency, cfg.request_rate, cfg.burstiness), []).append(cfg)
+    return groups
+
+
 def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], configs: Sequence[Configuration], *,
              run_id: str, writer: RunWriter | None = None, warmup: int = 0, repeats: int = 1,
              interleave: bool = True, blocks: int | None = None, seed: int = 0,
@@ -369,9 +378,7 @@ def run_plan(backend: Backend | BackendSwitch, requests: Sequence[Request], conf
     recorder.slos_ms = slos_ms
     plan = _Levels(backend, requests, recorder, progress, warmup=warmup, repeats=repeats, seed=seed, stop=stop,
                    schedule=schedule, follow_up=follow_up)
-    groups: dict[tuple, list[Configuration]] = {}
-    for cfg in configs:
-        groups.setdefault((cfg.concurrency, cfg.request_rate, cfg.burstiness), []).append(cfg)
+    groups = _levels_of(configs)
     started = time.monotonic()
     progress.start(configs, sum(1 + len(r.later_turns) for r in requests) * repeats)
     try:
