@@ -14,12 +14,47 @@ import numpy as np
 import pandas as pd
 
 from specbench import analysis
+from specbench.analysis.scenarios import scenarios
 from specbench.compare.catalog import Metric
 from specbench.compare.comparable import fmt_ids
+from specbench.structured import SCENARIOS
+
+
+def _scenario_rank(kind: str) -> int:
+    return SCENARIOS.index(kind) if kind in SCENARIOS else len(SCENARIOS)
 
 
 def acceptance(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, shared: list[str],
-                threshold: float) -> dict[str, Any]:
+               threshold: float) -> dict[str, Any]:
+    """Acceptance pooled over the shared prompts and, where they span more than one scenario
+    (free text, JSON, tool calls, ...: records' `scenario`), within each scenario too. Pooling
+    hides a scenario's loss behind another's gain (a change to constrained drafting that halves
+    acceptance on JSON while free text improves), so a scenario that regressed past the
+    threshold makes the verdict a regression, and the note names every scenario's change."""
+    out = _pooled_acceptance(metric, b, c, shared, threshold)
+    of = dict(zip(b["prompt_id"], scenarios(b)))
+    kinds = sorted({of[p] for p in shared if p in of}, key=_scenario_rank)
+    if len(kinds) < 2 or out["verdict"] == "n/a":
+        return out
+    parts, lost = [], []
+    for kind in kinds:
+        r = _pooled_acceptance(metric, b, c, [p for p in shared if of.get(p) == kind], threshold)
+        if r.get("baseline") is None or r["verdict"] == "n/a":
+            parts.append(f"{kind} n/a")
+            continue
+        change = f" ({r['change']:+.1%})" if r.get("change") is not None else ""
+        parts.append(f"{kind} {r['baseline']:.3g} -> {r['current']:.3g}{change}")
+        if r["verdict"] == "regression":
+            lost.append(kind)
+    note = "by scenario: " + ", ".join(parts)
+    if lost:
+        note += f"; regressed in {', '.join(lost)}"
+        out = {**out, "verdict": "regression"}
+    return {**out, "note": "; ".join(filter(None, [out.get("note", ""), note]))}
+
+
+def _pooled_acceptance(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, shared: list[str],
+                       threshold: float) -> dict[str, Any]:
     col = {"acceptance_rate": "acceptance_rate_tok",
            "mean_acceptance_length": "mean_acceptance_length_tok"}[metric.name]
     if not shared:
