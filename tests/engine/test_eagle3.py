@@ -140,7 +140,7 @@ CASES = [  # (concurrency, sampling, draft vocabulary, k, dynamic_k)
     (4, "all", 3, 3, True),  # k changes per row too
     (4, "top_k", V, 2, False),  # the full vocabulary
 ]
-N = 1000  # requests per case (the n-gram and draft-model cases use 3000); enough for the bug below
+N = 1000  # requests per case (the n-gram and draft-model cases use lossless.N); enough for the bug below
 
 
 @pytest.mark.parametrize("concurrency,sampling,draft_vocab,k,dynamic_k", CASES)

@@ -23,7 +23,11 @@ from specbench.engine import scheduler
 
 V = 6
 PROMPT = [1, 2, 3]
-N = 2000
+# 1,200 draws per case: the wrong verifier below is caught at 600 (p ~ 1e-33), and the subtlest
+# slip planted anywhere in the suite (a constrained verifier handed the unmasked q,
+# test_constrained) at 1,200 (p ~ 1e-14). 2,000, until the suite outgrew its 10 minutes, bought
+# power against nothing planted, at 1.7 times the cost (test_static's cases draw this N too).
+N = 1200
 # Budget 6: the first token comes from the prefill, the next ones from speculative steps; a
 # step drafts at most (tokens left - 1), so the first step of k = 3 drafts all three (k + 2
 # <= 6) and every draft position is verified; tokens 4-6 come from later steps.
