@@ -30,7 +30,7 @@ if [ "$#" -gt 0 ]; then tests="$*"; else tests="${TESTS[$module]:-}"; fi
 [ -n "$tests" ] || { echo "benchmarks/mutation.sh: no tests listed for $module: give them after it" >&2; exit 2; }
 [ -f "$module" ] || { echo "benchmarks/mutation.sh: $module is not a file here" >&2; exit 2; }
 base="${PYTHON:-$root/.venv/bin/python}"
-"$base" -c "import mutmut" 2>/dev/null || { echo "mutmut is not installed: $base -m pip install mutmut" >&2; exit 2; }
+"$base" -c "import mutmut" 2>/dev/null || { echo "mutmut is not installed: $base -m pip install -e '.[mutation]'" >&2; exit 2; }
 # The project's venv imports specbench through its editable install, a finder that comes before
 # PYTHONPATH, so the tests would run the unmutated code. A venv beside it sees the same packages
 # (its site-packages named in a .pth, whose own .pth files, the editable finder's among them,

@@ -68,6 +68,12 @@ def test_median_step_leaves_out_missing_empty_and_non_finite_times():
     assert median_step_s(frame, drafting=False) is None                # no plain step at all
 
 
+def test_median_step_of_samples_without_any_step_list_is_none():
+    """Every sample skipped (failed requests record no steps): no median, not 0 and not an error."""
+    assert median_step_s(samples((None, [1]), ([0.1], None), ([], [])), drafting=True) is None
+    assert median_step_s(samples((None, None)), drafting=False) is None
+
+
 @pytest.mark.parametrize("frame", [None, pd.DataFrame(), pd.DataFrame({"x": [1]})])
 def test_median_step_of_no_samples_or_no_step_column_is_none(frame):
     assert median_step_s(frame, drafting=True) is None
