@@ -158,3 +158,20 @@ def test_greedy_accepts_matching_prefix_then_emits_target_argmax():
                           [torch.Generator() for _ in range(4)])
     # third draft wrong: correction 1; all accepted: bonus 4; first wrong: 2; no draft: 2
     assert list(zip(n_acc, extra)) == [(2, 1), (3, 4), (0, 2), (0, 2)]
+
+
+def test_the_residual_is_normalized_per_row():
+    """After a rejection the next sibling in a tree is tried against the residual itself
+    (min(1, r(x) / q(x))), so it must be a distribution, row by row: a chain only draws from it
+    with multinomial, which normalizes anything, and would not notice (mutation testing found
+    an unnormalized residual, and one normalized over the whole batch, alive)."""
+    from specbench.engine.verify import rejected
+    p = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.1, 0.1, 0.1, 0.7]])
+    q = torch.tensor([[0.2, 0.5, 0.1, 0.2], [0.4, 0.0, 0.1, 0.5]])
+    last = torch.tensor([False, False])
+    r = rejected(p, q, torch.tensor([1, 0]), last)
+    # max(p - q, 0): [0.3, 0, 0.1, 0] -> /0.4 ; [0, 0.1, 0, 0.2] -> /0.3
+    assert torch.allclose(r, torch.tensor([[0.75, 0.0, 0.25, 0.0], [0.0, 1 / 3, 0.0, 2 / 3]]))
+    # a point mass: p without x, renormalized
+    r = rejected(p, None, torch.tensor([0, 3]), last)
+    assert torch.allclose(r, torch.tensor([[0.0, 0.6, 0.4, 0.0], [1 / 3, 1 / 3, 1 / 3, 0.0]]))
