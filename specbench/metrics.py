@@ -3,7 +3,8 @@
 Definitions follow vLLM's so numbers line up with production dashboards (see docs/engine.md,
 "Timing"):
 
-- TTFT  = first token time - arrival time (arrival = admission to the queue)
+- TTFT  = first token time - arrival time (arrival = admission to the queue; the send time
+  where a client sent the request later, `sent_s`)
 - queue = prefill start - arrival time
 - E2E   = last token time - arrival time
 - TPOT  = (E2E - TTFT) / (output_tokens - 1); undefined (None) below two output tokens
