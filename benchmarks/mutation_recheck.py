@@ -62,7 +62,7 @@ def main() -> int:
         if code == pytest.ExitCode.TESTS_FAILED:
             killed_now.append(name)
     os.environ.pop("MUTANT_UNDER_TEST", None)
-    equivalent = set()
+    equivalent: set[str] = set()  # full names, or their tail after the module (`x_f__mutmut_3`, `f__mutmut_3`)
     if args.equivalent and args.equivalent.exists():
         equivalent = set(re.findall(r"`([\w.]+__mutmut_\d+)`", args.equivalent.read_text()))
     counts = collections.Counter(status.values())
@@ -70,7 +70,11 @@ def main() -> int:
     before = counts["killed"] + counts["timeout"]
     after = before + len(killed_now)
     left = [n for n in alive if n not in killed_now]
-    unexplained = [n for n in left if n not in equivalent]
+    def explained(name: str) -> bool:
+        tail = name.rsplit(".", 1)[-1]
+        return name in equivalent or tail in equivalent or tail.removeprefix("x_") in equivalent
+
+    unexplained = [n for n in left if not explained(n)]
     print(f"{work.name}: {total} mutants; before {before} killed ({before / total:.1%}); "
           f"after {after} killed ({after / total:.1%}) with {len(killed_now)} more; "
           f"{len(left) - len(unexplained)} equivalent (explained); {len(unexplained)} alive; "
