@@ -27,7 +27,8 @@ def scenarios(df: pd.DataFrame) -> pd.Series:
     return df["scenario"].fillna("free") if "scenario" in df else pd.Series("free", index=df.index)
 
 
-def _rank(scenario: str) -> int:
+def scenario_rank(scenario: str) -> int:
+    """Where a scenario sorts: `specbench.structured.SCENARIOS`' order, unknown ones last."""
     return SCENARIOS.index(scenario) if scenario in SCENARIOS else len(SCENARIOS)
 
 
@@ -50,7 +51,7 @@ def scenario_summary(df: pd.DataFrame) -> pd.DataFrame:
     order = {c: i for i, c in enumerate(dict.fromkeys(df["config_id"]))}
     rows = []
     groups = df.groupby(["scenario", "config_id"], sort=False)
-    for (scenario, config_id), g in sorted(groups, key=lambda kv: (_rank(kv[0][0]), order[kv[0][1]])):
+    for (scenario, config_id), g in sorted(groups, key=lambda kv: (scenario_rank(kv[0][0]), order[kv[0][1]])):
         rows.append({"scenario": scenario, "config_id": config_id, "is_baseline": bool(g["is_baseline"].iloc[0]),
                      "concurrency": int(g["concurrency"].iloc[0]), "request_rate": g["request_rate"].iloc[0],
                      **_group(g)})

@@ -14,14 +14,9 @@ import numpy as np
 import pandas as pd
 
 from specbench import analysis
-from specbench.analysis.scenarios import scenarios
+from specbench.analysis.scenarios import scenario_rank, scenarios
 from specbench.compare.catalog import Metric
 from specbench.compare.comparable import fmt_ids
-from specbench.structured import SCENARIOS
-
-
-def _scenario_rank(kind: str) -> int:
-    return SCENARIOS.index(kind) if kind in SCENARIOS else len(SCENARIOS)
 
 
 def acceptance(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, shared: list[str],
@@ -33,7 +28,7 @@ def acceptance(metric: Metric, b: pd.DataFrame, c: pd.DataFrame, shared: list[st
     threshold makes the verdict a regression, and the note names every scenario's change."""
     out = _pooled_acceptance(metric, b, c, shared, threshold)
     of = dict(zip(b["prompt_id"], scenarios(b)))
-    kinds = sorted({of[p] for p in shared if p in of}, key=_scenario_rank)
+    kinds = sorted({of[p] for p in shared if p in of}, key=scenario_rank)
     if len(kinds) < 2 or out["verdict"] == "n/a":
         return out
     parts, lost = [], []
