@@ -27,6 +27,7 @@ from specbench.engine import Engine, scheduler
 from specbench.engine.drafters import Proposal, StatelessDrafter
 from specbench.engine.drafters import tree_search
 from specbench.engine.sampling import probs_from_logits
+from test_lossless_sampling import BATCH
 
 V = 6
 PROMPT = [1, 2, 3]
@@ -147,10 +148,10 @@ def sample_outputs(engine, sp, spec, concurrency, n=N, drafter=None) -> list[lis
 
 CASES = [  # (concurrency, sampling, method, k, extra)
     (1, "temperature", "draft_model", 3, {}),
-    (4, "all", "draft_model", 3, {"dynamic_k": True}),
-    (4, "temperature", "draft_model", 2, {"topk": 2, "num_draft_tokens": 5}),
-    (4, "temperature", "ngram", 3, {}),
-    (1, "temperature", "one_hot", 3, {}),
+    (BATCH, "all", "draft_model", 3, {"dynamic_k": True}),
+    (BATCH, "temperature", "draft_model", 2, {"topk": 2, "num_draft_tokens": 5}),
+    (BATCH, "temperature", "ngram", 3, {}),
+    (BATCH, "temperature", "one_hot", 3, {}),
 ]
 
 
@@ -172,13 +173,16 @@ def test_a_verifier_given_the_unmasked_q_is_caught(engine, target, monkeypatch):
 
     def unmasked_q(dist, c, depth, ks, rows, front_ok, sample_chain, draft_ids, V_, allowed=None):
         tok, logp, q_level = real(dist, c, depth, ks, rows, front_ok, sample_chain, draft_ids, V_, allowed)
-        if q_level is not None:
-            q_level = probs_from_logits(dist[:, 0].float(), rows[0].sampling)
+        if q_level is not None:  # every sampled row's q as if its grammar had not masked the draft
+            q_level = q_level.clone()
+            for b, row in enumerate(rows):
+                if row.sampling.temperature > 0:
+                    q_level[b] = probs_from_logits(dist[b, 0].float(), row.sampling)
         return tok, logp, q_level
 
     sp = SAMPLINGS["temperature"]
     monkeypatch.setattr(tree_search, "_children", unmasked_q)
-    outputs = sample_outputs(engine, sp, spec_for("draft_model", 3), 1, n=N_BROKEN)
+    outputs = sample_outputs(engine, sp, spec_for("draft_model", 3), BATCH, n=N_BROKEN)
     assert gof_pvalue(joint_counts(outputs), exact_joint(target, sp)) < 1e-3
 
 

@@ -21,7 +21,7 @@ from specbench.engine.drafters import Proposal
 from specbench.engine.drafters.eagle3 import Eagle3Drafter
 import test_lossless_sampling as lossless
 from specbench.engine import scheduler
-from test_lossless_sampling import SAMPLINGS, V, exact_joint, sample_counts
+from test_lossless_sampling import BATCH, SAMPLINGS, V, exact_joint, sample_counts
 
 
 def eagle3(k: int, dynamic_k: bool = False) -> SpeculativeConfig:
@@ -136,9 +136,9 @@ def _small_head(target, draft_vocab: int, seed: int):
 
 CASES = [  # (concurrency, sampling, draft vocabulary, k, dynamic_k)
     (1, "temperature", 3, 3, False),  # 3 of 6 tokens: the target's support is not covered
-    (4, "top_p", 2, 3, False),  # at concurrency 4, ragged companions join and leave
-    (4, "all", 3, 3, True),  # k changes per row too
-    (4, "top_k", V, 2, False),  # the full vocabulary
+    (BATCH, "top_p", 2, 3, False),  # at concurrency 16, ragged companions join and leave
+    (BATCH, "all", 3, 3, True),  # k changes per row too
+    (BATCH, "top_k", V, 2, False),  # the full vocabulary
 ]
 N = 1000  # requests per case (the n-gram and draft-model cases use lossless.N); enough for the bug below
 
@@ -177,7 +177,7 @@ def test_goodness_of_fit_catches_q_left_in_draft_id_order(small_target, monkeypa
     monkeypatch.setattr(Eagle3Drafter, "propose", draft_order_q)
     eng = Engine(small_target, head=head, pack=False)
     sp = SAMPLINGS["temperature"]
-    counts = sample_counts(eng, sp, eagle3(3), None, 4)
+    counts = sample_counts(eng, sp, eagle3(3), None, BATCH)
     pvalue = gof_pvalue(counts, exact_joint(small_target, sp))
     print(f"EAGLE-3 q in draft-id order, 600 draws: p = {pvalue:.3g}")
     assert pvalue < 1e-3

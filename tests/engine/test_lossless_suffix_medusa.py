@@ -1,6 +1,6 @@
 """Losslessness under sampling for the deterministic drafters suffix decoding and Medusa
 (one-hot q): the engine's first three output tokens follow the target's exact joint
-distribution (enumerated on a 6-token vocabulary), alone and at concurrency 4 with ragged
+distribution (enumerated on a 6-token vocabulary), alone and at concurrency 16 with ragged
 companions. Suffix decoding drafts from a global tree that fills with the earlier requests'
 outputs, so its proposals depend on what came before: the rule must stay exact anyway. The
 same test rejects a verifier that resamples from p (not p without the rejected token) after a
@@ -22,6 +22,7 @@ from specbench.engine import verify as verify_mod
 from specbench.engine.sampling import probs_from_logits
 from specbench.models.medusa import MedusaConfig, MedusaHeads
 from specbench.engine import scheduler
+from test_lossless_sampling import BATCH
 
 V = 6
 PROMPT = [1, 2, 3]
@@ -89,7 +90,7 @@ def engine_for(method: str, target) -> Engine:
 
 
 @pytest.mark.parametrize("method,sampling,concurrency", [
-    ("suffix", "temperature", 1), ("suffix", "all", 4), ("medusa", "temperature", 1), ("medusa", "all", 4),
+    ("suffix", "temperature", 1), ("suffix", "all", BATCH), ("medusa", "temperature", BATCH), ("medusa", "all", BATCH),
 ])
 def test_first_three_tokens_follow_target_distribution(target, method, sampling, concurrency):
     sp = SAMPLINGS[sampling]
@@ -106,7 +107,7 @@ def test_goodness_of_fit_catches_a_wrong_one_hot_rule(target, monkeypatch):
     chain step uses)."""
     monkeypatch.setattr(verify_mod, "rejected", lambda p, q_node, x, last: p)  # the residual is p
     sp = SAMPLINGS["temperature"]
-    counts, _ = sample_counts(engine_for("suffix", target), sp, spec_for("suffix"), 4, n=600)
+    counts, _ = sample_counts(engine_for("suffix", target), sp, spec_for("suffix"), BATCH, n=600)
     pvalue = gof_pvalue(counts, exact_joint(target, sp))
     print(f"suffix with p as the residual, 600 draws: p = {pvalue:.3g}")
     assert pvalue < 1e-3

@@ -7,8 +7,8 @@
 - compiled (torch.compile, fullgraph, no dynamic shapes): the same outputs, and one graph per
   (bucket, width, sampling kind) however long the contexts grow (no recompile per KV length);
 - sampling: the first three tokens follow the target's exact joint distribution (chi-square,
-  enumerated on a 6-token vocabulary), with sampled chains at concurrency 4 among ragged
-  companions, and the same test rejects a verifier that draws from p after a rejection;
+  enumerated on a 6-token vocabulary), with sampled chains alone and at concurrency 16 among
+  ragged companions, and the same test rejects a verifier that draws from p after a rejection;
 - the counter-based random numbers are uniform, and depend on (seed, decision, position) only.
 """
 
@@ -28,7 +28,7 @@ from specbench.engine import static as static_mod
 from specbench.engine import static_medusa, static_tree
 from specbench.engine.sampling import SALT_ACCEPT, SALT_TOKEN, counter_uniform, probs_from_logits, row_probs
 from specbench.engine.static import bucket
-from test_lossless_sampling import SAMPLINGS, V, exact_joint, joint_counts, sample_outputs
+from test_lossless_sampling import BATCH, SAMPLINGS, V, exact_joint, joint_counts, sample_outputs
 
 
 @pytest.fixture(scope="module")
@@ -265,11 +265,11 @@ def static_engine(tiny_target):
 
 CASES = [  # (concurrency, sampling, configuration)
     (1, "temperature", chain(3)),
-    (1, "top_p", chain(2)),
-    (4, "all", chain(3, dynamic_k=True)),
-    (4, "top_k", chain(1)),
-    (1, "temperature", tree()),  # a static tree: siblings tried against the residual of the rejected
-    (4, "all", tree(dynamic_k=True)),
+    (BATCH, "top_p", chain(2)),
+    (BATCH, "all", chain(3, dynamic_k=True)),
+    (BATCH, "top_k", chain(1)),
+    (BATCH, "temperature", tree()),  # a static tree: siblings tried against the residual of the rejected
+    (BATCH, "all", tree(dynamic_k=True)),
 ]
 
 
@@ -287,21 +287,21 @@ def test_compiled_sampling_follows_the_target_distribution(static_engine, tiny_t
     """The traced graphs sample as the functions do (dynamo's graphs, run without Inductor)."""
     engine = Engine(tiny_target, static_engine.draft, static="compile", compile_backend="eager")
     sp = SAMPLINGS["all"]
-    outputs = sample_outputs(engine, sp, chain(3), None, 4, n=1200)
+    outputs = sample_outputs(engine, sp, chain(3), None, BATCH, n=1200)
     assert gof_pvalue(joint_counts(outputs), exact_joint(tiny_target, sp)) > 1e-3
 
 
 def test_static_baseline_sampling_follows_the_target_distribution(static_engine, tiny_target):
     sp = SAMPLINGS["top_k"]
-    outputs = sample_outputs(static_engine, sp, SpeculativeConfig(), None, 4)
+    outputs = sample_outputs(static_engine, sp, SpeculativeConfig(), None, BATCH)
     assert gof_pvalue(joint_counts(outputs), exact_joint(tiny_target, sp)) > 1e-3
 
 
 def test_static_medusa_sampling_follows_the_target_distribution(tiny_target):
-    """One-hot drafts on the static step, at concurrency 4 with ragged companions."""
+    """One-hot drafts on the static step, at concurrency 16 with ragged companions."""
     engine = Engine(tiny_target, head=medusa_heads_for(tiny_target, 3), static="static")
     sp = SAMPLINGS["all"]
-    outputs = sample_outputs(engine, sp, medusa(3, dynamic_k=True), None, 4, n=1500)
+    outputs = sample_outputs(engine, sp, medusa(3, dynamic_k=True), None, BATCH, n=1500)
     counts, expected = joint_counts(outputs), exact_joint(tiny_target, sp)
     assert counts[expected == 0].sum() == 0, "emitted a sequence the target can never produce"
     assert gof_pvalue(counts, expected) > 1e-3
@@ -320,7 +320,7 @@ def test_the_same_test_rejects_medusa_drafts_verified_against_a_q_they_were_not_
     monkeypatch.setattr(static_medusa.MedusaStep, "_draft_medusa", softmax_q)
     engine = Engine(tiny_target, head=medusa_heads_for(tiny_target, 3), static="static")
     sp = SAMPLINGS["temperature"]
-    outputs = sample_outputs(engine, sp, medusa(3), None, 4, n=600)
+    outputs = sample_outputs(engine, sp, medusa(3), None, BATCH, n=600)
     pvalue = gof_pvalue(joint_counts(outputs), exact_joint(tiny_target, sp))
     print(f"static Medusa with a softmax q, 600 draws: p = {pvalue:.3g}")
     assert pvalue < 1e-3
@@ -337,7 +337,7 @@ def eagle3(k: int, **kw) -> SpeculativeConfig:
 
 E3_CASES = [  # (concurrency, sampling, draft vocabulary, configuration)
     (1, "temperature", 3, eagle3(3)),  # 3 of 6 tokens: the target's support is not covered
-    (4, "all", V, eagle3(3, dynamic_k=True)),  # ragged companions, k changing per row
+    (BATCH, "all", V, eagle3(3, dynamic_k=True)),  # ragged companions, k changing per row
 ]
 
 
@@ -371,7 +371,7 @@ def test_the_same_test_rejects_static_eagle3_q_left_in_draft_id_order(e3_target,
     head = tiny.make_head(e3_target, draft_vocab_size=3, seed=14, std=0.6)
     assert head.draft_ids.tolist() != [0, 1, 2]  # otherwise the two orders coincide
     sp = SAMPLINGS["temperature"]
-    outputs = sample_outputs(Engine(e3_target, head=head, static="static"), sp, eagle3(3), None, 4, n=600)
+    outputs = sample_outputs(Engine(e3_target, head=head, static="static"), sp, eagle3(3), None, BATCH, n=600)
     pvalue = gof_pvalue(joint_counts(outputs), exact_joint(e3_target, sp))
     print(f"static EAGLE-3 q in draft-id order, 600 draws: p = {pvalue:.3g}")
     assert pvalue < 1e-3
@@ -382,7 +382,7 @@ def test_the_same_test_rejects_a_verifier_that_draws_from_p_after_a_rejection(st
     monkeypatch.setattr(static_mod, "residual", lambda p, q: p)  # the classic bug: resample from p
     sp = SAMPLINGS["temperature"]
     engine = Engine(tiny_target, static_engine.draft, static="static")
-    counts = joint_counts(sample_outputs(engine, sp, chain(3), None, 4, n=600))  # p ~ 1e-21 at this n
+    counts = joint_counts(sample_outputs(engine, sp, chain(3), None, BATCH, n=600))  # p ~ 1e-21 at this n
     assert gof_pvalue(counts, exact_joint(tiny_target, sp)) < 1e-3
 
 
@@ -392,7 +392,7 @@ def test_the_same_test_rejects_a_tree_walk_that_keeps_a_rejected_sibling(static_
     monkeypatch.setattr(static_tree, "rejected", lambda p, q, x, last: p)
     sp = SAMPLINGS["temperature"]
     engine = Engine(tiny_target, static_engine.draft, static="static")
-    counts = joint_counts(sample_outputs(engine, sp, tree(), None, 4, n=600))  # p ~ 1e-30 at this n
+    counts = joint_counts(sample_outputs(engine, sp, tree(), None, BATCH, n=600))  # p ~ 1e-31 at this n
     assert gof_pvalue(counts, exact_joint(tiny_target, sp)) < 1e-3
 
 

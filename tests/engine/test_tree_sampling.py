@@ -3,7 +3,7 @@ draft trees (topk 2 and 4, the draft model's deterministic top-k trees, a static
 SpecInfer-style trees of children drawn i.i.d. from a fixed q, and a Medusa tree of head
 ranks), the engine's first three
 output tokens follow the target's exact joint distribution (enumerated on an 8-token
-vocabulary) and tokens 4-6 their exact marginals, alone and at concurrency 4 with ragged
+vocabulary) and tokens 4-6 their exact marginals, alone and at concurrency 16 with ragged
 companions; and the same test rejects a verifier that does not update p between siblings."""
 
 from dataclasses import replace
@@ -90,15 +90,16 @@ def drafter_for(name: str, topk: int):
 
 
 STATIC = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
+BATCH = lossless.BATCH  # 16, and why: test_lossless_sampling
 CASES = [  # (concurrency, sampling, drafter, topk)
     (1, "temperature", "draft_model", 2),
-    (1, "all", "draft_model", 4),
-    (4, "top_p", "draft_model", 2),
-    (4, "temperature", "draft_model", 4),
-    (1, "temperature", "iid", 2),
-    (4, "top_k", "iid", 4),
-    (4, "all", "static", 0),
-    (4, "temperature", "medusa", 2),  # Medusa's tree: head d's top-k at every depth-d node
+    (BATCH, "all", "draft_model", 4),
+    (BATCH, "top_p", "draft_model", 2),
+    (BATCH, "temperature", "draft_model", 4),
+    (BATCH, "temperature", "iid", 2),
+    (BATCH, "top_k", "iid", 4),
+    (BATCH, "all", "static", 0),
+    (BATCH, "temperature", "medusa", 2),  # Medusa's tree: head d's top-k at every depth-d node
 ]
 
 
@@ -170,7 +171,7 @@ def no_update_between_siblings(real):
     return rejected
 
 
-@pytest.mark.parametrize("drafter,topk,concurrency", [("iid", 2, 1), ("draft_model", 4, 4)])
+@pytest.mark.parametrize("drafter,topk,concurrency", [("iid", 2, BATCH), ("draft_model", 4, BATCH)])
 def test_goodness_of_fit_catches_no_residual_between_siblings(engine, target, correct_outputs, monkeypatch, drafter,
                                                                topk, concurrency):
     """Both cases are also distribution cases (CASES): the correct half is their draw."""
