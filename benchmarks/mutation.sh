@@ -16,7 +16,7 @@ module="${1:?usage: benchmarks/mutation.sh MODULE [TESTS...]}"
 shift
 declare -A TESTS=(
   [specbench/engine/verify.py]="tests/engine/test_verify.py tests/engine/test_engine.py"
-  [specbench/engine/sampling.py]="tests/engine/test_sampling.py tests/engine/test_verify.py tests/engine/test_engine.py tests/engine/test_static.py::test_row_probs_is_probs_from_logits_per_row tests/engine/test_static.py::test_counter_uniforms_are_uniform_and_keyed_by_seed_salt_and_position"
+  [specbench/engine/sampling.py]="tests/engine/test_sampling.py tests/engine/test_sampling_boundaries.py tests/engine/test_verify.py tests/engine/test_engine.py tests/engine/test_static.py::test_row_probs_is_probs_from_logits_per_row tests/engine/test_static.py::test_counter_uniforms_are_uniform_and_keyed_by_seed_salt_and_position"
   [specbench/engine/tree.py]="tests/engine/test_tree.py tests/engine/test_tree_greedy.py"
   [specbench/acceptance.py]="tests/test_acceptance.py tests/serve/test_exposition.py"
   [specbench/metrics.py]="tests/test_metrics.py tests/test_runner.py"

@@ -93,7 +93,7 @@ def test_probabilities_are_float32_from_bfloat16_logits():
 
 
 def test_greedy_requests_have_no_distribution():
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=r"^greedy requests use argmax, not a distribution$"):
         probs_from_logits(torch.zeros(3), SamplingParams())
 
 
