@@ -17,14 +17,14 @@ shift
 declare -A TESTS=(
   [specbench/engine/verify.py]="tests/engine/test_verify.py tests/engine/test_engine.py"
   [specbench/engine/sampling.py]="tests/engine/test_sampling.py tests/engine/test_sampling_boundaries.py tests/engine/test_verify.py tests/engine/test_engine.py tests/engine/test_static.py::test_row_probs_is_probs_from_logits_per_row tests/engine/test_static.py::test_counter_uniforms_are_uniform_and_keyed_by_seed_salt_and_position"
-  [specbench/engine/tree.py]="tests/engine/test_tree.py tests/engine/test_tree_greedy.py"
+  [specbench/engine/tree.py]="tests/engine/test_tree.py tests/engine/test_tree_greedy.py tests/engine/test_static.py::test_greedy_static_step_equals_the_eager_step tests/engine/test_static.py::test_greedy_static_eagle3_equals_the_eager_step tests/engine/test_static.py::test_greedy_static_medusa_equals_the_eager_step"
   [specbench/acceptance.py]="tests/test_acceptance.py tests/serve/test_exposition.py"
   [specbench/metrics.py]="tests/test_metrics.py tests/test_runner.py"
   [specbench/analysis/paired.py]="tests/test_analysis.py"
   [specbench/analysis/sequential.py]="tests/test_sequential.py"
   [specbench/analysis/physics.py]="tests/test_physics.py tests/test_analysis.py tests/sweep/test_sweep_verdict.py tests/sweep/test_sweep_serving.py"
   [specbench/compare/gate.py]="tests/test_compare.py"
-  [specbench/sweep/profile.py]="tests/sweep/test_sweep_profile.py tests/sweep/test_sweep_verdict.py tests/sweep/test_sweep_serving.py"
+  [specbench/sweep/profile.py]="tests/sweep/test_sweep_profile.py tests/sweep/test_sweep_verdict.py tests/sweep/test_sweep_serving.py tests/sweep/test_profile_boundaries.py tests/sweep/test_profile_writer.py"
 )
 if [ "$#" -gt 0 ]; then tests="$*"; else tests="${TESTS[$module]:-}"; fi
 [ -n "$tests" ] || { echo "benchmarks/mutation.sh: no tests listed for $module: give them after it" >&2; exit 2; }

@@ -213,5 +213,4 @@ class StaticTree:
                                 max(ordered[i][-1] for i in at) + 1,
                                 torch.tensor(kid_pos, dtype=torch.long, device=dev), fed, seen.to(dev)))
             front, fed, fed_visible = [at[j] for j in kid_pos], fed + W, grown
-        self.fed = fed  # draft entries written past the context per step
         self.fed_at = torch.tensor([-1] + fed_at, dtype=torch.long, device=dev)  # per feed entry

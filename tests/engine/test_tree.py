@@ -18,7 +18,7 @@ from specbench.engine.drafters.base import tree_from_paths
 from specbench.engine.fused import fuse_layers
 from specbench.engine.kv import TreeAttention, causal_mask
 from specbench.engine.model import ModelRunner, pack_linears
-from specbench.engine.tree import gather_paths, tree_batch
+from specbench.engine.tree import StaticTree, gather_paths, path_features, tree_batch
 from specbench.engine.verify import verify_tree
 from specbench.errors import ConfigError
 
@@ -34,9 +34,54 @@ def test_tree_batch_depths_ancestors_children():
     assert t.children[0, 0, :2].tolist() == [1, 2] and t.children[0, 1, 0] == 3 and t.children[0, 3, 0] == 4
     assert t.ranks == [[0, 1, 0, 0], [0]] and t.has_children[0] == [True, False, True, False]
     assert t.depth.max(dim=1).values.tolist() == [3, 1] and t.max_depth == 3
+    # every table whole: children padded with -1, long indices throughout, the rows' own links
+    assert t.children.tolist() == [[[1, 2], [3, -1], [-1, -1], [4, -1], [-1, -1]],
+                                   [[1, -1], [-1, -1], [-1, -1], [-1, -1], [-1, -1]]]
+    assert {x.dtype for x in (t.feed, t.depth, t.children)} == {torch.long} and t.visible.dtype == torch.bool
+    assert t.parents == [[-1, -1, 0, 2], [-1]] and t.nodes == [4, 1]
+
+
+def test_static_tree_tables_by_hand():
+    """The static step's index tables for ((0,), (0, 0), (0, 1), (0, 0, 0), (0, 1, 0)): nodes
+    n0..n4 in (depth, path) order, feed entry i + 1 is node i. Drafting feeds n0, then n1 and
+    n2 together (each seeing the fed n0 and itself, never its sibling), leaves are not fed."""
+    t = StaticTree(((0,), (0, 0), (0, 1), (0, 0, 0), (0, 1, 0)), torch.device("cpu"))
+    assert (t.nodes, t.depth, t.width) == (5, 3, 2)
+    assert t.children.tolist() == [[1, -1], [2, 3], [4, -1], [5, -1], [-1, -1], [-1, -1]]
+    seen = [[a for a in range(6) if t.visible[j, a]] for j in range(6)]
+    assert seen == [[0], [0, 1], [0, 1, 2], [0, 1, 3], [0, 1, 2, 4], [0, 1, 3, 5]]
+    assert t.feed_depth.tolist() == [0, 1, 2, 2, 3, 3] and t.rank.tolist() == [0, 0, 0, 1, 0, 0]
+    assert t.fed_at.tolist() == [-1, 0, 1, 2, -1, -1]
+    levels = [(at.tolist(), parent.tolist(), rank.tolist(), c, kid_pos.tolist(), fed, seen_.tolist())
+              for at, parent, rank, c, kid_pos, fed, seen_ in t.levels]
+    assert levels == [
+        ([0], [0], [0], 1, [0], 0, [[True]]),
+        ([1, 2], [0, 0], [0, 1], 2, [0, 1], 1, [[True, True, False], [True, False, True]]),
+        ([3, 4], [0, 1], [0, 0], 1, [], 3, []),
+    ]
+
+
+def test_static_tree_whose_last_node_is_the_child_of_the_one_before():
+    """((0,), (1,), (1, 0)): the last feed entry's parent is the entry just before it."""
+    t = StaticTree(((0,), (1,), (1, 0)), torch.device("cpu"))
+    assert t.children.tolist() == [[1, 2], [-1, -1], [3, -1], [-1, -1]]
+    assert t.fed_at.tolist() == [-1, -1, 0, -1]  # only n1 has a child: it alone is fed
+
+
+def test_path_features_are_the_root_then_the_accepted_path_in_order():
+    """The verify pass's feature rows gathered at [root, path...] per row, ragged paths padded
+    with the root's (index 0) features; rows never mix."""
+    feats = torch.arange(2 * 5 * 3, dtype=torch.float32).view(2, 5, 3)  # [B, M, F], every value distinct
+    got = path_features(feats, [[1, 3], []])
+    assert got.shape == (2, 3, 3)
+    assert torch.equal(got[0], feats[0, [0, 2, 4]]) and torch.equal(got[1], feats[1, [0, 0, 0]])
+    assert torch.equal(path_features(feats, [[0], [3]]), torch.stack([feats[0, [0, 1]], feats[1, [0, 4]]]))
+    got = path_features(feats, [[1, 3], [2]])  # ragged: the shorter path is padded with index 0
+    assert torch.equal(got, torch.stack([feats[0, [0, 2, 4]], feats[1, [0, 3, 0]]]))
 
 
 @pytest.mark.parametrize("parents,ks,match", [([[0]], [2], "parent 0"), ([[-1, 5]], [2], "parent 5"),
+                                              ([[-2]], [2], r"parent -2 \(valid: -1 for the root or an earlier node\)"),
                                               ([[-1, 0, 1]], [2], "depth 3 exceeds"), ([[-1]], [2], "2 tokens")])
 def test_bad_proposals_name_the_row(parents, ks, match):
     tokens = [[1, 2, 3][:len(parents[0])]] if match != "2 tokens" else [[1, 2]]
