@@ -19,7 +19,7 @@ from optuna.trial import TrialState, create_trial
 
 from specbench.analysis import SUMMARY_COLUMNS
 from specbench.sweep import build_profile, build_spec, pareto_front, write_profile
-from specbench.sweep.profile import best_so_far, candidates, levels, nothing_measured
+from specbench.sweep.profile import best_so_far, candidates, evidence, levels, nothing_measured
 from specbench.sweep.space import configuration
 from specbench.sweep.trials import SKIPPED_ATTR
 
@@ -1024,3 +1024,71 @@ failed_trials:
   config: draft_model|k2|d|c16
   reason: interrupted
 """
+
+
+def test_a_tree_band_names_the_chain_a_vllm_server_would_run_the_best_paying_one():
+    """The tree pays; of the chains, k=4 has the higher speedup but its interval reaches below
+    1, k=2 pays on its point gain (measured apart, no run files): the band's chain is k=2, said
+    to pay, its speedup read against the band's baseline. Without k=2 the chain is k=4, said
+    not to pay."""
+    spec = make_spec(**{"space.concurrency": ["1"], "space.topk": ["1,2"]})
+    rows = [(configuration(concurrency=1), [1.0], {}), (dm(2, 1, topk=2), [1.8], paired(1.8, 1.6, 2.0)),
+            (dm(4, 1), [1.7], paired(1.7, 0.9, 2.5)), (dm(2, 1), [1.3], {})]
+    study = simple_study(spec, rows)
+    (x,) = levels(spec, candidates(study))
+    assert (x.best.number, x.chain.number, x.chain_pays) == (1, 3, True)
+    chain = build_profile(spec, study)["bands"][0]["chain"]
+    assert (chain["trial"], chain["pays"], chain["speedup_tpot_p50"]) == (3, True, 1.3)
+    study = simple_study(spec, rows[:3])
+    (x,) = levels(spec, candidates(study))
+    assert (x.best.number, x.chain.number, x.chain_pays) == (1, 2, False)
+    assert build_profile(spec, study)["bands"][0]["chain"]["pays"] is False
+
+
+def test_a_trials_speedups_are_against_the_baseline_measured_with_it():
+    """Evidence of a paired trial: its speedups use the baseline samples interleaved with it
+    (TPOT 0.2 s against its 0.0667 s: 3x), not the baseline trial's (0.1 s: 1.5x)."""
+    spec = make_spec(**{"space.concurrency": ["1"]})
+    bs = summary(configuration(concurrency=1), 0.5)
+    study = simple_study(spec, [(configuration(concurrency=1), [1.0], {}),
+                                (dm(2, 1), [1.5], {"baseline_summary": bs, **paired(1.5, 1.4, 1.6)})])
+    ev = build_profile(spec, study)["bands"][0]["speculative"]
+    assert ev["speedup_tpot_p50"] == 3.0 and ev["paired_baseline"]["tpot_p50_s"] == 0.2
+
+
+def test_a_flagged_trials_evidence_names_the_checks_it_failed():
+    spec = make_spec(**{"space.concurrency": ["1"]})
+    why = ["TPOT speedup 3.000x exceeds tokens per target pass"]
+    study = simple_study(spec, [(configuration(concurrency=1), [1.0], {}), (dm(2, 1), [3.0], {"inconsistent": why}),
+                                (dm(4, 1), [1.2], {})])
+    flagged_t, clean = study.trials[1], study.trials[2]
+    assert evidence(flagged_t, spec.space, study.trials[0])["inconsistent"] == why
+    assert "inconsistent" not in evidence(clean, spec.space, study.trials[0])
+
+
+def test_where_speculation_stops_paying_both_sides_are_read_against_their_bands_baselines():
+    """Trials measured apart (no baseline of their own): the threshold's evidence on each side
+    carries its speedup against the baseline trial of its own concurrency, and a draft-model
+    band names its draft."""
+    spec = make_spec(**{"space.concurrency": ["1,4"]})
+    study = simple_study(spec, [(configuration(concurrency=1), [1.0], {}), (dm(2, 1), [1.5], {}),
+                                (configuration(concurrency=4), [1.0], {}), (dm(2, 4), [0.9], {})])
+    prof = build_profile(spec, study)
+    th = prof["disable_by_batch_size"]
+    assert th["value"] == 1
+    assert th["last_paying"]["speedup_tpot_p50"] == 1.5 and th["first_not_paying"]["speedup_tpot_p50"] == 0.9
+    assert prof["bands"][0]["draft"] == "d" and prof["bands"][0]["method"] == "draft_model"
+
+
+def test_blocks_are_named_only_for_an_interval_measured_interleaved(monkeypatch):
+    """A trial that recorded paired blocks but no paired point is judged by the interval from
+    the run files, measured apart: its `why` says so and does not count blocks."""
+    from specbench.sweep import profile as profile_mod
+
+    monkeypatch.setattr(profile_mod, "tpot_interval", lambda spec, best, base: (1.5, 1.4, 1.6))
+    spec = make_spec(**{"space.concurrency": ["1"]})
+    study = simple_study(spec, [(configuration(concurrency=1), [1.0], {}),
+                                (dm(2, 1), [1.5], {"paired": {"point": None, "blocks": 4}})])
+    why = build_profile(spec, study)["bands"][0]["why"]
+    assert why.endswith("(paired TPOT speedup 1.500x, 95% CI [1.400, 1.600] (against the baseline trial, "
+                        "measured at another time), wholly above 1x)"), why
