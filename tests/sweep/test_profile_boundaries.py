@@ -13,7 +13,6 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
-import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
