@@ -122,7 +122,7 @@ def test_zero_residual_falls_back_to_p(monkeypatch):
     # the same check fails on a fallback to the uniform distribution instead of p
     from specbench.engine import verify as verify_mod
 
-    def uniform_fallback(p, q_node, x, last):
+    def uniform_fallback(p, q_node, x):
         residual = p.scatter(1, x.view(-1, 1), 0.0) if q_node is None else torch.clamp(p - q_node, min=0.0)
         total = residual.sum(dim=-1, keepdim=True)
         return torch.where(total > 0, residual / total.clamp_min(1e-30), torch.full_like(p, 1 / p.shape[-1]))
@@ -135,12 +135,12 @@ def test_rows_of_one_batch_verify_independently():
     """Greedy and sampled rows with different draft lengths in one call give each row what it
     gets alone: a row's result never depends on its batch mates."""
     torch.manual_seed(3)
-    B, K = 5, 4
+    B, K = 40, 4  # enough sampled rows that treating them as greedy would change some result
     logits = torch.randn(B, K + 1, V) * 3
     draft = torch.randint(0, V, (B, K))
-    lens = [4, 0, 2, 3, 1]
-    samplings = [SamplingParams(), SamplingParams(temperature=0.8), SamplingParams(temperature=1.2, top_k=3),
-                 SamplingParams(), SamplingParams(temperature=0.8, top_p=0.7)]
+    lens = [[4, 0, 2, 3, 1][b % 5] for b in range(B)]
+    samplings = [[SamplingParams(), SamplingParams(temperature=0.8), SamplingParams(temperature=1.2, top_k=3),
+                  SamplingParams(), SamplingParams(temperature=0.8, top_p=0.7)][b % 5] for b in range(B)]
     q = torch.softmax(torch.randn(B, K, V), -1)
     together = verify(draft, lens, logits, q, samplings, [torch.Generator().manual_seed(b) for b in range(B)])
     for b in range(B):
@@ -168,10 +168,71 @@ def test_the_residual_is_normalized_per_row():
     from specbench.engine.verify import rejected
     p = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.1, 0.1, 0.1, 0.7]])
     q = torch.tensor([[0.2, 0.5, 0.1, 0.2], [0.4, 0.0, 0.1, 0.5]])
-    last = torch.tensor([False, False])
-    r = rejected(p, q, torch.tensor([1, 0]), last)
+    r = rejected(p, q, torch.tensor([1, 0]))
     # max(p - q, 0): [0.3, 0, 0.1, 0] -> /0.4 ; [0, 0.1, 0, 0.2] -> /0.3
     assert torch.allclose(r, torch.tensor([[0.75, 0.0, 0.25, 0.0], [0.0, 1 / 3, 0.0, 2 / 3]]))
     # a point mass: p without x, renormalized
-    r = rejected(p, None, torch.tensor([0, 3]), last)
+    r = rejected(p, None, torch.tensor([0, 3]))
     assert torch.allclose(r, torch.tensor([[0.0, 0.6, 0.4, 0.0], [1 / 3, 1 / 3, 1 / 3, 0.0]]))
+
+
+def tree_of(children_tokens: list[list[int]], parents: list[list[int]]):
+    return tree_batch([0] * len(parents), Proposal(children_tokens, parents=parents),
+                      [max(1, len(t)) for t in children_tokens])
+
+
+def test_a_node_moves_to_one_child_and_tries_no_sibling_after_it():
+    """Both children of the root would be accepted (q <= p at each): the first is taken and
+    the second is never tried, so the path is [0], whatever the seed."""
+    p = torch.tensor([0.0, 0.5, 0.5, 0.0, 0.0, 0.0])
+    logits = torch.log(p).expand(1, 3, V).clone()
+    q = torch.tensor([[0.0, 0.5, 0.5, 0, 0, 0], [0.0, 0.5, 0.5, 0, 0, 0]]).view(1, 2, V)
+    tree = tree_of([[1, 2]], [[-1, -1]])
+    for seed in range(20):
+        paths, _ = verify_tree(tree, logits, q, [SAMPLED], [torch.Generator().manual_seed(seed)])
+        assert paths == [[0]]
+
+
+def test_a_child_the_draft_gave_no_probability_is_rejected():
+    """q(x) = 0 rejects x even where p(x) > 0 (a tree's top-k child past the draft's support):
+    min(1, p/q) is not a probability there. The recovered token comes from max(p - q, 0)."""
+    p = torch.tensor([0.0, 0.5, 0.5, 0.0, 0.0, 0.0])
+    logits = torch.log(p).expand(1, 2, V).clone()
+    q = torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0, 0.0]).view(1, 1, V)  # x = 1 has q(x) = 0
+    tree = tree_of([[1]], [[-1]])
+    for seed in range(20):
+        paths, extra = verify_tree(tree, logits, q, [SAMPLED], [torch.Generator().manual_seed(seed)])
+        assert paths == [[]] and extra == [1]  # max(p - q, 0) = [0, 0.5, 0, ...]
+
+
+def test_a_row_with_fewer_children_than_the_widest_draws_its_recovered_token_from_its_own_residual():
+    """Row 0's root has two children, row 1's one (its second slot is padding). Row 1 rejects its
+    only child (p(x) = 0); the padding slot is no candidate and must leave its p as it is,
+    [0.5, 0.5] over tokens 0 and 1, so both come out over the seeds."""
+    p1 = torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0, 0.0])
+    logits = torch.stack([torch.log(torch.full((V,), 1 / V)).expand(3, V), torch.log(p1).expand(3, V)])
+    tree = tree_of([[3, 4], [2]], [[-1, -1], [-1]])
+    extras = set()
+    for seed in range(40):
+        gens = [torch.Generator().manual_seed(1000 + seed), torch.Generator().manual_seed(seed)]
+        paths, extra = verify_tree(tree, logits, None, [SAMPLED, SAMPLED], gens)
+        assert paths[1] == []
+        extras.add(extra[1])
+    assert extras == {0, 1}
+
+
+def test_a_draft_whose_uniform_equals_p_over_q_exactly_is_rejected():
+    """Accept x when u * q(x) < p(x), strictly: u is a float32 uniform on a grid of 2**-24 in
+    [0, 1), and P(u < a) is exactly a for a on that grid, where `<=` would accept one grid
+    point too many (and a token with p(x) = 0 when u is 0). A seed is chosen whose first
+    uniform equals the target's p(x) bit for bit (q(x) = 1: a deterministic drafter)."""
+    for seed in range(100):
+        u = torch.rand(1, generator=torch.Generator().manual_seed(seed))[0]
+        row = torch.log(torch.tensor([float(u), 1 - float(u), 0, 0, 0, 0], dtype=torch.float64)).float()
+        if probs_from_logits(row, SAMPLED)[0] == u:
+            break
+    else:
+        pytest.fail("no seed whose uniform is exactly representable as p(x)")
+    logits = row.expand(1, 2, V).clone()
+    n_acc, extra = verify(torch.tensor([[0]]), [1], logits, None, [SAMPLED], [torch.Generator().manual_seed(seed)])
+    assert n_acc == [0] and extra == [1]  # rejected at equality; the residual is p without x
