@@ -118,7 +118,7 @@ class TreeStep:
                     p_x = p.gather(1, x.view(B, 1)).view(B)
                     accept = torch.where(greedy, accept, u < p_x)
                     no = cand & ~accept & ~greedy
-                    p = torch.where(no.view(B, 1), rejected(p, None, x), p)
+                    p = torch.where(no.view(B, 1), rejected(p, None, x, no), p)
                 accept = accept & cand
                 moved = moved | accept
                 nxt = torch.where(accept, child, nxt)

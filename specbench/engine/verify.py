@@ -31,11 +31,11 @@ from specbench.engine.sampling import probs_from_logits, sampling_groups
 from specbench.engine.tree import TreeBatch
 
 
-def rejected(p: torch.Tensor, q_node: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+def rejected(p: torch.Tensor, q_node: torch.Tensor | None, x: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
     """p [B, V] after child x [B] (drawn from q_node [B, V]; None: a point mass) was rejected:
     norm(max(p - q, 0)), for a point mass p without x, renormalized; where that sums to zero
-    (p == q up to rounding), p. The next sibling is tried against it, or, after the last
-    child, the recovered token is drawn from it: the same distribution either way."""
+    (p == q up to rounding), p. `last`: x was its parent's last child (the result is then what
+    the recovered token is drawn from), else the next sibling is tried against it."""
     residual = p.scatter(1, x.view(-1, 1), 0.0) if q_node is None else torch.clamp(p - q_node, min=0.0)
     total = residual.sum(dim=-1, keepdim=True)
     return torch.where(total > 0, residual / total.clamp_min(1e-30), p)
@@ -85,7 +85,8 @@ def verify_tree(tree: TreeBatch, logits: torch.Tensor, q: torch.Tensor | None,
                 p_x = p.gather(1, x.view(-1, 1)).view(-1)
                 q_node = None if q is None else q[rows, (at - 1).clamp(min=0)].float()
                 q_x = torch.ones_like(p_x) if q_node is None else q_node.gather(1, x.view(-1, 1)).view(-1)
-                residual = rejected(p, q_node, x)
+                last = children[rows, cur, r + 1] < 0 if r + 1 < children.shape[-1] else torch.ones_like(cand)
+                residual = rejected(p, q_node, x, last)
                 accept_s = (u[rows, at] * q_x < p_x) & (q_x > 0)
                 accept = torch.where(is_greedy, accept, accept_s)
                 no = cand & ~accept & ~is_greedy

@@ -391,7 +391,7 @@ def test_the_same_test_rejects_a_verifier_that_draws_from_p_after_a_rejection(st
 def test_the_same_test_rejects_a_tree_walk_that_keeps_a_rejected_sibling(static_engine, tiny_target, monkeypatch):
     """A rejected child's mass left in p (the next sibling and the recovered token drawn
     against p, not p without it) is caught on the static tree."""
-    monkeypatch.setattr(static_tree, "rejected", lambda p, q, x: p)
+    monkeypatch.setattr(static_tree, "rejected", lambda p, q, x, last: p)
     sp = SAMPLINGS["temperature"]
     engine = Engine(tiny_target, static_engine.draft, static="static")
     counts = joint_counts(sample_outputs(engine, sp, tree(), None, BATCH, n=600))  # p ~ 1e-31 at this n

@@ -122,7 +122,7 @@ def test_zero_residual_falls_back_to_p(monkeypatch):
     # the same check fails on a fallback to the uniform distribution instead of p
     from specbench.engine import verify as verify_mod
 
-    def uniform_fallback(p, q_node, x):
+    def uniform_fallback(p, q_node, x, last):
         residual = p.scatter(1, x.view(-1, 1), 0.0) if q_node is None else torch.clamp(p - q_node, min=0.0)
         total = residual.sum(dim=-1, keepdim=True)
         return torch.where(total > 0, residual / total.clamp_min(1e-30), torch.full_like(p, 1 / p.shape[-1]))
@@ -168,11 +168,12 @@ def test_the_residual_is_normalized_per_row():
     from specbench.engine.verify import rejected
     p = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.1, 0.1, 0.1, 0.7]])
     q = torch.tensor([[0.2, 0.5, 0.1, 0.2], [0.4, 0.0, 0.1, 0.5]])
-    r = rejected(p, q, torch.tensor([1, 0]))
+    last = torch.tensor([False, False])
+    r = rejected(p, q, torch.tensor([1, 0]), last)
     # max(p - q, 0): [0.3, 0, 0.1, 0] -> /0.4 ; [0, 0.1, 0, 0.2] -> /0.3
     assert torch.allclose(r, torch.tensor([[0.75, 0.0, 0.25, 0.0], [0.0, 1 / 3, 0.0, 2 / 3]]))
     # a point mass: p without x, renormalized
-    r = rejected(p, None, torch.tensor([0, 3]))
+    r = rejected(p, None, torch.tensor([0, 3]), last)
     assert torch.allclose(r, torch.tensor([[0.0, 0.6, 0.4, 0.0], [1 / 3, 1 / 3, 1 / 3, 0.0]]))
 
 
