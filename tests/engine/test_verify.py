@@ -186,7 +186,7 @@ def test_a_node_moves_to_one_child_and_tries_no_sibling_after_it():
     """Both children of the root would be accepted (q <= p at each): the first is taken and
     the second is never tried, so the path is [0], whatever the seed."""
     p = torch.tensor([0.0, 0.5, 0.5, 0.0, 0.0, 0.0])
-    logits = torch.log(p).expand(1, 3, V).clone()
+    logits = logits_for(p).expand(1, 3, V).clone()
     q = torch.tensor([[0.0, 0.5, 0.5, 0, 0, 0], [0.0, 0.5, 0.5, 0, 0, 0]]).view(1, 2, V)
     tree = tree_of([[1, 2]], [[-1, -1]])
     for seed in range(20):
@@ -198,7 +198,7 @@ def test_a_child_the_draft_gave_no_probability_is_rejected():
     """q(x) = 0 rejects x even where p(x) > 0 (a tree's top-k child past the draft's support):
     min(1, p/q) is not a probability there. The recovered token comes from max(p - q, 0)."""
     p = torch.tensor([0.0, 0.5, 0.5, 0.0, 0.0, 0.0])
-    logits = torch.log(p).expand(1, 2, V).clone()
+    logits = logits_for(p).expand(1, 2, V).clone()
     q = torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0, 0.0]).view(1, 1, V)  # x = 1 has q(x) = 0
     tree = tree_of([[1]], [[-1]])
     for seed in range(20):
@@ -211,7 +211,7 @@ def test_a_row_with_fewer_children_than_the_widest_draws_its_recovered_token_fro
     only child (p(x) = 0); the padding slot is no candidate and must leave its p as it is,
     [0.5, 0.5] over tokens 0 and 1, so both come out over the seeds."""
     p1 = torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0, 0.0])
-    logits = torch.stack([torch.log(torch.full((V,), 1 / V)).expand(3, V), torch.log(p1).expand(3, V)])
+    logits = torch.stack([logits_for(torch.full((V,), 1 / V)).expand(3, V), logits_for(p1).expand(3, V)])
     tree = tree_of([[3, 4], [2]], [[-1, -1], [-1]])
     extras = set()
     for seed in range(40):
