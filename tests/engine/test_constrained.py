@@ -7,8 +7,9 @@ three each, so every position has several choices), a stand-in for a JSON schema
 (specbench.backends.grammar compiles those with llguidance; tests/test_structured.py runs
 them end to end). The first three tokens drawn with speculation follow the exact constrained
 joint distribution (800 draws a case), enumerated, for a draft model drafting under the mask, n-gram and
-one-hot drafts the grammar often refuses, and a draft tree, alone and in a continuous batch
-with ragged unconstrained companions; and the same test rejects a verifier that is handed
+one-hot drafts the grammar often refuses, and a draft tree, in a continuous batch with ragged
+unconstrained companions (alone, a request draws the very tokens it draws there); and the same
+test rejects a verifier that is handed
 the draft's unmasked q while the draft drew from the masked one (the mask on the target's
 side only)."""
 
@@ -27,6 +28,7 @@ from specbench.engine import Engine, scheduler
 from specbench.engine.drafters import Proposal, StatelessDrafter
 from specbench.engine.drafters import tree_search
 from specbench.engine.sampling import probs_from_logits
+import test_lossless_sampling as lossless
 from test_lossless_sampling import BATCH
 
 V = 6
@@ -147,7 +149,7 @@ def sample_outputs(engine, sp, spec, concurrency, n=N, drafter=None) -> list[lis
 
 
 CASES = [  # (concurrency, sampling, method, k, extra)
-    (1, "temperature", "draft_model", 3, {}),
+    (BATCH, "temperature", "draft_model", 3, {}),
     (BATCH, "all", "draft_model", 3, {"dynamic_k": True}),
     (BATCH, "temperature", "draft_model", 2, {"topk": 2, "num_draft_tokens": 5}),
     (BATCH, "temperature", "ngram", 3, {}),
@@ -163,6 +165,14 @@ def test_constrained_tokens_follow_the_constrained_target(engine, target, concur
     outputs = sample_outputs(engine, sp, spec, concurrency, drafter=drafter)
     assert all(grammatical(o) for o in outputs), "emitted a token the grammar refuses"
     assert gof_pvalue(joint_counts(outputs), exact_joint(target, sp)) > 1e-3
+
+
+@pytest.mark.parametrize("sampling,method,k,extra", [("temperature", "draft_model", 3, {}),
+                                                  ("temperature", "draft_model", 2, {"topk": 2, "num_draft_tokens": 5})])
+def test_a_request_alone_draws_what_it_draws_in_the_batch(engine, sampling, method, k, extra):
+    sp, spec = SAMPLINGS[sampling], spec_for(method, k, **extra)
+    lossless.assert_alone_as_in_the_batch(sample_outputs(engine, sp, spec, 1, n=lossless.ALONE),
+                                          sample_outputs(engine, sp, spec, BATCH, n=lossless.ALONE))
 
 
 def test_a_verifier_given_the_unmasked_q_is_caught(engine, target, monkeypatch):

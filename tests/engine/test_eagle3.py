@@ -2,8 +2,9 @@
 and 4 (reduced draft vocabularies included); rolling back after a partial acceptance leaves
 the head's features and cache exactly as if the rejected tokens had never been drafted; and
 sampled outputs follow the target's exact distribution (temperature, top-k, top-p), also with
-a draft vocabulary that does not cover the target's support, while the same test catches a
-drafter that hides its q from the verifier."""
+a draft vocabulary that does not cover the target's support, at concurrency 16 (alone, a request
+draws the very tokens it draws there), while the same test catches a drafter that hides its q
+from the verifier."""
 
 from __future__ import annotations
 
@@ -135,7 +136,7 @@ def _small_head(target, draft_vocab: int, seed: int):
 
 
 CASES = [  # (concurrency, sampling, draft vocabulary, k, dynamic_k)
-    (1, "temperature", 3, 3, False),  # 3 of 6 tokens: the target's support is not covered
+    (BATCH, "temperature", 3, 3, False),  # 3 of 6 tokens: the target's support is not covered
     (BATCH, "top_p", 2, 3, False),  # at concurrency 16, ragged companions join and leave
     (BATCH, "all", 3, 3, True),  # k changes per row too
     (BATCH, "top_k", V, 2, False),  # the full vocabulary
@@ -155,6 +156,14 @@ def test_first_three_tokens_follow_target_distribution(small_target, monkeypatch
     assert counts.sum() == N
     assert counts[expected == 0].sum() == 0, "emitted a sequence the target can never produce"
     assert gof_pvalue(counts, expected) > 1e-3
+
+
+@pytest.mark.parametrize("sampling,draft_vocab", [("temperature", 3), ("top_k", V)])
+def test_a_request_alone_draws_what_it_draws_in_the_batch(small_target, sampling, draft_vocab):
+    eng = Engine(small_target, head=_small_head(small_target, draft_vocab, seed=14), pack=False)
+    sp = SAMPLINGS[sampling]
+    lossless.assert_alone_as_in_the_batch(lossless.sample_outputs(eng, sp, eagle3(3), None, 1, n=lossless.ALONE),
+                                          lossless.sample_outputs(eng, sp, eagle3(3), None, BATCH, n=lossless.ALONE))
 
 
 def test_goodness_of_fit_catches_q_left_in_draft_id_order(small_target, monkeypatch):

@@ -2,8 +2,9 @@
 output tokens, drawn with speculation, follow the target's exact joint distribution
 (enumerated on a 6-token vocabulary), and tokens 4, 5 and 6 their exact marginals, under
 temperature, top-k and top-p, for the draft model, n-gram lookup and adversarial drafters,
-alone (concurrency 1) and in a continuous batch at concurrency 16 with ragged companions that
-join and leave mid-batch, with dynamic k; and the same test catches a deliberately wrong
+in a continuous batch at concurrency 16 with ragged companions that join and leave mid-batch,
+with dynamic k; alone (concurrency 1) a request draws exactly the tokens it draws in that batch
+(so, seed for seed, the same distribution); and the same test catches a deliberately wrong
 verifier. (Trees: tests/engine/test_tree_sampling.py.)"""
 
 import random
@@ -37,9 +38,12 @@ MAX_NEW = 6
 # every step, so batch positions, padding and per-row k are exercised harder than at 4; and a
 # draw costs about a quarter of one drawn alone (the step's host work is shared by the batch:
 # ~6 ms against ~23 ms a request on a 2-core Xeon), which cut the six statistical modules from
-# about 933 to 642 worker-seconds. Each module keeps one case alone (concurrency 1): the batch
-# of one is the same step, and the greedy tests compare it token for token at every concurrency.
+# about 933 to 642 worker-seconds. Alone (concurrency 1) a request draws, seed for seed, the
+# very tokens it draws in the batch (its uniforms are its own: ENGINE.md), so each module checks
+# that on ALONE seeds instead of drawing a distribution alone (a case alone cost ~25 s, as it
+# pays a whole step per request): identical outputs have the batch's distribution.
 BATCH = 16
+ALONE = 64
 LATER = (3, 4, 5)  # output positions (0-based) whose exact marginals are checked too
 
 
@@ -165,7 +169,7 @@ def sample_counts(engine, sp, spec, drafter, concurrency) -> np.ndarray:
 
 
 CASES = [  # (concurrency, sampling, drafter, k, dynamic_k)
-    (1, "temperature", "draft_model", 3, False),
+    (BATCH, "temperature", "draft_model", 3, False),
     (BATCH, "top_k", "draft_model", 3, False),
     (BATCH, "top_p", "ngram", 3, False),
     (BATCH, "top_k", "disjoint_q", 3, False),
@@ -189,6 +193,36 @@ def test_first_three_tokens_follow_target_distribution(engine, target, concurren
     assert gof_pvalue(counts, expected) > 1e-3
     for i, marginal in exact_marginals(target, sp).items():
         assert gof_pvalue(marginal_counts(outputs, i), marginal) > 1e-3, f"token {i + 1}"
+
+
+def assert_alone_as_in_the_batch(alone: list[list[int]], batched: list[list[int]], vocab: int = V) -> None:
+    """The outputs of the same seeds drawn alone and in a ragged batch are identical, and they
+    vary with the seed (identical outputs of a constant would prove nothing)."""
+    assert len(alone) == len(batched) == ALONE
+    assert len({tuple(o) for o in alone}) > ALONE // 4, "the outputs hardly depend on the seed"
+    differ = [i for i, (a, b) in enumerate(zip(alone, batched)) if a != b]
+    assert not differ, f"seeds {differ[:5]} drew other tokens alone: {alone[differ[0]]} vs {batched[differ[0]]}"
+
+
+@pytest.mark.parametrize("drafter,k,sampling", [("draft_model", 3, "temperature"), ("ngram", 3, "top_p"),
+                                                ("q_with_zeros", 3, "all")])
+def test_a_request_alone_draws_what_it_draws_in_the_batch(engine, target, drafter, k, sampling):
+    sp, spec, d = SAMPLINGS[sampling], spec_for(drafter, k), drafter_for(drafter, target)
+    assert_alone_as_in_the_batch(sample_outputs(engine, sp, spec, d, 1, n=ALONE),
+                                 sample_outputs(engine, sp, spec, d, BATCH, n=ALONE))
+
+
+def test_alone_as_in_the_batch_catches_a_generator_shared_by_the_batch(engine, monkeypatch):
+    """Rows that draw from one generator (their draws interleave with their batch mates') sample
+    the right distribution, but a request's tokens then depend on its batch: caught."""
+    from specbench.engine import engine as engine_mod
+
+    shared = torch.Generator().manual_seed(0)
+    monkeypatch.setattr(engine_mod, "make_generator", lambda seed, device: shared)
+    sp, spec = SAMPLINGS["temperature"], spec_for("draft_model", 3)
+    alone = sample_outputs(engine, sp, spec, None, 1, n=ALONE)
+    with pytest.raises(AssertionError, match="drew other tokens alone"):
+        assert_alone_as_in_the_batch(alone, sample_outputs(engine, sp, spec, None, BATCH, n=ALONE))
 
 
 def test_goodness_of_fit_catches_a_wrong_verifier(engine, target, monkeypatch):

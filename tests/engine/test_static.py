@@ -7,8 +7,9 @@
 - compiled (torch.compile, fullgraph, no dynamic shapes): the same outputs, and one graph per
   (bucket, width, sampling kind) however long the contexts grow (no recompile per KV length);
 - sampling: the first three tokens follow the target's exact joint distribution (chi-square,
-  enumerated on a 6-token vocabulary), with sampled chains alone and at concurrency 16 among
-  ragged companions, and the same test rejects a verifier that draws from p after a rejection;
+  enumerated on a 6-token vocabulary), with sampled chains and trees at concurrency 16 among
+  ragged companions (alone, and through the traced graphs, a request draws the very tokens it
+  draws there), and the same test rejects a verifier that draws from p after a rejection;
 - the counter-based random numbers are uniform, and depend on (seed, decision, position) only.
 """
 
@@ -28,6 +29,7 @@ from specbench.engine import static as static_mod
 from specbench.engine import static_medusa, static_tree
 from specbench.engine.sampling import SALT_ACCEPT, SALT_TOKEN, counter_uniform, probs_from_logits, row_probs
 from specbench.engine.static import bucket
+import test_lossless_sampling as lossless
 from test_lossless_sampling import BATCH, SAMPLINGS, V, exact_joint, joint_counts, sample_outputs
 
 
@@ -264,7 +266,7 @@ def static_engine(tiny_target):
 
 
 CASES = [  # (concurrency, sampling, configuration)
-    (1, "temperature", chain(3)),
+    (BATCH, "temperature", chain(3)),
     (BATCH, "top_p", chain(2)),
     (BATCH, "all", chain(3, dynamic_k=True)),
     (BATCH, "top_k", chain(1)),
@@ -283,12 +285,24 @@ def test_static_sampling_follows_the_target_distribution(static_engine, tiny_tar
     assert gof_pvalue(counts, expected) > 1e-3
 
 
-def test_compiled_sampling_follows_the_target_distribution(static_engine, tiny_target):
-    """The traced graphs sample as the functions do (dynamo's graphs, run without Inductor)."""
+@pytest.mark.parametrize("sampling,spec", [("temperature", chain(3)), ("all", tree())], ids=["chain3", "tree"])
+def test_a_request_alone_draws_what_it_draws_in_the_batch(static_engine, sampling, spec):
+    sp = SAMPLINGS[sampling]
+    lossless.assert_alone_as_in_the_batch(sample_outputs(static_engine, sp, spec, None, 1, n=lossless.ALONE),
+                                          sample_outputs(static_engine, sp, spec, None, BATCH, n=lossless.ALONE))
+
+
+def test_compiled_sampling_draws_what_the_functions_draw(static_engine, tiny_target):
+    """The traced graphs (dynamo's, run without Inductor) sample as the functions do: seed for
+    seed the same tokens as the static engine, whose distribution the cases above check, in
+    every bucket a ragged batch of 16 passes through."""
     engine = Engine(tiny_target, static_engine.draft, static="compile", compile_backend="eager")
     sp = SAMPLINGS["all"]
-    outputs = sample_outputs(engine, sp, chain(3), None, BATCH, n=1200)
-    assert gof_pvalue(joint_counts(outputs), exact_joint(tiny_target, sp)) > 1e-3
+    compiled = sample_outputs(engine, sp, chain(3), None, BATCH, n=2 * lossless.ALONE)
+    functions = sample_outputs(static_engine, sp, chain(3), None, BATCH, n=2 * lossless.ALONE)
+    assert len({tuple(o) for o in functions}) > lossless.ALONE // 4
+    assert compiled == functions
+    assert len(engine._static_batches[chain(3)].graphs.built) >= 4  # buckets 16 down to 1 were traced
 
 
 def test_static_baseline_sampling_follows_the_target_distribution(static_engine, tiny_target):

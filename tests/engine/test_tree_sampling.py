@@ -3,12 +3,12 @@ draft trees (topk 2 and 4, the draft model's deterministic top-k trees, a static
 SpecInfer-style trees of children drawn i.i.d. from a fixed q, and a Medusa tree of head
 ranks), the engine's first three
 output tokens follow the target's exact joint distribution (enumerated on an 8-token
-vocabulary) and tokens 4-6 their exact marginals, alone and at concurrency 16 with ragged
-companions; and the same test rejects a verifier that does not update p between siblings."""
+vocabulary) and tokens 4-6 their exact marginals at concurrency 16 with ragged companions
+(alone, a request draws the very tokens it draws there); and the same test rejects a verifier
+that does not update p between siblings."""
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 import torch
 
@@ -92,7 +92,7 @@ def drafter_for(name: str, topk: int):
 STATIC = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
 BATCH = lossless.BATCH  # 16, and why: test_lossless_sampling
 CASES = [  # (concurrency, sampling, drafter, topk)
-    (1, "temperature", "draft_model", 2),
+    (BATCH, "temperature", "draft_model", 2),
     (BATCH, "all", "draft_model", 4),
     (BATCH, "top_p", "draft_model", 2),
     (BATCH, "temperature", "draft_model", 4),
@@ -128,13 +128,28 @@ def correct_outputs(engine, medusa_engine):
     def outputs(sampling, drafter, topk, concurrency):
         key = (sampling, drafter, topk, concurrency)
         if key not in drawn:
-            spec = tree_spec(topk, token_tree=STATIC) if drafter == "static" else tree_spec(max(topk, 1))
-            eng = engine
-            if drafter == "medusa":
-                spec, eng = replace(spec, method="medusa", draft="h"), medusa_engine
+            spec, eng = case(engine, medusa_engine, drafter, topk)
             drawn[key] = run(eng, SAMPLINGS[sampling], spec, drafter_for(drafter, topk), concurrency)
         return drawn[key]
     return outputs
+
+
+def case(engine, medusa_engine, drafter: str, topk: int):
+    """(configuration, engine) of a case's drafter."""
+    spec = tree_spec(topk, token_tree=STATIC) if drafter == "static" else tree_spec(max(topk, 1))
+    if drafter == "medusa":
+        return replace(spec, method="medusa", draft="h"), medusa_engine
+    return spec, engine
+
+
+@pytest.mark.parametrize("sampling,drafter,topk", [("temperature", "draft_model", 2), ("top_k", "iid", 4),
+                                                   ("all", "static", 0), ("temperature", "medusa", 2)])
+def test_a_request_alone_draws_what_it_draws_in_the_batch(engine, medusa_engine, sampling, drafter, topk):
+    spec, eng = case(engine, medusa_engine, drafter, topk)
+    sp, d = SAMPLINGS[sampling], drafter_for(drafter, topk)
+    lossless.assert_alone_as_in_the_batch(
+        lossless.sample_outputs(eng, sp, spec, d, 1, n=lossless.ALONE, vocab=V),
+        lossless.sample_outputs(eng, sp, spec, d, BATCH, n=lossless.ALONE, vocab=V), V)
 
 
 @pytest.mark.parametrize("concurrency,sampling,drafter,topk", CASES)
