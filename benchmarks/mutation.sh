@@ -23,7 +23,7 @@ declare -A TESTS=(
   [specbench/analysis/paired.py]="tests/test_analysis.py"
   [specbench/analysis/sequential.py]="tests/test_sequential.py"
   [specbench/analysis/physics.py]="tests/test_physics.py tests/test_analysis.py tests/sweep/test_sweep_verdict.py tests/sweep/test_sweep_serving.py"
-  [specbench/compare/gate.py]="tests/test_compare.py"
+  [specbench/compare/gate.py]="tests/test_compare.py tests/test_gate_boundaries.py"
   [specbench/sweep/profile.py]="tests/sweep/test_sweep_profile.py tests/sweep/test_sweep_verdict.py tests/sweep/test_sweep_serving.py tests/sweep/test_profile_boundaries.py tests/sweep/test_profile_writer.py"
 )
 if [ "$#" -gt 0 ]; then tests="$*"; else tests="${TESTS[$module]:-}"; fi

@@ -41,6 +41,10 @@ def main() -> int:
     ap.add_argument("--equivalent", type=Path)
     args = ap.parse_args()
     work = args.work.resolve()
+    equivalent_file = args.equivalent.resolve() if args.equivalent else None  # before the chdir below
+    if equivalent_file is not None and not equivalent_file.is_file():
+        print(f"mutation_recheck: --equivalent {args.equivalent}: no such file", file=sys.stderr)
+        return 2
     status = statuses(work)
     if not status:
         print(f"mutation_recheck: no mutmut results in {work}", file=sys.stderr)
@@ -63,8 +67,8 @@ def main() -> int:
             killed_now.append(name)
     os.environ.pop("MUTANT_UNDER_TEST", None)
     equivalent: set[str] = set()  # full names, or their tail after the module (`x_f__mutmut_3`, `f__mutmut_3`)
-    if args.equivalent and args.equivalent.exists():
-        equivalent = set(re.findall(r"`([\w.]+__mutmut_\d+)`", args.equivalent.read_text()))
+    if equivalent_file is not None:
+        equivalent = set(re.findall(r"`([\w.]+__mutmut_\d+)`", equivalent_file.read_text()))
     counts = collections.Counter(status.values())
     total = sum(counts.values())
     before = counts["killed"] + counts["timeout"]

@@ -16,7 +16,8 @@ from scipy import stats
 from specbench import analysis
 from specbench import compare as cmp
 from specbench.compare import gate
-from specbench.compare.catalog import METRICS
+from specbench.compare.catalog import GATES, METRICS
+from specbench.errors import ConfigError
 
 from test_compare import result, synthetic_run
 
@@ -375,6 +376,42 @@ def test_compare_records_its_settings_paths_and_run_ids():
     assert (comp.baseline["run_id"], comp.current["run_id"]) == ("from-df", "cur-df")
     comp = cmp.compare_runs(small("a"), small("b"), metrics=["errors"])
     assert (comp.baseline["path"], comp.current["path"]) == ("", "")
+
+
+def test_a_runs_identity_comes_from_its_metadata_first():
+    # metadata that names the run (as run.json does) wins over the records' run_id
+    (bdf, bm), cur = small("in-records"), small("cur")
+    bm = {**bm, "run_id": "in-run-json", "created_at": "2026-12-01T10:00:00+00:00", "status": "complete"}
+    comp = cmp.compare_runs((bdf, bm), cur, metrics=["errors"], paths=("runs/a", "runs/b"))
+    assert comp.baseline == {"path": "runs/a", "run_id": "in-run-json", "created_at": "2026-12-01T10:00:00+00:00",
+                             "status": "complete"}
+    # without metadata: the first record's run_id (a run of one record too), else none
+    assert gate._run_info(bdf.head(1), {}, "p") == {"path": "p", "run_id": "in-records", "created_at": None,
+                                                     "status": None}
+    assert gate._run_info(bdf.head(0), {}, "")["run_id"] is None
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"n_boot": 99}, "--n-boot must be >= 100 bootstrap resamples, got 99"),
+    ({"confidence": 1.0}, "--confidence must be in [0.5, 1), got 1.0"),
+    ({"confidence": 1.5}, "--confidence must be in [0.5, 1), got 1.5"),
+    ({"confidence": 0.4999}, "--confidence must be in [0.5, 1), got 0.4999"),
+    ({"min_effect": -0.001}, "--min-effect must be >= 0, got -0.001"),
+    ({"gate": "some"}, f"--gate must be one of {', '.join(GATES)}, got 'some'"),
+    ({"metrics": ["tpot_p50", "nope"]}, f"--metric: unknown metric 'nope'; valid: {', '.join(METRICS)}"),
+    ({"interval": "blocks"}, "--interval must be one of prompts, repeats, got 'blocks'"),
+])
+def test_each_setting_is_refused_past_its_bound_naming_the_flag(kw, message):
+    with pytest.raises(ConfigError) as err:
+        cmp.compare_runs(small("a"), small("b"), **{"metrics": ["errors"], **kw})
+    assert str(err.value) == message
+
+
+def test_each_setting_is_accepted_at_its_bound():
+    comp = cmp.compare_runs(small("a"), small("b"), metrics=["tpot_p50", "errors"], n_boot=100, confidence=0.5,
+                            min_effect=0.0, gate="deterministic")
+    assert comp.comparable and len(comp.results) == 4
+    assert cmp.compare_runs(small("a"), small("b"), metrics=["errors"], confidence=0.999).comparable
 
 
 # ---- notes under the table ----------------------------------------------------------------------
