@@ -195,7 +195,7 @@ def test_first_three_tokens_follow_target_distribution(engine, target, concurren
         assert gof_pvalue(marginal_counts(outputs, i), marginal) > 1e-3, f"token {i + 1}"
 
 
-def assert_alone_as_in_the_batch(alone: list[list[int]], batched: list[list[int]], vocab: int = V) -> None:
+def assert_alone_as_in_the_batch(alone: list[list[int]], batched: list[list[int]]) -> None:
     """The outputs of the same seeds drawn alone and in a ragged batch are identical, and they
     vary with the seed (identical outputs of a constant would prove nothing)."""
     assert len(alone) == len(batched) == ALONE
