@@ -213,16 +213,23 @@ def test_a_request_alone_draws_what_it_draws_in_the_batch(engine, target, drafte
 
 
 def test_alone_as_in_the_batch_catches_a_generator_shared_by_the_batch(engine, monkeypatch):
-    """Rows that draw from one generator (their draws interleave with their batch mates') sample
-    the right distribution, but a request's tokens then depend on its batch: caught."""
+    """Rows that draw from one generator, restarted for each run (their draws interleave with
+    their batch mates'), sample the right distribution, but a request's tokens then depend on
+    its batch: caught. Run alone twice, the same variant passes: it is the batch that tells."""
     from specbench.engine import engine as engine_mod
 
-    shared = torch.Generator().manual_seed(0)
+    shared = torch.Generator()
     monkeypatch.setattr(engine_mod, "make_generator", lambda seed, device: shared)
     sp, spec = SAMPLINGS["temperature"], spec_for("draft_model", 3)
-    alone = sample_outputs(engine, sp, spec, None, 1, n=ALONE)
+
+    def outputs(concurrency):
+        shared.manual_seed(0)
+        return sample_outputs(engine, sp, spec, None, concurrency, n=ALONE)
+
+    alone = outputs(1)
+    assert_alone_as_in_the_batch(alone, outputs(1))
     with pytest.raises(AssertionError, match="drew other tokens alone"):
-        assert_alone_as_in_the_batch(alone, sample_outputs(engine, sp, spec, None, BATCH, n=ALONE))
+        assert_alone_as_in_the_batch(alone, outputs(BATCH))
 
 
 def test_goodness_of_fit_catches_a_wrong_verifier(engine, target, monkeypatch):

@@ -302,7 +302,8 @@ def test_compiled_sampling_draws_what_the_functions_draw(static_engine, tiny_tar
     functions = sample_outputs(static_engine, sp, chain(3), None, BATCH, n=2 * lossless.ALONE)
     assert len({tuple(o) for o in functions}) > lossless.ALONE // 4
     assert compiled == functions
-    assert len(engine._static_batches[chain(3)].graphs.built) >= 4  # buckets 16 down to 1 were traced
+    # traced for every bucket the batch shrank through (draft and verify graphs of each)
+    assert {key[1] for key in engine._static_batches[chain(3)].graphs.built} == {1, 2, 4, 8, 16}
 
 
 def test_static_baseline_sampling_follows_the_target_distribution(static_engine, tiny_target):
@@ -350,8 +351,9 @@ def eagle3(k: int, **kw) -> SpeculativeConfig:
 
 
 E3_CASES = [  # (concurrency, sampling, draft vocabulary, configuration)
-    # 3 of 6 tokens: the target's support is not covered (batched: the static step alone, at
-    # concurrency 1, is the chain case above; greedy EAGLE-3 alone is compared token for token)
+    # 3 of 6 tokens: the target's support is not covered (batched; greedy EAGLE-3 alone is
+    # compared token for token, and a sampled request alone draws what it draws in the batch,
+    # test_a_static_eagle3_request_alone_draws_what_it_draws_in_the_batch)
     (BATCH, "temperature", 3, eagle3(3)),
     (BATCH, "all", V, eagle3(3, dynamic_k=True)),  # ragged companions, k changing per row
 ]
@@ -367,6 +369,13 @@ def test_static_eagle3_sampling_follows_the_target_distribution(e3_target, concu
     counts, expected = joint_counts(outputs), exact_joint(e3_target, sp)
     assert counts[expected == 0].sum() == 0, "emitted a sequence the target can never produce"
     assert gof_pvalue(counts, expected) > 1e-3
+
+
+def test_a_static_eagle3_request_alone_draws_what_it_draws_in_the_batch(e3_target):
+    engine = Engine(e3_target, head=tiny.make_head(e3_target, draft_vocab_size=3, seed=14, std=0.6), static="static")
+    sp = SAMPLINGS["temperature"]
+    lossless.assert_alone_as_in_the_batch(sample_outputs(engine, sp, eagle3(3), None, 1, n=lossless.ALONE),
+                                          sample_outputs(engine, sp, eagle3(3), None, BATCH, n=lossless.ALONE))
 
 
 def test_the_same_test_rejects_static_eagle3_q_left_in_draft_id_order(e3_target, monkeypatch):

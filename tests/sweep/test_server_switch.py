@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from specbench.config import SamplingParams, SpeculativeConfig
-from specbench.runner import plan, run_plan
+from specbench.runner import block_size, plan, run_plan
 from specbench.sweep import server as server_mod
 from specbench.sweep.spec import build_spec
 from specbench.types import Request, Result
@@ -102,7 +102,11 @@ def test_together_pairing_launches_each_server_once_and_keeps_both(monkeypatch, 
     assert sorted(x["config_id"] for x in switch.launches) == ["baseline-c2", "ngram-k2-c2"]
     assert most[0] == 2 and len(alive) == 2
     assert sum(1 for _, what, _ in log if what == "warm-up") == 2  # each warmed once, blocks interleaved after
-    measured = [cid for cid, what, _ in log if what == "measure"]
-    assert len(measured) > 2 and len(set(zip(measured, measured[1:]))) > 1
+    # 8 prompts at concurrency 2: four one-wave blocks in ABBA order, on the servers kept up
+    measured = [(cid, ids) for cid, what, ids in log if what == "measure"]
+    first, second = measured[0][0], measured[1][0]
+    assert first != second and block_size(2) == 2
+    assert [cid for cid, _ in measured] == [first, second, second, first] * 2
+    assert [ids for _, ids in measured] == [[f"p{i}", f"p{i + 1}"] for i in range(0, 8, 2) for _ in range(2)]
     switch.stop()
     assert not alive
