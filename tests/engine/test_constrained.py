@@ -171,8 +171,7 @@ def test_constrained_tokens_follow_the_constrained_target(engine, target, concur
                                                   ("temperature", "draft_model", 2, {"topk": 2, "num_draft_tokens": 5})])
 def test_a_request_alone_draws_what_it_draws_in_the_batch(engine, sampling, method, k, extra):
     sp, spec = SAMPLINGS[sampling], spec_for(method, k, **extra)
-    lossless.assert_alone_as_in_the_batch(sample_outputs(engine, sp, spec, 1, n=lossless.ALONE),
-                                          sample_outputs(engine, sp, spec, BATCH, n=lossless.ALONE))
+    lossless.assert_alone_as_in_the_batch(lambda concurrency, n: sample_outputs(engine, sp, spec, concurrency, n=n))
 
 
 def test_a_verifier_given_the_unmasked_q_is_caught(engine, target, monkeypatch):

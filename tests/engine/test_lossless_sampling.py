@@ -8,6 +8,7 @@ with dynamic k; alone (concurrency 1) a request draws exactly the tokens it draw
 verifier. (Trees: tests/engine/test_tree_sampling.py.)"""
 
 import random
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -195,21 +196,28 @@ def test_first_three_tokens_follow_target_distribution(engine, target, concurren
         assert gof_pvalue(marginal_counts(outputs, i), marginal) > 1e-3, f"token {i + 1}"
 
 
-def assert_alone_as_in_the_batch(alone: list[list[int]], batched: list[list[int]]) -> None:
-    """The outputs of the same seeds drawn alone and in a ragged batch are identical, and they
-    vary with the seed (identical outputs of a constant would prove nothing)."""
-    assert len(alone) == len(batched) == ALONE
-    assert len({tuple(o) for o in alone}) > ALONE // 4, "the outputs hardly depend on the seed"
-    differ = [i for i, (a, b) in enumerate(zip(alone, batched)) if a != b]
-    assert not differ, f"seeds {differ[:5]} drew other tokens alone: {alone[differ[0]]} vs {batched[differ[0]]}"
+def assert_same_draws(first: list[list[int]], second: list[list[int]], how: str) -> None:
+    """Two draws of the same seeds are identical, and they vary with the seed (identical outputs
+    of a constant would prove nothing). `how` names what the second draw did differently."""
+    assert len(first) == len(second)
+    assert len({tuple(o) for o in first}) > ALONE // 4, "the outputs hardly depend on the seed"
+    differ = [i for i, (a, b) in enumerate(zip(first, second)) if a != b]
+    assert not differ, f"seeds {differ[:5]} drew other tokens {how}: {first[differ[0]]} vs {second[differ[0]]}"
+
+
+def assert_alone_as_in_the_batch(draw: Callable[[int, int], list[list[int]]]) -> None:
+    """`draw(concurrency, n)`: the outputs of the requests seeded 0..n-1 (with ragged companions
+    above concurrency 1). Drawn alone, ALONE seeds emit what they emit in a batch of BATCH."""
+    batched = draw(BATCH, ALONE)
+    assert len(batched) == ALONE
+    assert_same_draws(batched, draw(1, ALONE), "alone")
 
 
 @pytest.mark.parametrize("drafter,k,sampling", [("draft_model", 3, "temperature"), ("ngram", 3, "top_p"),
                                                 ("q_with_zeros", 3, "all")])
 def test_a_request_alone_draws_what_it_draws_in_the_batch(engine, target, drafter, k, sampling):
     sp, spec, d = SAMPLINGS[sampling], spec_for(drafter, k), drafter_for(drafter, target)
-    assert_alone_as_in_the_batch(sample_outputs(engine, sp, spec, d, 1, n=ALONE),
-                                 sample_outputs(engine, sp, spec, d, BATCH, n=ALONE))
+    assert_alone_as_in_the_batch(lambda concurrency, n: sample_outputs(engine, sp, spec, d, concurrency, n=n))
 
 
 def test_alone_as_in_the_batch_catches_a_generator_shared_by_the_batch(engine, monkeypatch):
@@ -222,14 +230,13 @@ def test_alone_as_in_the_batch_catches_a_generator_shared_by_the_batch(engine, m
     monkeypatch.setattr(engine_mod, "make_generator", lambda seed, device: shared)
     sp, spec = SAMPLINGS["temperature"], spec_for("draft_model", 3)
 
-    def outputs(concurrency):
+    def outputs(concurrency, n):
         shared.manual_seed(0)
-        return sample_outputs(engine, sp, spec, None, concurrency, n=ALONE)
+        return sample_outputs(engine, sp, spec, None, concurrency, n=n)
 
-    alone = outputs(1)
-    assert_alone_as_in_the_batch(alone, outputs(1))
+    assert_alone_as_in_the_batch(lambda concurrency, n: outputs(1, n))  # the batch taken away
     with pytest.raises(AssertionError, match="drew other tokens alone"):
-        assert_alone_as_in_the_batch(alone, outputs(BATCH))
+        assert_alone_as_in_the_batch(outputs)
 
 
 def test_goodness_of_fit_catches_a_wrong_verifier(engine, target, monkeypatch):
