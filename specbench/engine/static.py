@@ -18,12 +18,13 @@ wants it, proven on the CPU:
   captured (specbench.engine.graphs); on CUDA the draft/verify split comes from CUDA events.
 
 What it runs: the baseline, draft-model chains, draft-model static trees (vLLM's
-speculative_token_tree: fixed index tables, specbench.engine.tree.StaticTree) and EAGLE-3
+speculative_token_tree: fixed index tables, specbench.engine.tree.StaticTree) and dynamic
+(EAGLE-2) trees (fixed sizes, per-row tables built on the device, tree.DynamicTree), EAGLE-3
 chains (the head with its own static KV slots, specbench.engine.static_eagle3) and Medusa
 chains (specbench.engine.static_medusa), greedy and sampled with temperature, top-k and top-p,
 mixed in one batch, on Llama-family models (Llama, Mistral, Qwen2) with plain linear layers.
-Dynamic (EAGLE-2) trees, EAGLE-3 and Medusa trees, n-gram and suffix drafting run on the eager
-step; `static_reason` says why a configuration or a model cannot run here, for run.json.
+EAGLE-3 and Medusa trees, n-gram and suffix drafting run on the eager step; `static_reason`
+says why a configuration or a model cannot run here, for run.json.
 
 Lossless as the eager step is (docs/engine.md, "The rule"): a greedy row accepts drafts while
 they equal the target's argmax and emits the argmax; a sampled row accepts draft x with
@@ -56,7 +57,7 @@ from specbench.engine.static_head import StaticHead
 from specbench.engine.static_lm import StaticLM, model_reason
 from specbench.engine.static_medusa import MedusaStep, StaticMedusa
 from specbench.engine.static_tree import TreeStep, step_table
-from specbench.engine.tree import StaticTree, TreeShape
+from specbench.engine.tree import DynamicTree, StaticTree, TreeShape
 from specbench.types import StepEvent
 
 
@@ -77,9 +78,7 @@ def spec_reason(spec: SpeculativeConfig) -> str:
     if spec.method not in ("draft_model", "eagle3", "medusa"):
         return (f"method {spec.method} (the static step runs the baseline, draft_model chains and static trees, "
                 "and eagle3 and medusa chains)")
-    if spec.topk > 1:
-        return "a dynamic draft tree, topk > 1 (the static step runs chains and static speculative_token_trees)"
-    if spec.method in ("eagle3", "medusa") and spec.token_tree is not None and not TreeShape.from_spec(spec).chain:
+    if spec.method in ("eagle3", "medusa") and not TreeShape.from_spec(spec).chain:
         name = "an EAGLE-3" if spec.method == "eagle3" else "a Medusa"
         return f"{name} draft tree (the static step runs {spec.method} chains)"
     return ""
@@ -138,7 +137,10 @@ class StaticBatch(RunningRows, TreeStep, HeadStep, MedusaStep):
         # a static tree with more than one child somewhere (a tree of one child per node is a chain)
         self.tree = StaticTree(spec.token_tree, self.dev) \
             if spec.speculative and spec.token_tree is not None and not TreeShape.from_spec(spec).chain else None
-        self.k = self.tree.depth if self.tree else \
+        # a dynamic (EAGLE-2) tree: its shape is per row and per step, its sizes are fixed
+        self.dtree = DynamicTree(spec.topk, spec.num_speculative_tokens, spec.draft_nodes, self.dev) \
+            if spec.speculative and spec.token_tree is None and spec.topk > 1 else None
+        self.k = self.tree.depth if self.tree else self.dtree.depth if self.dtree else \
             min(spec.num_speculative_tokens, spec.draft_nodes) if spec.speculative else 0
         if self.medusa is not None:  # one token per head
             self.k = min(self.k, self.medusa.num_heads)
@@ -148,7 +150,8 @@ class StaticBatch(RunningRows, TreeStep, HeadStep, MedusaStep):
             raise ValueError(f"the static step needs one vocabulary: draft {draft.vocab_size}, "
                              f"target {target.vocab_size}")
         self.threshold = spec.draft_confidence_threshold
-        self.scratch = (self.tree.nodes if self.tree else self.k) + 1
+        self.scratch = (self.tree.nodes if self.tree else max(self.dtree.nodes, self.dtree.fed) if self.dtree
+                        else self.k) + 1
         if self.head is not None:  # the head's catch-up writes k + 1 entries past its length
             self.scratch += self.head_width
         self._state_rows = self._state_gen = 0
@@ -368,18 +371,20 @@ class StaticBatch(RunningRows, TreeStep, HeadStep, MedusaStep):
         return step_table(drafted, n, (drafted == 0) | (n == drafted), drafted, drafts, drafts * 0 if K else None, extra)
 
     def _run(self, Bb: int, K: int, flags: tuple[bool, bool, bool]) -> tuple[torch.Tensor, float]:
-        if K and self.tree is not None:
+        if K and (self.tree is not None or self.dtree is not None):
             return self._run_tree(Bb, flags)
         return self._run_chain(Bb, K, flags)
 
     def _run_tree(self, Bb: int, flags: tuple[bool, bool, bool]) -> tuple[torch.Tensor, float]:
         """The tree step's graphs for bucket Bb (as `_run_chain`)."""
         key = (Bb, "tree", *flags, (self.target.allocations, self.draft.allocations, self._state_gen))
-        nodes, exists = self.graphs.run(("draft",) + key, lambda: self._draft_tree(Bb, *flags))
+        draft = self._draft_tree if self.dtree is None else self._draft_dynamic_tree
+        # nodes and whether each exists (and a dynamic tree's tables)
+        tree = self.graphs.run(("draft",) + key, lambda: draft(Bb, *flags))
         t1 = time.perf_counter()
         if self.dev.type == "cuda":
             self._events[1].record()
-        out = self.graphs.run(("verify",) + key, lambda t, e: self._verify_tree(Bb, *flags, t, e), nodes, exists,
+        out = self.graphs.run(("verify",) + key, lambda *t: self._verify_tree(Bb, *flags, *t), *tree,
                               state=(self.ctx, self.last))
         return out, t1
 

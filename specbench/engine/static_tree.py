@@ -36,11 +36,26 @@ def step_table(drafted: torch.Tensor, n: torch.Tensor, leaf: torch.Tensor, depth
 
 class TreeStep:
     """The tree functions of specbench.engine.static.StaticBatch (they read its state:
-    tree, ctx, last, live, seed, greedy, temperature, top_k, top_p, ks, threshold, target,
+    tree or dtree, ctx, last, live, seed, greedy, temperature, top_k, top_p, ks, threshold, target,
     draft)."""
 
     tree: Any
+    dtree: Any
     threshold: float
+
+    def _ranked(self, dist: torch.Tensor, c: int, B: int, sampled: bool, top_k: bool, top_p: bool
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The `c` best children of every frontier node ([B, W, V] draft logits): their draft
+        log-probabilities and tokens [B, W, c], the draft's top tokens (for a sampled row, of
+        its distribution under the row's sampling, as the eager drafter takes them:
+        specbench.engine.drafters.tree_search)."""
+        logp, top = torch.log_softmax(dist.float(), dim=-1).topk(c, dim=-1)  # [B, W, c]
+        if sampled:
+            qv, q_top = row_probs(dist, self.temperature[:B], self.top_k[:B], self.top_p[:B],
+                                  use_top_k=top_k, use_top_p=top_p).topk(c, dim=-1)
+            g = self.greedy[:B].view(B, 1, 1)
+            logp, top = torch.where(g, logp, torch.log(qv)), torch.where(g, top, q_top)
+        return logp, top
 
     def _draft_tree(self, B: int, sampled: bool, top_k: bool, top_p: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """A static tree per row ([B, nodes] tokens and whether each is a node of the row's
@@ -51,18 +66,13 @@ class TreeStep:
         fed, each seeing the context and its fed ancestors. A node exists where its parent
         does, its depth is within the row's draft length and its probability is not zero; a
         node below the confidence threshold gets no children."""
-        tree, ctx, greedy = self.tree, self.ctx[:B], self.greedy[:B]
+        tree, ctx = self.tree, self.ctx[:B]
         dist = self.draft.forward(self.last[:B], ctx - 2, last_only=True).unsqueeze(1)  # [B, 1, V]: the root
         front_ok = torch.ones(B, 1, dtype=torch.bool, device=self.dev)
         toks, oks = [], []
         ks = self.ks[:B].view(B, 1)
         for d, (_, parent, rank, c, kid_pos, fed, seen) in enumerate(tree.levels, start=1):
-            logp, top = torch.log_softmax(dist.float(), dim=-1).topk(c, dim=-1)  # [B, W, c]
-            if sampled:
-                qv, q_top = row_probs(dist, self.temperature[:B], self.top_k[:B], self.top_p[:B],
-                                      use_top_k=top_k, use_top_p=top_p).topk(c, dim=-1)
-                g = greedy.view(B, 1, 1)
-                logp, top = torch.where(g, logp, torch.log(qv)), torch.where(g, top, q_top)
+            logp, top = self._ranked(dist, c, B, sampled, top_k, top_p)  # [B, W, c]
             tok, lp = top[:, parent, rank], logp[:, parent, rank]  # [B, nodes of depth d]
             ok = front_ok[:, parent] & (d <= ks) & (lp > float("-inf"))
             toks.append(tok)
@@ -76,8 +86,95 @@ class TreeStep:
                 dist = self.draft.forward(tok[:, kid_pos], ctx, tree=(fed, depth, seen.expand(B, W, fed + W)))
         return torch.cat(toks, dim=1), torch.cat(oks, dim=1)
 
+    def _draft_dynamic_tree(self, B: int, sampled: bool, top_k: bool, top_p: bool) -> tuple[torch.Tensor, ...]:
+        """A dynamic tree per row, grown as the eager drafter grows it (the same candidates,
+        scores and choices; specbench.engine.drafters.tree_search), in fixed shapes: the draft
+        catches up on the row's last two tokens, then per depth every frontier node gets its
+        `topk` best children and the `topk` candidates of highest cumulative log-probability
+        are fed (each seeing the context and its fed ancestors) as the next frontier. A
+        candidate exists where its parent does, within the row's draft length, with a non-zero
+        probability; a frontier node below the confidence threshold gets none. Returns the
+        kept nodes and their index tables (`_keep_nodes`)."""
+        dt, ctx, dev = self.dtree, self.ctx[:B], self.dev
+        c = dt.topk
+        ks = self.ks[:B].view(B, 1, 1)
+        dist = self.draft.forward(self.last[:B], ctx - 2, last_only=True).unsqueeze(1)  # [B, 1, V]: the root
+        front_score = torch.zeros(B, 1, device=dev)
+        front_ok = torch.ones(B, 1, dtype=torch.bool, device=dev)
+        front_idx = torch.full((B, 1), -1, dtype=torch.long, device=dev)  # pool index (-1: the root)
+        front_vis = torch.zeros(B, 1, 0, dtype=torch.bool, device=dev)  # what each sees of the fed entries
+        pool: list[list[torch.Tensor]] = [[], [], [], [], []]  # tokens, scores, parents, valid, fed at
+        size = fed = 0
+        for d in range(1, dt.depth + 1):
+            W = dist.shape[1]
+            logp, top = self._ranked(dist, c, B, sampled, top_k, top_p)  # [B, W, c]
+            ok = front_ok.unsqueeze(-1) & (d <= ks) & (logp > float("-inf"))
+            flat = W * c
+            score = torch.where(ok, front_score.unsqueeze(-1) + logp, float("-inf")).view(B, flat)
+            tok = top.reshape(B, flat)
+            parent = front_idx.unsqueeze(-1).expand(B, W, c).reshape(B, flat)
+            slots = torch.full((B, flat), -1, dtype=torch.long, device=dev)
+            if d < dt.depth:
+                sel = score.topk(c, dim=-1).indices  # [B, c]: the next frontier, fed now
+                f_ok = ok.view(B, flat).gather(1, sel)
+                if self.threshold > 0:
+                    f_ok = f_ok & (logp.reshape(B, flat).gather(1, sel).exp() >= self.threshold)
+                parent_w = sel // c
+                vis = torch.cat([front_vis.gather(1, parent_w.unsqueeze(-1).expand(B, c, fed)),
+                                 torch.eye(c, dtype=torch.bool, device=dev).expand(B, c, c)], dim=2)
+                slots = slots.scatter(1, sel, torch.arange(fed, fed + c, device=dev).expand(B, c))
+                depth = torch.full((B, c), d - 1, dtype=torch.long, device=dev)
+                dist = self.draft.forward(tok.gather(1, sel), ctx, tree=(fed, depth, vis))
+                front_idx, front_score, front_ok, front_vis = size + sel, score.gather(1, sel), f_ok, vis
+                fed += c
+            for col, t in zip(pool, (tok, score, parent, ok.view(B, flat), slots)):
+                col.append(t)
+            size += flat
+        return self._keep_nodes(B, *(torch.cat(col, dim=1) for col in pool))
+
+    def _keep_nodes(self, B: int, toks: torch.Tensor, scores: torch.Tensor, parents: torch.Tensor,
+                    valid: torch.Tensor, fed_at: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The `nodes` candidates of highest cumulative probability of every row's pool ([B,
+        pool] each; EAGLE-2's re-ranking: a child never outscores its parent, so that is a
+        tree; a node whose parent was not kept on a tie is dropped), in pool order (depth by
+        depth, siblings best first: the order the verifier tries them), as the verify pass's
+        tables: (tokens [B, N], exists [B, N], then per feed entry (0: the root, node i: i + 1)
+        its children [B, N + 1, topk] (-1 past the last), depth [B, N + 1], what it sees
+        [B, N + 1, N + 1] (its ancestors and itself), rank among its siblings [B, N + 1] and
+        where it was fed to the draft [B, N + 1] (-1: never))."""
+        dt, dev = self.dtree, self.dev
+        P, N, R = dt.pool, dt.nodes, dt.width
+        keep = valid
+        if N < P:
+            keep = torch.zeros_like(valid).scatter(1, scores.topk(N, dim=-1).indices, True) & valid
+        for _ in range(dt.depth - 1):
+            keep = keep & ((parents < 0) | keep.gather(1, parents.clamp(min=0)))
+        idx = torch.arange(P, device=dev).expand(B, P)
+        order = torch.where(keep, idx, idx + P).argsort(dim=1)[:, :N]  # the kept ones first, in pool order
+        exists = keep.gather(1, order)
+        node = torch.arange(N, device=dev).expand(B, N)
+        compact = torch.full((B, P), -1, dtype=torch.long, device=dev).scatter(1, order, torch.where(exists, node, -1))
+        up = parents.gather(1, order)
+        parent = torch.where(exists & (up >= 0), compact.gather(1, up.clamp(min=0)) + 1, 0)  # feed index
+        # siblings: nodes of one parent, ranked in pool order
+        same = (parent.unsqueeze(2) == parent.unsqueeze(1)) & exists.unsqueeze(1) & exists.unsqueeze(2)
+        rank = (same & torch.ones(N, N, dtype=torch.bool, device=dev).tril(-1)).long().sum(dim=2)
+        slot = torch.where(exists, parent * R + rank, (N + 1) * R)  # past the table: a node that is not one
+        children = torch.full((B, (N + 1) * R + 1), -1, dtype=torch.long, device=dev).scatter(
+            1, slot, torch.where(exists, node + 1, -1))[:, :-1].view(B, N + 1, R)
+        # what each feed entry sees: itself and its parent's view (a padding entry: itself)
+        up_feed = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=dev), torch.where(exists, parent, node + 1)], 1)
+        eye = torch.eye(N + 1, dtype=torch.bool, device=dev).expand(B, N + 1, N + 1)
+        visible = eye
+        for _ in range(dt.depth):
+            visible = eye | visible.gather(1, up_feed.unsqueeze(-1).expand(B, N + 1, N + 1))
+        zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        depth = torch.cat([zero, dt.pool_depth.expand(B, P).gather(1, order)], dim=1)
+        return (toks.gather(1, order), exists, children, depth, visible, torch.cat([zero, rank], dim=1),
+                torch.cat([zero - 1, fed_at.gather(1, order)], dim=1))
+
     def _verify_tree(self, B: int, sampled: bool, top_k: bool, top_p: bool, nodes: torch.Tensor,
-                     exists: torch.Tensor) -> torch.Tensor:
+                     exists: torch.Tensor, *tables: torch.Tensor) -> torch.Tensor:
         """One target pass over [last token, tree nodes] of every row (each node at its depth,
         seeing its ancestors), the walk down the tree, the extra token and the roll-back (the
         accepted path's target and draft entries moved into the row's next positions);
@@ -89,13 +186,19 @@ class TreeStep:
         tries the next child against p without x, renormalized (specbench.engine.verify's rule).
         The extra token is the argmax at the last node reached, or a draw from what p has
         become. A row's uniforms are keyed by (its seed, the position, the child's rank): no
-        step reuses one a kept token depended on."""
-        tree, ctx, last, greedy, live = self.tree, self.ctx[:B], self.last[:B], self.greedy[:B], self.live[:B]
-        N, D, R = tree.nodes, tree.depth, tree.width
+        step reuses one a kept token depended on.
+
+        `tables`: a dynamic tree's per-row tables (`_keep_nodes`); a static tree's are the
+        same for every row (specbench.engine.tree.StaticTree)."""
+        ctx, last, greedy, live = self.ctx[:B], self.last[:B], self.greedy[:B], self.live[:B]
+        if not tables:
+            t = self.tree
+            tables = tuple(x.expand(B, *x.shape) for x in (t.children, t.feed_depth, t.visible, t.rank, t.fed_at))
+        children, feed_depth, visible, rank, fed_at = tables
+        D, R = self.k, children.shape[-1]
         feed = torch.cat([last[:, 1:], nodes], dim=1)  # [B, N + 1]
         real = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=self.dev), exists], dim=1)
-        logits = self.target.forward(feed, ctx - 1, tree=(0, tree.feed_depth.expand(B, N + 1),
-                                                          tree.visible.expand(B, N + 1, N + 1)))
+        logits = self.target.forward(feed, ctx - 1, tree=(0, feed_depth, visible))
         top = logits.argmax(-1)  # [B, N + 1]
         if sampled:
             probs = row_probs(logits, self.temperature[:B], self.top_k[:B], self.top_p[:B],
@@ -107,8 +210,9 @@ class TreeStep:
         for depth in range(D):
             moved = torch.zeros_like(alive)
             nxt = cur
+            kids = children.gather(1, cur.view(B, 1, 1).expand(B, 1, R)).view(B, R)
             for r in range(R):
-                child = tree.children[cur, r]
+                child = kids[:, r]
                 at = child.clamp(min=0).view(B, 1)
                 cand = alive & ~moved & (child >= 0) & real.gather(1, at).view(B)
                 x = feed.gather(1, at).view(B)
@@ -139,12 +243,12 @@ class TreeStep:
         d = torch.arange(D, device=self.dev).view(1, D)
         dst = ctx.view(B, 1) + d
         self.target.move_positions(torch.where(d < n.view(B, 1), ctx.view(B, 1) - 1 + on, dst), dst)
-        self.draft.move_positions(torch.where(d < n.view(B, 1) - 1, ctx.view(B, 1) + tree.fed_at[on], dst), dst)
+        self.draft.move_positions(torch.where(d < n.view(B, 1) - 1, ctx.view(B, 1) + fed_at.gather(1, on), dst), dst)
         before = accepted_toks.gather(1, (n - 1).clamp(min=0).view(B, 1)).view(B)
         self.last[:B] = torch.stack([torch.where(n > 0, before, last[:, 1]), extra], dim=1)
         self.ctx[:B] = torch.where(live, ctx + n + 1, ctx)
-        kids = tree.children[cur]  # [B, R]: the last node reached has no real child at a leaf
+        kids = children.gather(1, cur.view(B, 1, 1).expand(B, 1, R)).view(B, R)  # none real at a leaf
         leaf = ~((kids >= 0) & real.gather(1, kids.clamp(min=0))).any(dim=1)
-        depth_max = (exists.long() * tree.feed_depth[1:]).amax(dim=1)
+        depth_max = (exists.long() * feed_depth[:, 1:]).amax(dim=1)
         return step_table(exists.long().sum(dim=1), n, leaf & (n > 0) | ~exists.any(dim=1), depth_max, accepted_toks,
-                      tree.rank[on], extra)
+                      rank.gather(1, on), extra)

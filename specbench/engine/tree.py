@@ -214,3 +214,22 @@ class StaticTree:
                                 torch.tensor(kid_pos, dtype=torch.long, device=dev), fed, seen.to(dev)))
             front, fed, fed_visible = [at[j] for j in kid_pos], fed + W, grown
         self.fed_at = torch.tensor([-1] + fed_at, dtype=torch.long, device=dev)  # per feed entry
+
+
+class DynamicTree:
+    """EAGLE-2's dynamic tree (specbench.engine.drafters.tree_search) in the fixed shapes the
+    static step drafts it in: `topk` children of the root, then per depth the `topk`
+    candidates of highest cumulative draft log-probability are fed and each gets `topk`
+    children, `depth` deep; of the `pool` candidates (`topk + (depth - 1) * topk²`) the `nodes`
+    of highest cumulative probability are kept and verified. What each row's tree looks like
+    is data (index tables built on the device per step, specbench.engine.static_tree), never a
+    shape: `fed` draft entries and `nodes` verified ones per row, whatever was found."""
+
+    def __init__(self, topk: int, depth: int, nodes: int, device: torch.device):
+        self.topk, self.depth = topk, depth
+        self.pool = topk + max(depth - 1, 0) * topk * topk
+        self.nodes = min(nodes, self.pool)
+        self.width = topk  # most children of one entry
+        self.fed = topk * max(depth - 1, 0)  # draft entries fed per step (the frontiers)
+        self.pool_depth = torch.tensor([1] * topk + [d for d in range(2, depth + 1) for _ in range(topk * topk)],
+                                       dtype=torch.long, device=device)  # per pool index

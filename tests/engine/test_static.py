@@ -64,11 +64,19 @@ def trace(results) -> list:
 SPECS = [SpeculativeConfig(), chain(1), chain(2), chain(4), chain(3, dynamic_k=True),
          chain(3, disable_by_batch_size=2), chain(4, draft_confidence_threshold=0.6),
          chain(4, num_draft_tokens=3), tree(), tree(((0,), (0, 0), (0, 1), (0, 0, 0), (0, 1, 0)),
-                                                   draft_confidence_threshold=0.5, dynamic_k=True)]
+                                                   draft_confidence_threshold=0.5, dynamic_k=True),
+         # dynamic (EAGLE-2) trees: the kept nodes re-ranked under a budget, or every candidate
+         chain(3, topk=2, num_draft_tokens=6), chain(4, topk=3, num_draft_tokens=9, dynamic_k=True),
+         chain(2, topk=2), chain(3, topk=2, num_draft_tokens=5, draft_confidence_threshold=0.3,
+                                 disable_by_batch_size=2)]
+
+
+DYNAMIC = chain(3, topk=2, num_draft_tokens=6)  # an EAGLE-2 tree: 5 of its 10 candidates kept
 
 
 def spec_id(spec: SpeculativeConfig) -> str:
-    return f"{spec.method}-{'tree' if spec.token_tree else 'k'}{spec.num_speculative_tokens}"
+    shape = "tree" if spec.token_tree else f"t{spec.topk}n{spec.draft_nodes}-" if spec.topk > 1 else "k"
+    return f"{spec.method}-{shape}{spec.num_speculative_tokens}"
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
@@ -152,7 +160,8 @@ def test_the_static_step_refuses_what_it_does_not_run(models):
     target, draft = models
     engine = Engine(target, draft, static="static")
     for spec, why in [(SpeculativeConfig(method="ngram", num_speculative_tokens=2), "method ngram"),
-                      (chain(2, topk=2), "a dynamic draft tree"),
+                      (SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h", topk=2),
+                       "an EAGLE-3 draft tree"),
                       (SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h"), "no EAGLE-3 head")]:
         assert why in engine.static_reason(spec)
         with pytest.raises(ValueError, match=why):
@@ -201,7 +210,7 @@ def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
     assert trace(scheduler.run(engine, reqs, SpeculativeConfig())[0]) == \
         trace(scheduler.run(eager, reqs, SpeculativeConfig())[0])
     assert backend.graphs == 1
-    for spec, concurrency in [(chain(3), 1), (chain(3), 3), (tree(), 3)]:
+    for spec, concurrency in [(chain(3), 1), (chain(3), 3), (tree(), 3), (DYNAMIC, 3)]:
         reqs = ragged_requests(5, seed=concurrency)
         assert trace(scheduler.run(engine, reqs, spec, concurrency=concurrency)[0]) == \
             trace(scheduler.run(eager, reqs, spec, concurrency=concurrency)[0])
@@ -209,9 +218,10 @@ def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
     # dynamo built no graph the step did not ask for (a new key, or a key again over
     # buffers that grew): no guard failed and recompiled; and the keys are bounded by
     # (draft, verify) x (bucket, width): the chain at c1 its drafting and non-drafting
-    # (budget) widths, at c3 those at buckets 1, 2 and 4, and the tree the same at c3
+    # (budget) widths, at c3 those at buckets 1, 2 and 4, and each tree the same at c3 (a
+    # dynamic tree's shape is data: its graphs are keyed as a static tree's)
     assert backend.graphs <= sum(g.builds for g in graphs)
-    assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3 + 2 * 2 * 3
+    assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 3
 
 
 def test_compiled_eagle3_step_matches_and_never_recompiles_for_a_length(e3_models):
@@ -272,6 +282,7 @@ CASES = [  # (concurrency, sampling, configuration)
     (BATCH, "top_k", chain(1)),
     (BATCH, "temperature", tree()),  # a static tree: siblings tried against the residual of the rejected
     (BATCH, "all", tree(dynamic_k=True)),
+    (BATCH, "top_p", chain(3, topk=2, num_draft_tokens=5, dynamic_k=True)),  # a dynamic tree, its shape per row
 ]
 
 
@@ -285,7 +296,8 @@ def test_static_sampling_follows_the_target_distribution(static_engine, tiny_tar
     assert gof_pvalue(counts, expected) > 1e-3
 
 
-@pytest.mark.parametrize("sampling,spec", [("temperature", chain(3)), ("all", tree())], ids=["chain3", "tree"])
+@pytest.mark.parametrize("sampling,spec", [("temperature", chain(3)), ("all", tree()), ("all", DYNAMIC)],
+                         ids=["chain3", "tree", "dynamic_tree"])
 def test_a_request_alone_draws_what_it_draws_in_the_batch(static_engine, sampling, spec):
     sp = SAMPLINGS[sampling]
     lossless.assert_alone_as_in_the_batch(lambda concurrency, n: sample_outputs(static_engine, sp, spec, None,
