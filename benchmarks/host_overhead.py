@@ -145,7 +145,7 @@ class Point:
         graphs = getattr(self.batch, "graphs", None)
         return {"path": self.path, "method": self.spec.method, "k": self.spec.num_speculative_tokens,
                 "batch": self.batch_size, "sampling": "sampled" if self.label.endswith("sampled") else "greedy",
-                "tree": len(self.spec.token_tree) if self.spec.token_tree else None,
+                "tree": self.spec.draft_nodes if self.spec.is_tree else None, "topk": self.spec.topk,
                 "host_ms": statistics.median(self.times) * 1e3, "ops": ops, "syncs": reads[0],
                 "build_s": round(graphs.build_s, 2) if graphs is not None else 0.0,
                 "graphs": len(graphs.built) if graphs is not None else 0, "steps": len(self.times)}
@@ -163,8 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--configs", default="baseline,greedy,sampled",
                     help="of baseline, greedy (draft_model k, greedy), sampled (draft_model k, T=0.8, top-p 0.95), "
                          "tree (draft_model, a static tree k deep: the best child and the second-best at every "
-                         "depth, 2k nodes, greedy), eagle3 (a random EAGLE-3 head on the target, k, greedy), medusa (k random "
-                         "Medusa heads, greedy)")
+                         "depth, 2k nodes, greedy), dtree (draft_model, a dynamic EAGLE-2 tree k deep, topk 2, the "
+                         "2k best of its candidates kept, greedy), eagle3 (a random EAGLE-3 head on the target, k, "
+                         "greedy), medusa (k random Medusa heads, greedy)")
     ap.add_argument("--steps", type=int, default=24, help="timed steps per point (in blocks of 4, ABBA)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--device", default="cpu")
@@ -193,12 +194,14 @@ def main(argv: list[str] | None = None) -> None:
                ("draft_model tree", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d",
                                                       token_tree=tuple((0,) * (d - 1) + (r,) for d in range(1, args.k + 1)
                                                                        for r in (0, 1))), SamplingParams()),
+               ("draft_model dtree", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d",
+                                                       topk=2, num_draft_tokens=2 * args.k + 1), SamplingParams()),
                ("eagle3 eagle3", SpeculativeConfig(method="eagle3", num_speculative_tokens=args.k, draft="h"),
                 SamplingParams()),
                ("medusa medusa", SpeculativeConfig(method="medusa", num_speculative_tokens=args.k, draft="h"),
                 SamplingParams())]
     wanted = {c.strip() for c in args.configs.split(",")}
-    known = {"baseline", "greedy", "sampled", "tree", "eagle3", "medusa"}
+    known = {"baseline", "greedy", "sampled", "tree", "dtree", "eagle3", "medusa"}
     if wanted - known:
         ap.error(f"--configs: unknown {', '.join(sorted(wanted - known))}")
     configs = [c for c in configs if c[0].split()[-1] in wanted]
@@ -220,9 +223,10 @@ def main(argv: list[str] | None = None) -> None:
             for pt in points if i % 2 == 0 else reversed(points):
                 pt.times += [pt.step() for _ in range(4)]
         rows = [pt.measure() for pt in points]
-    eager = {(r["method"], r["sampling"], r["tree"], r["batch"]): r["host_ms"] for r in rows if r["path"] == "eager"}
+    eager = {(r["method"], r["sampling"], r["tree"], r["topk"], r["batch"]): r["host_ms"] for r in rows
+             if r["path"] == "eager"}
     for r in rows:
-        base = eager.get((r["method"], r["sampling"], r["tree"], r["batch"]))
+        base = eager.get((r["method"], r["sampling"], r["tree"], r["topk"], r["batch"]))
         r["vs_eager"] = round(r["host_ms"] / base, 3) if base else None
     if args.json:
         for r in rows:
@@ -236,7 +240,8 @@ def main(argv: list[str] | None = None) -> None:
         table.add_column(col, justify="left" if col in ("path", "configuration") else "right")
     for r in rows:
         label = "baseline" if r["method"] == "none" else f"{r['method']} k={r['k']} {r['sampling']}" + \
-            (f", tree of {r['tree']} nodes" if r["tree"] else "")
+            (f", {'dynamic tree (topk ' + str(r['topk']) + ')' if r['topk'] > 1 else 'tree'} of {r['tree']} nodes"
+             if r["tree"] else "")
         table.add_row(r["path"], label, str(r["batch"]), f"{r['host_ms']:.2f}",
                       "" if r["vs_eager"] is None else f"{r['vs_eager']:.2f}", str(r["ops"]), str(r["syncs"]),
                       str(r["graphs"]), f"{r['build_s']:.1f}")
