@@ -117,7 +117,9 @@ def check_captured(device: str, console: Console) -> bool:
     eager, captured = Engine(target, draft, pack=False), Engine(target, draft, static=captured_mode(device))
     reqs = GREEDY
     ok = True
-    for spec in (SpeculativeConfig(), SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d")):
+    for spec in (SpeculativeConfig(), SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft="d"),
+                 SpeculativeConfig(method="draft_model", num_speculative_tokens=3, draft="d", topk=2,
+                                   num_draft_tokens=7)):  # a dynamic tree: its shape is data on the device
         for c in (1, 4, 8):
             a = [(g.output_ids, [s.accepted for s in g.steps]) for g in scheduler.run(eager, reqs, spec, concurrency=c)[0]]
             b = [(g.output_ids, [s.accepted for s in g.steps])
