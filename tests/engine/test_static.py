@@ -210,7 +210,7 @@ def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
     assert trace(scheduler.run(engine, reqs, SpeculativeConfig())[0]) == \
         trace(scheduler.run(eager, reqs, SpeculativeConfig())[0])
     assert backend.graphs == 1
-    for spec, concurrency in [(chain(3), 1), (chain(3), 3), (tree(), 3), (DYNAMIC, 3)]:
+    for spec, concurrency in [(chain(3), 1), (chain(3), 3), (tree(), 3), (DYNAMIC, 2)]:
         reqs = ragged_requests(5, seed=concurrency)
         assert trace(scheduler.run(engine, reqs, spec, concurrency=concurrency)[0]) == \
             trace(scheduler.run(eager, reqs, spec, concurrency=concurrency)[0])
@@ -218,10 +218,10 @@ def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
     # dynamo built no graph the step did not ask for (a new key, or a key again over
     # buffers that grew): no guard failed and recompiled; and the keys are bounded by
     # (draft, verify) x (bucket, width): the chain at c1 its drafting and non-drafting
-    # (budget) widths, at c3 those at buckets 1, 2 and 4, and each tree the same at c3 (a
-    # dynamic tree's shape is data: its graphs are keyed as a static tree's)
+    # (budget) widths, at c3 those at buckets 1, 2 and 4, the static tree the same at c3 and
+    # the dynamic tree at c2 at buckets 1 and 2 (its shape is data: keyed as a static tree's)
     assert backend.graphs <= sum(g.builds for g in graphs)
-    assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 3
+    assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 2
 
 
 def test_compiled_eagle3_step_matches_and_never_recompiles_for_a_length(e3_models):
