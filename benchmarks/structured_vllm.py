@@ -10,7 +10,8 @@ vLLM's own outputs, whether each is valid and what vLLM accepted (per request,
 
 Without --target a tiny random float32 pair (head dim 64, as vLLM's CPU attention needs) and
 bounded-schema prompts of every scenario; a start takes 45-80 s on a 2-core CPU. The server
-gets `--tool-call-parser hermes` (vLLM answers a named tool_choice only with a parser) and
+gets `--enable-auto-tool-choice --tool-call-parser hermes` (vLLM 0.32 answers a named or
+"required" tool_choice only with a parser, and loads one only with auto tool choice on) and
 compact JSON (`disable_any_whitespace`; --any-whitespace leaves vLLM's default). Prints the
 run's table by scenario and the invalid outputs, and leaves the run directory for a report.
 """
@@ -62,6 +63,10 @@ def main() -> None:
     ap.add_argument("--workload")
     ap.add_argument("-k", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--num-prompts", type=int, default=None, help="prompts of the workload to send (default: run's)")
+    ap.add_argument("--tool-call-parser", default="hermes",
+                    help="vLLM's tool-call parser (Qwen2.5's format: hermes); 'none' starts vLLM without one, "
+                         "and it then refuses tool prompts (HTTP 400)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--any-whitespace", action="store_true",
                     help="leave vLLM's JSON grammar its default free whitespace (a weak model pads with it until "
@@ -93,8 +98,11 @@ def main() -> None:
                                "float32" if a.target is None else "auto", "--host", "127.0.0.1", "--port", str(port),
                                "--max-model-len", "4096", "--speculative-config", json.dumps(spec),
                                "--per-request-spec-decode-metrics", "detailed",
-                               # a named tool_choice needs a parser to return tool_calls (hermes: <tool_call> JSON)
-                               "--tool-call-parser", "hermes",
+                               # vLLM 0.32 answers a named or "required" tool_choice only with a tool parser,
+                               # and loads one only with --enable-auto-tool-choice (hermes: <tool_call> JSON,
+                               # whose tokens the target's tokenizer must have)
+                               *(["--enable-auto-tool-choice", "--tool-call-parser", a.tool_call_parser]
+                                 if a.tool_call_parser != "none" else []),
                                "--structured-outputs-config", json.dumps(
                                    {"backend": a.grammar_backend, "disable_any_whitespace": not a.any_whitespace})],
                               stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -113,6 +121,7 @@ def main() -> None:
         run = subprocess.run([sys.executable, "-m", "specbench", "run", "--backend", "openai", "--base-url", url,
                               "--endpoint", "chat", "--tokenizer", target, "--workload", workload, "--method", "ngram",
                               "-k", str(a.k), "--max-new-tokens", str(a.max_new_tokens), "--warmup", "0",
+                              *(["--num-prompts", str(a.num_prompts)] if a.num_prompts else []),
                               "--time-budget", "0", "--out", out], capture_output=True, text=True, cwd=ROOT)
         print(run.stdout[-6000:], run.stderr[-3000:])
     finally:
