@@ -11,10 +11,13 @@ them as given, in their server's dialect.
 
 `constraint_of` turns them into the one `OutputConstraint` the output must satisfy: what the
 embedded engine decodes under (specbench.backends.grammar) and what `check_output` verifies.
-Tool calls are constrained as vLLM constrains them: a named `tool_choice` makes the output the
-function's arguments (its `parameters` schema), `"required"` a JSON array of
-`{"name", "parameters"}` calls; `"auto"` and `"none"` leave the output free (the server's tool
-parser decides, which an embedded model has not got).
+Tool calls are constrained as vLLM constrains them without a tool parser's structural tags: a
+named `tool_choice` makes the output the function's arguments (its `parameters` schema),
+`"required"` a JSON array of `{"name", "parameters"}` calls; `"auto"` and `"none"` leave the
+output free (the server's tool parser decides, which an embedded model has not got). vLLM 0.32
+started with `--enable-auto-tool-choice --tool-call-parser hermes` constrains both to the
+model's native form instead (`<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`),
+so its outputs and the embedded engine's are different text (measured in issue 42's notes).
 
 Boundary: plain values and JSON; no tokenizer, no engine.
 """
