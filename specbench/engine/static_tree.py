@@ -196,6 +196,10 @@ class TreeStep:
             tables = tuple(x.expand(B, *x.shape) for x in (t.children, t.feed_depth, t.visible, t.rank, t.fed_at))
         children, feed_depth, visible, rank, fed_at = tables
         D, R = self.k, children.shape[-1]
+
+        def kids_of(at: torch.Tensor) -> torch.Tensor:  # [B, R]: the children of each row's entry `at`
+            return children.gather(1, at.view(B, 1, 1).expand(B, 1, R)).view(B, R)
+
         feed = torch.cat([last[:, 1:], nodes], dim=1)  # [B, N + 1]
         real = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=self.dev), exists], dim=1)
         logits = self.target.forward(feed, ctx - 1, tree=(0, feed_depth, visible))
@@ -210,7 +214,7 @@ class TreeStep:
         for depth in range(D):
             moved = torch.zeros_like(alive)
             nxt = cur
-            kids = children.gather(1, cur.view(B, 1, 1).expand(B, 1, R)).view(B, R)
+            kids = kids_of(cur)
             for r in range(R):
                 child = kids[:, r]
                 at = child.clamp(min=0).view(B, 1)
@@ -247,7 +251,7 @@ class TreeStep:
         before = accepted_toks.gather(1, (n - 1).clamp(min=0).view(B, 1)).view(B)
         self.last[:B] = torch.stack([torch.where(n > 0, before, last[:, 1]), extra], dim=1)
         self.ctx[:B] = torch.where(live, ctx + n + 1, ctx)
-        kids = children.gather(1, cur.view(B, 1, 1).expand(B, 1, R)).view(B, R)  # none real at a leaf
+        kids = kids_of(cur)  # none real at a leaf
         leaf = ~((kids >= 0) & real.gather(1, kids.clamp(min=0))).any(dim=1)
         depth_max = (exists.long() * feed_depth[:, 1:]).amax(dim=1)
         return step_table(exists.long().sum(dim=1), n, leaf & (n > 0) | ~exists.any(dim=1), depth_max, accepted_toks,

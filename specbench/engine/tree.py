@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from specbench.config import tree_pool
+
 
 @dataclass
 class Proposal:
@@ -227,7 +229,7 @@ class DynamicTree:
 
     def __init__(self, topk: int, depth: int, nodes: int, device: torch.device):
         self.topk, self.depth = topk, depth
-        self.pool = topk + max(depth - 1, 0) * topk * topk
+        self.pool = tree_pool(depth, topk)
         self.nodes = min(nodes, self.pool)
         self.width = topk  # most children of one entry
         self.fed = topk * max(depth - 1, 0)  # draft entries fed per step (the frontiers)
