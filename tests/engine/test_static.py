@@ -61,17 +61,15 @@ def trace(results) -> list:
             for g in results]
 
 
+DYNAMIC = chain(3, topk=2, num_draft_tokens=6)  # an EAGLE-2 tree: 5 of its 10 candidates kept
 SPECS = [SpeculativeConfig(), chain(1), chain(2), chain(4), chain(3, dynamic_k=True),
          chain(3, disable_by_batch_size=2), chain(4, draft_confidence_threshold=0.6),
          chain(4, num_draft_tokens=3), tree(), tree(((0,), (0, 0), (0, 1), (0, 0, 0), (0, 1, 0)),
                                                    draft_confidence_threshold=0.5, dynamic_k=True),
          # dynamic (EAGLE-2) trees: the kept nodes re-ranked under a budget, or every candidate
-         chain(3, topk=2, num_draft_tokens=6), chain(4, topk=3, num_draft_tokens=9, dynamic_k=True),
+         DYNAMIC, chain(4, topk=3, num_draft_tokens=9, dynamic_k=True),
          chain(2, topk=2), chain(3, topk=2, num_draft_tokens=5, draft_confidence_threshold=0.3,
                                  disable_by_batch_size=2)]
-
-
-DYNAMIC = chain(3, topk=2, num_draft_tokens=6)  # an EAGLE-2 tree: 5 of its 10 candidates kept
 
 
 def spec_id(spec: SpeculativeConfig) -> str:
