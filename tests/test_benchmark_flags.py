@@ -1,4 +1,4 @@
-"""Bad values of the benchmark scripts' flags added for issues 22, 25 and 26: one line, a
+"""Bad values of the benchmark scripts' flags added for issues 22, 25, 26 and 42: one line, a
 non-zero exit, nothing written, before any model loads."""
 
 from __future__ import annotations
@@ -119,3 +119,21 @@ def test_host_overhead_json_counts_one_host_read_per_static_step(capsys):
         assert r["host_ms"] > 0 and r["ops"] > 0
     assert {r["syncs"] for r in rows if r["path"] == "static"} == {1}
     assert min(r["syncs"] for r in rows if r["path"] == "eager") > 1
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--num-prompts", "0"], "--num-prompts must be >= 1, got 0"),
+    (["--num-prompts", "-3"], "--num-prompts must be >= 1, got -3"),
+    (["--tool-call-parser", ""], "--tool-call-parser must be a vLLM tool parser's name"),
+    (["--tool-call-parser", "hermes --trust-remote-code"], "--tool-call-parser must be a vLLM tool parser's name"),
+])
+def test_structured_vllm_refuses_bad_flags_before_starting_vllm(tmp_path, monkeypatch, extra, needle):
+    started = []
+    mod = load("structured_vllm")
+    monkeypatch.setattr(mod.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(mod.tempfile, "mkdtemp", lambda **k: started.append(k))
+    monkeypatch.setenv("SPECBENCH_VLLM_PYTHON", sys.executable)
+    monkeypatch.setattr(sys, "argv", ["structured_vllm.py", *extra, "--out", str(tmp_path / "run")])
+    refused(mod.main, needle)
+    assert not started and not (tmp_path / "run").exists()
+
