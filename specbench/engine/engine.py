@@ -43,7 +43,7 @@ from specbench.engine.drafters.suffix import SuffixCache
 from specbench.engine.fused import can_fuse, fuse_layers
 from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner, can_pack, pack_linears
-from specbench.engine.rows import BatchStats, Generation, Row, RunningRows
+from specbench.engine.rows import Admission, BatchStats, Generation, Row, RunningRows, padded
 from specbench.engine.sampling import make_generator, probs_from_logits, sample
 from specbench.engine.tree import Proposal, gather_paths, path_features, tree_batch
 from specbench.engine.static import StaticBatch, static_reason
@@ -241,41 +241,55 @@ class Batch(RunningRows):
     # ---- admission --------------------------------------------------------------------
 
     @torch.inference_mode()
-    def admit(self, prompt_ids: Sequence[int], sampling: SamplingParams, *, arrival: float | None = None,
-              on_tokens: Callable[[list[int], float], None] | None = None, tag: Any = None,
-              constraint: TokenConstraint | None = None) -> Generation | None:
-        """Prefill one request into a new row and emit its first token. Returns its Generation
-        when that token already ends it, else None (it runs in the next steps). `constraint`:
-        the request's output constraint (specbench.engine.constraint), or None."""
+    def admit_many(self, admissions: Sequence[Admission]) -> list[Generation]:
+        """Prefill the requests of one turn into the next rows in ONE target pass (prompts
+        right-padded to the longest; the draft's prefill is one pass too) and emit each its
+        first token. Returns the Generations of those whose first token already ends them;
+        the others run in the next steps. A request's `constraint` (specbench.engine.
+        constraint) masks its tokens."""
+        if not admissions:
+            return []
         e = self.engine
-        prompt = list(prompt_ids)
-        stops, budget = e.limits(prompt, sampling)
-        if constraint is not None:
-            stops |= constraint.stop_ids  # a complete grammar allows nothing else
-        b = len(self.rows)
+        prompts = [list(a.prompt_ids) for a in admissions]
+        limits = [e.limits(p, a.sampling) for p, a in zip(prompts, admissions)]  # refuses before any write
+        b0, n = len(self.rows), len(admissions)
         start = e.now()
-        row = Row(prompt, sampling, make_generator(sampling.seed or 0, e.device), stops, budget, self.k,
-                   start if arrival is None else arrival, start, tag=tag, on_tokens=on_tokens, constraint=constraint)
-        self.target.reserve(b + 1, len(prompt) + budget + self.scratch)
-        # Prefill: the first token comes from the prompt's last position alone.
-        logits, feats = self.target.forward(torch.tensor([prompt]), slice(b, b + 1), torch.zeros(1, dtype=torch.long),
-                                            positions=torch.tensor([len(prompt) - 1]), prefill=True)
-        last = mask_logits(logits[0], constraint.allowed(logits.shape[-1]).to(logits.device)
-                           if constraint is not None else None)
-        first = int(last.argmax()) if sampling.greedy else sample(probs_from_logits(last, sampling), row.gen)
-        if constraint is not None:
-            consume(constraint, [first])
-        ends = first in stops or budget <= 1
-        if self.drafter is not None and not ends:
-            self.drafter.add_row(b, prompt, feats)  # the draft's prefill counts as prefill (TTFT)
+        rows = []
+        for a, p, (stops, budget) in zip(admissions, prompts, limits):
+            if a.constraint is not None:
+                stops |= a.constraint.stop_ids  # a complete grammar allows nothing else
+            rows.append(Row(p, a.sampling, make_generator(a.sampling.seed or 0, e.device), stops, budget, self.k,
+                            start if a.arrival is None else a.arrival, start, tag=a.tag, on_tokens=a.on_tokens,
+                            constraint=a.constraint))
+        self.target.reserve(b0 + n, max(len(p) + budget for p, (_, budget) in zip(prompts, limits)) + self.scratch)
+        # Prefill: each first token comes from its prompt's last position alone.
+        lengths = [len(p) for p in prompts]
+        logits, feats = self.target.forward(padded(prompts), slice(b0, b0 + n), torch.zeros(n, dtype=torch.long),
+                                            positions=torch.tensor(lengths) - 1, prefill=True)
+        firsts = []
+        for i, r in enumerate(rows):
+            last = mask_logits(logits[i], r.constraint.allowed(logits.shape[-1]).to(logits.device)
+                               if r.constraint is not None else None)
+            firsts.append(int(last.argmax()) if r.sampling.greedy else sample(probs_from_logits(last, r.sampling), r.gen))
+            if r.constraint is not None:
+                consume(r.constraint, [firsts[-1]])
+        # Rows that end at their first token leave now: the others close ranks from b0 on.
+        staying = [i for i, (r, f) in enumerate(zip(rows, firsts)) if not (f in r.stops or r.budget <= 1)]
+        for dst, i in enumerate(staying, start=b0):
+            self.target.cache.move_row(b0 + i, dst, lengths[i])
+        if self.drafter is not None and staying:  # the draft's prefill counts as prefill (TTFT)
+            self.drafter.add_rows(b0, [prompts[i] for i in staying],
+                                  feats[staying] if feats is not None else None)
         t = e.now()
-        row.prefill_s = t - start
-        self.stats.prefill_s += row.prefill_s
-        row.emit([first], t)
-        if row.done:
-            return self._generation(row)
-        self.rows.append(row)
-        return None
+        self.stats.prefill_s += t - start
+        finished = []
+        for i, (r, first) in enumerate(zip(rows, firsts)):
+            r.prefill_s = t - start
+            r.emit([first], t)
+            if r.done:
+                finished.append(self._generation(r))
+        self.rows += [rows[i] for i in staying]
+        return finished
 
     # ---- the speculative step -------------------------------------------------------------
 

@@ -59,7 +59,7 @@ class SlotKV:
         self._rows = slice(0, 0)
         self._write_b: torch.Tensor | None = None
         self._write_t: torch.Tensor | None = None
-        self._prefill_len = 0  # > 0: one row written at positions 0.. (a plain slice copy)
+        self._prefill_len = 0  # > 0: the rows written at positions 0.. (a plain slice copy)
         self._kv_len = 0
 
     # ---- memory -------------------------------------------------------------------------
@@ -110,7 +110,7 @@ class SlotKV:
         self._rows = rows
         self._kv_len = kv_len
         if prefill:
-            assert rows.stop - rows.start == 1 and int(start[0]) == 0
+            assert not bool(start.any()), "a prefill starts at position 0"
             self._prefill_len, self._write_b, self._write_t = width, None, None
         else:
             n = rows.stop - rows.start

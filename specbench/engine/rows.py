@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,27 @@ class Generation:
     target_forward_passes: int = 0
     arrival_time: float = 0.0  # perf_counter when the request entered the queue
     tag: Any = None  # the caller's handle for the request
+
+
+@dataclass
+class Admission:
+    """One request to admit (what `admit` takes): the admissions of one scheduler turn go
+    to `admit_many` together and share one prefill pass."""
+
+    prompt_ids: Sequence[int]
+    sampling: SamplingParams
+    arrival: float | None = None  # perf_counter when it entered the queue (None: now)
+    on_tokens: Callable[[list[int], float], None] | None = None
+    tag: Any = None
+    constraint: Any = None  # a specbench.engine.constraint.TokenConstraint, or None
+
+
+def padded(prompts: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> torch.Tensor:
+    """The prompts as one [n, longest] long tensor, each right-padded with its own last id.
+    A prefill from position 0 is causal, so no real position sees the padding after it; the
+    padding's KV entries lie past the row's length, where the row's next tokens overwrite them."""
+    width = max(len(p) for p in prompts)
+    return torch.tensor([list(p) + [p[-1]] * (width - len(p)) for p in prompts], dtype=torch.long, device=device)
 
 
 @dataclass
@@ -175,6 +196,17 @@ class RunningRows:
         for r in self.rows:
             if r.tag is tag:
                 r.cancelled = True
+
+    def admit(self, prompt_ids: Sequence[int], sampling: SamplingParams, *, arrival: float | None = None,
+              on_tokens: Callable[[list[int], float], None] | None = None, tag: Any = None,
+              constraint: Any = None) -> Generation | None:
+        """Prefill one request into the next row and emit its first token (`admit_many` of
+        one). Returns its Generation when that token already ends it, else None."""
+        done = self.admit_many([Admission(prompt_ids, sampling, arrival, on_tokens, tag, constraint)])
+        return done[0] if done else None
+
+    def admit_many(self, admissions: Sequence[Admission]) -> list[Generation]:
+        raise NotImplementedError
 
     def _survivors(self) -> list[int]:
         """The slots the running rows keep after finished ones leave: new row i is old row

@@ -3,8 +3,11 @@
 `run` admits requests closed-loop (at most `concurrency` in flight; a request arrives when a
 slot frees, as `vllm bench serve --max-concurrency`: the first wave at the start, each later
 request at the moment the request it replaces emitted its last token) or open-loop (seeded
-Poisson arrivals at `request_rate`, capped by `concurrency`). A request admitted in the
-same turn as others waits for their prefills: that wait is queue time, and part of its TTFT.
+Poisson arrivals at `request_rate`, capped by `concurrency`). The requests admitted in one
+turn (those due when the loop looks, up to the free rows) are prefilled together in one
+pass, as vLLM's scheduler batches the prefills of one step, up to `MAX_PREFILL_TOKENS`
+padded tokens a pass; a request of the next pass waits for the one before: that wait is
+queue time, and part of its TTFT.
 
 Finished requests are handed to `on_finish` by a helper thread, so building records,
 writing files and drawing progress never stall the rows in flight; `run` returns only once
@@ -25,10 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 from specbench.arrivals import poisson_arrivals
 from specbench.config import SamplingParams, SpeculativeConfig
+from specbench.engine.rows import Admission
 
 if TYPE_CHECKING:
     from specbench.engine.drafters.base import Drafter
     from specbench.engine.engine import BatchStats, Engine, Generation
+
+
+#: The padded prompt tokens one prefill pass holds at most, vLLM's default token budget of a
+#: scheduler step (max_num_batched_tokens): the admissions of one turn share a pass up to it.
+MAX_PREFILL_TOKENS = 8192
 
 
 class _Handover:
@@ -69,12 +78,13 @@ def run(engine: "Engine", requests: Sequence[tuple[Sequence[int], SamplingParams
         spec: SpeculativeConfig, *,
         concurrency: int = 1, request_rate: float | None = None, rate_seed: int = 0,
         on_finish: Callable[[int, "Generation"], None] | None = None,
-        drafter: "Drafter | None" = None, schedule: Sequence[float] | None = None
-        ) -> tuple[list["Generation"], "BatchStats"]:
+        drafter: "Drafter | None" = None, schedule: Sequence[float] | None = None,
+        max_prefill_tokens: int = MAX_PREFILL_TOKENS) -> tuple[list["Generation"], "BatchStats"]:
     """Decode every (prompt_ids, sampling) pair, or (prompt_ids, sampling, constraint) triple (a
     specbench.engine.constraint.TokenConstraint or None); returns results in input order and
     the batch's statistics. `schedule`: each request's arrival in seconds after the start (a
-    replayed trace), in place of closed-loop or Poisson arrivals; `concurrency` still caps it."""
+    replayed trace), in place of closed-loop or Poisson arrivals; `concurrency` still caps it.
+    `max_prefill_tokens`: the padded tokens one prefill pass may hold."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     batch = engine.batch(spec, drafter=drafter)
@@ -98,20 +108,29 @@ def run(engine: "Engine", requests: Sequence[tuple[Sequence[int], SamplingParams
             heapq.heappush(free_at, g.token_times[-1] if g.token_times else time.perf_counter())
         handover.put(g.tag, g)
 
+    def turn() -> list[Admission]:
+        """The requests due now that fit beside the running rows, in order, while their
+        padded prefill stays within `max_prefill_tokens` (one prompt longer runs alone)."""
+        group: list[Admission] = []
+        longest = 0
+        while pending and len(batch.rows) + len(group) < concurrency:
+            i = pending[0]
+            if arrivals is not None and arrivals[i] > time.perf_counter():
+                break
+            width = max(longest, len(requests[i][0]))
+            if group and width * (len(group) + 1) > max_prefill_tokens:
+                break
+            longest = width
+            pending.popleft()
+            group.append(Admission(requests[i][0], requests[i][1], tag=i,
+                                   arrival=arrivals[i] if arrivals is not None else heapq.heappop(free_at),
+                                   constraint=requests[i][2] if len(requests[i]) > 2 else None))
+        return group
+
     try:
         while pending or batch.rows:
-            while pending and len(batch.rows) < concurrency:
-                i = pending[0]
-                if arrivals is not None:
-                    if arrivals[i] > time.perf_counter():
-                        break
-                    arrival = arrivals[i]
-                else:
-                    arrival = heapq.heappop(free_at)
-                pending.popleft()
-                g = batch.admit(requests[i][0], requests[i][1], arrival=arrival, tag=i,
-                                constraint=requests[i][2] if len(requests[i]) > 2 else None)
-                if g is not None:
+            while group := turn():
+                for g in batch.admit_many(group):
                     finished(g)
             if not batch.rows:
                 if pending and arrivals is not None:  # open loop: idle until the next arrival

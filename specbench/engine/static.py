@@ -42,14 +42,14 @@ Boundary: token ids and tensors; the same Batch interface as the eager step.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine.graphs import Graphs
-from specbench.engine.rows import BatchStats, Row, RunningRows
+from specbench.engine.rows import Admission, BatchStats, Generation, Row, RunningRows, padded
 from specbench.engine.sampling import (SALT_ACCEPT, SALT_DRAFT, SALT_TOKEN, counter_uniform, row_probs,
                                        sample_inverse_cdf)
 from specbench.engine.static_eagle3 import HeadStep
@@ -232,60 +232,78 @@ class StaticBatch(RunningRows, TreeStep, HeadStep, MedusaStep):
     # ---- admission --------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def admit(self, prompt_ids: Sequence[int], sampling: SamplingParams, *, arrival: float | None = None,
-              on_tokens: Callable[[list[int], float], None] | None = None, tag: Any = None, constraint: Any = None):
-        """Prefill one request into the next slot and emit its first token (eager: a prefill's
-        shape is its prompt's). Returns its Generation when that token ends it, else None."""
-        if constraint is not None:
+    def admit_many(self, admissions: Sequence[Admission]) -> list[Generation]:
+        """Prefill the requests of one turn into the next slots in ONE target pass (eager: its
+        shape is the padded prompts'; the draft's prefill is one pass too) and emit each its
+        first token. Returns the Generations of those whose first token already ends them."""
+        if not admissions:
+            return []
+        if any(a.constraint is not None for a in admissions):
             raise ValueError(CONSTRAINED)
         e = self.engine
-        prompt = list(prompt_ids)
-        stops, budget = e.limits(prompt, sampling)
-        b = len(self.rows)
+        prompts = [list(a.prompt_ids) for a in admissions]
+        limits = [e.limits(p, a.sampling) for p, a in zip(prompts, admissions)]  # refuses before any write
+        b0, n = len(self.rows), len(admissions)
         start = e.now()
-        seed = sampling.seed or 0
-        row = Row(prompt, sampling, None, stops, budget, self.k, start if arrival is None else arrival, start,
-                   tag=tag, on_tokens=on_tokens)
-        self.reserve(b + 1, len(prompt) + budget)
-        ids = torch.tensor([prompt], dtype=torch.long, device=self.dev)
-        zero = torch.zeros(1, dtype=torch.long, device=self.dev)
-        logits, feats = self._target_pass(ids, zero, row0=b, last_only=True)
-        if sampling.greedy:
-            first = int(logits[0].argmax())
-        else:
-            probs = row_probs(logits, torch.tensor([sampling.temperature], device=self.dev),
-                              torch.tensor([sampling.top_k], device=self.dev),
-                              torch.tensor([sampling.top_p], device=self.dev))
-            u = counter_uniform(torch.tensor([seed], device=self.dev), SALT_TOKEN,
-                                torch.tensor([len(prompt)], device=self.dev))
-            first = int(sample_inverse_cdf(probs, u)[0])
-        ends = first in stops or budget <= 1
-        if self.k and not ends and self.medusa is not None:
-            self.mstate[b] = feats[0, -1]  # the state that produced the first token
-        elif self.k and not ends and self.head is not None:
-            self._admit_head(b, prompt, feats, first)  # the head's prefill counts as prefill
-        elif self.k and not ends:
-            self.draft.forward(ids, zero, row0=b, last_only=True)  # the draft's prefill counts as prefill
+        rows = [Row(p, a.sampling, None, stops, budget, self.k, start if a.arrival is None else a.arrival, start,
+                    tag=a.tag, on_tokens=a.on_tokens)
+                for a, p, (stops, budget) in zip(admissions, prompts, limits)]
+        self.reserve(b0 + n, max(len(p) + budget for p, (_, budget) in zip(prompts, limits)))
+        ids = padded(prompts, self.dev)
+        sizes, tails = [len(p) for p in prompts], [p[-1] for p in prompts]  # (emit grows the prompts)
+        lengths = torch.tensor(sizes, dtype=torch.long, device=self.dev)
+        zero = torch.zeros(n, dtype=torch.long, device=self.dev)
+        logits, feats = self._target_pass(ids, zero, row0=b0, last_only=True, last_at=lengths - 1)
+        samplings = [a.sampling for a in admissions]
+        firsts = logits.argmax(-1)
+        if not all(sp.greedy for sp in samplings):
+            probs = row_probs(logits, torch.tensor([1.0 if sp.greedy else sp.temperature for sp in samplings],
+                                                   device=self.dev),
+                              torch.tensor([sp.top_k for sp in samplings], device=self.dev),
+                              torch.tensor([sp.top_p for sp in samplings], device=self.dev))
+            u = counter_uniform(torch.tensor([sp.seed or 0 for sp in samplings], device=self.dev), SALT_TOKEN, lengths)
+            greedy = torch.tensor([sp.greedy for sp in samplings], device=self.dev)
+            firsts = torch.where(greedy, firsts, sample_inverse_cdf(probs, u))
+        firsts = firsts.tolist()
+        # Rows that end at their first token leave now: the others close ranks from b0 on.
+        staying = [i for i, (r, f) in enumerate(zip(rows, firsts)) if not (f in r.stops or r.budget <= 1)]
+        moves = [(b0 + i, dst) for dst, i in enumerate(staying, start=b0) if b0 + i != dst]
+        if moves:
+            src, dst = (torch.tensor(x, dtype=torch.long, device=self.dev) for x in zip(*moves))
+            self.target.move_rows(src, dst)
+        if self.k and staying:
+            if self.medusa is not None:
+                for j, i in enumerate(staying, start=b0):
+                    self.mstate[j] = feats[i, sizes[i] - 1]  # the state that produced the first token
+            elif self.head is not None:
+                for j, i in enumerate(staying, start=b0):  # the head's prefill counts as prefill
+                    self._admit_head(j, prompts[i], feats[i:i + 1], firsts[i])
+            else:  # the draft's prefill counts as prefill
+                keep = torch.tensor(staying, dtype=torch.long, device=self.dev)
+                self.draft.forward(ids.index_select(0, keep), zero[:len(staying)], row0=b0, last_only=True)
         t = e.now()
-        row.prefill_s = t - start
-        self.stats.prefill_s += row.prefill_s
-        n, tail = len(prompt), prompt[-1]
-        row.emit([first], t)  # (row.ids is `prompt`: it grows here)
-        if row.done:
-            return self._generation(row)
-        self.ctx[b] = n + 1
-        self.last[b, 0], self.last[b, 1] = tail, first
-        self.live[b] = True
-        self.seed[b] = seed
-        self.greedy[b] = sampling.greedy
-        self.temperature[b] = sampling.temperature if not sampling.greedy else 1.0
-        self.top_k[b] = sampling.top_k
-        self.top_p[b] = sampling.top_p
-        self.rows.append(row)
-        self.draft_valid.append(n)
-        if self.head is not None:
-            self.head_pending.append(1)
-        return None
+        self.stats.prefill_s += t - start
+        finished = []
+        for r, first in zip(rows, firsts):
+            r.prefill_s = t - start
+            r.emit([first], t)  # (row.ids is its prompt: it grows here)
+            if r.done:
+                finished.append(self._generation(r))
+        for j, i in enumerate(staying, start=b0):
+            r, sp = rows[i], samplings[i]
+            self.ctx[j] = sizes[i] + 1
+            self.last[j, 0], self.last[j, 1] = tails[i], firsts[i]
+            self.live[j] = True
+            self.seed[j] = sp.seed or 0
+            self.greedy[j] = sp.greedy
+            self.temperature[j] = sp.temperature if not sp.greedy else 1.0
+            self.top_k[j] = sp.top_k
+            self.top_p[j] = sp.top_p
+            self.rows.append(r)
+            self.draft_valid.append(sizes[i])
+            if self.head is not None:
+                self.head_pending.append(1)
+        return finished
 
     # ---- the step -----------------------------------------------------------------------------
 

@@ -178,10 +178,11 @@ class StaticLM:
             buf[rows, :, dst] = buf[rows, :, src]
 
     def forward(self, tokens: torch.Tensor, start: torch.Tensor, *, row0: int = 0,
-                last_only: bool = False, tree: Tree | None = None,
-                features: tuple[int, ...] = ()) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                last_only: bool = False, tree: Tree | None = None, features: tuple[int, ...] = (),
+                last_at: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, W] (device) at positions start[b] + 0..W-1 (start: device long [B]) of
-        slots row0..row0+B-1; logits [B, W, V] (last_only: [B, V] at each row's last token).
+        slots row0..row0+B-1; logits [B, W, V] (last_only: [B, V] at each row's last token,
+        index W - 1, or last_at[b] when given: a padded prefill's last real tokens).
 
         `features` (layer indices; the number of layers: the final norm's input): also return
         the inputs of those layers concatenated, [B, W, len(features) * hidden], every token's
@@ -243,5 +244,7 @@ class StaticLM:
         if features:
             captured[len(self.layers)] = x
             feats = torch.cat([captured[i] for i in features], dim=-1)
-        x = _rms(x[:, -1] if last_only else x, self.decoder.norm)
+        if last_only:
+            x = x[:, -1] if last_at is None else x[torch.arange(B, device=dev), last_at]
+        x = _rms(x, self.decoder.norm)
         return (self.lm_head(x), feats) if features else self.lm_head(x)

@@ -20,6 +20,8 @@ from typing import Any
 
 from specbench.acceptance import SpecDecodingStats
 from specbench.config import SamplingParams, SpeculativeConfig
+from specbench.engine.rows import Admission
+from specbench.engine.scheduler import MAX_PREFILL_TOKENS
 
 
 @dataclass
@@ -109,38 +111,72 @@ class EngineWorker:
                 if running.cancelled.is_set():
                     self.batch.cancel(running)
             while waiting and len(self.batch) < self.max_num_seqs:
-                self._admit(waiting.popleft())
+                self._admit(self._turn(waiting))
             if len(self.batch):
                 self._step()
             with self._lock:
                 self.running = len(self.batch)
 
-    def _admit(self, job: Job) -> None:
-        if job.cancelled.is_set():  # its client went away while it waited: nothing decoded
-            with self._lock:
-                self.counters.cancelled += 1
-            self._release()
+    def _turn(self, waiting: deque[Job]) -> list[Job]:
+        """The waiting jobs that join now, in order: as many as free rows allow while their
+        padded prefill stays within MAX_PREFILL_TOKENS (one prompt longer runs alone). A job
+        whose client went away, or that the engine refuses (a prompt that leaves no room in
+        the context), is answered here and takes no row."""
+        group: list[Job] = []
+        longest = 0
+        while waiting and len(self.batch) + len(group) < self.max_num_seqs:
+            job = waiting[0]
+            width = max(longest, len(job.prompt_ids))
+            if group and width * (len(group) + 1) > MAX_PREFILL_TOKENS:
+                break
+            waiting.popleft()
+            if job.cancelled.is_set():  # its client went away while it waited: nothing decoded
+                with self._lock:
+                    self.counters.cancelled += 1
+                self._release()
+                continue
+            try:
+                self.engine.limits(job.prompt_ids, job.sampling)
+            except ValueError as exc:  # e.g. a prompt that leaves no room in the context
+                job.events.put(("error", 400, str(exc)))
+                self._release()
+                continue
+            longest = width
+            group.append(job)
+        return group
+
+    def _admit(self, jobs: list[Job]) -> None:
+        """Prefill `jobs` together (one pass, as vLLM's scheduler batches a step's prefills)."""
+        if not jobs:
             return
-        def on_tokens(ids: list[int], t: float, job: Job = job) -> None:
-            # Counted as emitted, as vLLM counts each step's tokens: /metrics shows a running or
-            # abandoned request's tokens at once, not when it ends.
-            with self._lock:
-                self.counters.generation_tokens += len(ids)
-            job.events.put(("tokens", list(ids)))
+
+        def on_tokens(job: Job):
+            def emitted(ids: list[int], t: float) -> None:
+                # Counted as emitted, as vLLM counts each step's tokens: /metrics shows a running or
+                # abandoned request's tokens at once, not when it ends.
+                with self._lock:
+                    self.counters.generation_tokens += len(ids)
+                job.events.put(("tokens", list(ids)))
+            return emitted
+
         try:
-            g = self.batch.admit(job.prompt_ids, job.sampling, on_tokens=on_tokens, tag=job)
-        except ValueError as exc:  # e.g. a prompt that leaves no room in the context
-            job.events.put(("error", 400, str(exc)))
-            self._release()
+            done = self.batch.admit_many([Admission(job.prompt_ids, job.sampling, on_tokens=on_tokens(job), tag=job)
+                                          for job in jobs])
+        except ValueError as exc:
+            for job in jobs:
+                job.events.put(("error", 400, str(exc)))
+                self._release()
             return
-        except Exception as exc:  # noqa: BLE001 - one bad request must not stop the server
-            job.events.put(_internal_error(exc))
-            self._release()
+        except Exception as exc:  # noqa: BLE001 - a failed prefill fails its jobs, not the server
+            event = _internal_error(exc)
+            for job in jobs:
+                job.events.put(event)
+                self._release()
             return
         with self._lock:
-            self.counters.prompt_tokens += len(job.prompt_ids)  # prefilled
-        if g is not None:
-            self._finished(job, g)
+            self.counters.prompt_tokens += sum(len(job.prompt_ids) for job in jobs)  # prefilled
+        for g in done:
+            self._finished(g.tag, g)
 
     def _step(self) -> None:
         rows = len(self.batch)

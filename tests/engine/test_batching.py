@@ -13,6 +13,7 @@ from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.engine.model import ModelRunner
 from specbench.engine import scheduler
+from specbench.engine.scheduler import MAX_PREFILL_TOKENS
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 1, 2, 3], [7, 7, 7, 7, 8, 9, 10, 7, 7], [11, 30, 42, 5], [3] * 20,
            list(range(40)), [5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1, 9, 8, 7], [20, 21, 22, 23] * 3]
@@ -129,20 +130,33 @@ def test_open_loop_arrivals_are_seeded_and_queue_time_is_recorded(engine):
     assert sorted(gaps_a) == gaps_a and gaps_a[-1] > 0
 
 
-def test_closed_loop_ttft_includes_the_wait_for_earlier_prefills():
-    """Several long prompts admitted in one turn are prefilled one after another: they all
-    arrive at the start, and each one's TTFT contains the prefills ahead of it."""
+@pytest.mark.parametrize("budget,per_pass", [(MAX_PREFILL_TOKENS, 6), (1200, 2), (500, 1)])
+def test_a_turns_admissions_share_prefill_passes_up_to_the_token_budget(budget, per_pass):
+    """Long prompts admitted in one turn are prefilled together, as many to a pass as the
+    token budget holds (a prompt longer than the budget alone): they all arrive at the start;
+    one pass's requests share its start, prefill time and first-token time, and each later
+    pass's requests wait for the passes ahead (queue time, part of their TTFT)."""
     target = tiny.make_model(vocab_size=64, seed=0, hidden=128, layers=4, max_position_embeddings=2048)
     engine = Engine(target)
     reqs = [([(7 * i + j) % 60 for j in range(600)], SamplingParams(max_new_tokens=4, ignore_eos=True))
             for i in range(6)]
-    results, _ = scheduler.run(engine, reqs, SPECS["none"], concurrency=6)
+    results, _ = scheduler.run(engine, reqs, SPECS["none"], concurrency=6, max_prefill_tokens=budget)
     assert len({r.arrival_time for r in results}) == 1  # the first wave arrives at the start
-    ttft = [r.token_times[0] - r.arrival_time for r in results]
-    for i in range(1, 6):
-        queued = results[i].start_time - results[i].arrival_time
-        assert queued >= sum(r.prefill_time_s for r in results[:i]) * 0.99
-        assert ttft[i] >= ttft[i - 1] + results[i].prefill_time_s * 0.99
+    passes = [results[i:i + per_pass] for i in range(0, 6, per_pass)]
+    for one in passes:
+        for key in (lambda r: r.start_time, lambda r: r.prefill_time_s, lambda r: r.token_times[0]):
+            assert len({key(r) for r in one}) == 1
+    for n in range(1, len(passes)):
+        before, after = passes[n - 1][0], passes[n][0]
+        assert after.start_time - after.arrival_time >= sum(p[0].prefill_time_s for p in passes[:n]) * 0.99
+        assert after.token_times[0] - before.token_times[0] >= after.prefill_time_s * 0.99
+
+
+def test_a_later_wave_arrives_when_its_slot_frees():
+    target = tiny.make_model(vocab_size=64, seed=0, hidden=128, layers=4, max_position_embeddings=2048)
+    engine = Engine(target)
+    reqs = [([(7 * i + j) % 60 for j in range(600)], SamplingParams(max_new_tokens=4, ignore_eos=True))
+            for i in range(6)]
     # A later wave arrives when the slot it takes frees: the last token of the request it replaces.
     results, _ = scheduler.run(engine, reqs, SPECS["none"], concurrency=2)
     frees = sorted(r.token_times[-1] for r in results)

@@ -6,6 +6,9 @@ with the engine's batch: row b of the drafter is row b of the engine. The engine
 
 - `add_row(row, prompt_ids, features)` after the target prefilled a new request into row
   `row` (features: the target's captured hidden states over the prompt, or None);
+  `add_rows(first, prompts, features)` after one prefill pass of several, into rows
+  first, first + 1, ... (features [n, longest prompt, F], each row's past its prompt
+  padding): one add_row each unless the drafter batches them (the draft model's one pass);
 - `reserve(rows, capacity)` when a run knows every request up front: room for that many rows
   of that many positions in whatever cache the drafter keeps (a no-op for most);
 - `propose(rows, ks)` once per step: a draft of depth at most ks[b] for row b (0 = none),
@@ -87,6 +90,8 @@ class Drafter(Protocol):
 
     def add_row(self, row: int, prompt_ids: Sequence[int], features: torch.Tensor | None) -> None: ...
 
+    def add_rows(self, first: int, prompts: Sequence[Sequence[int]], features: torch.Tensor | None) -> None: ...
+
     def propose(self, rows: Sequence[Any], ks: Sequence[int]) -> Proposal: ...
 
     def accept_paths(self, paths: Sequence[Sequence[int]]) -> None: ...
@@ -96,7 +101,16 @@ class Drafter(Protocol):
     def retain(self, keep: Sequence[int]) -> None: ...
 
 
-class Cacheless:
+class RowByRow:
+    """`add_rows` as one `add_row` per row, each given its own prompt's features."""
+
+    def add_rows(self, first: int, prompts: Sequence[Sequence[int]], features: torch.Tensor | None) -> None:
+        for i, prompt in enumerate(prompts):
+            self.add_row(first + i, prompt,  # type: ignore[attr-defined]
+                         features[i:i + 1, :len(prompt)] if features is not None else None)
+
+
+class Cacheless(RowByRow):
     """Base for drafters without a KV cache (Medusa's heads, suffix trees, n-gram lookup):
     nothing to reserve, nothing to report, and a state that does not depend on which branch
     of a tree won (commit says how much survived)."""
@@ -111,7 +125,7 @@ class Cacheless:
         pass
 
 
-class OwnCache:
+class OwnCache(RowByRow):
     """Base for drafters that keep their own KV cache: a runner `lm` (with `weight_bytes` and
     a slot `cache`) holding `lengths[b]` positions of row b (the draft model, EAGLE-3)."""
 

@@ -33,6 +33,7 @@ from specbench.engine.drafters.tree_search import gather_moves, grow
 from specbench.engine.tree import TreeShape
 from specbench.engine.kv import TreeAttention
 from specbench.engine.model import ModelRunner
+from specbench.engine.rows import padded
 
 
 class DraftModelDrafter(OwnCache):
@@ -53,6 +54,13 @@ class DraftModelDrafter(OwnCache):
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
         self.lm.forward(ids, slice(row, row + 1), torch.zeros(1, dtype=torch.long), positions=None, prefill=True)
         self.lengths.append(len(prompt_ids))
+
+    def add_rows(self, first: int, prompts: Sequence[Sequence[int]], features: torch.Tensor | None) -> None:
+        """The draft's prefill of rows first.. in one pass, as the target's was."""
+        assert first == len(self.lengths), "rows join at the end of the batch"
+        self.lm.forward(padded(prompts), slice(first, first + len(prompts)), torch.zeros(len(prompts), dtype=torch.long),
+                        positions=None, prefill=True)
+        self.lengths += [len(p) for p in prompts]
 
     def propose(self, rows: Sequence[Any], ks: Sequence[int]) -> Proposal:
         B, K = len(rows), max(ks, default=0)
