@@ -130,7 +130,8 @@ SCHEMA = pa.schema(
         _f("accepted_per_step", pa.list_(_I32), "Accepted draft tokens at each verification step.", unit="tokens"),
         _f("rejection_positions", pa.list_(_I32),
            "First rejected draft index at each verification step (-1 = all accepted)."),
-        _f("prefill_time_s", _F64, "Time spent in prefill in s.", unit="s"),
+        _f("prefill_time_s", _F64, "Time of the prefill pass in s (embedded: one pass holds the requests "
+           "admitted together, and each of them records its whole time).", unit="s"),
         _f("draft_time_s", _F64, "Time spent drafting in s, summed over steps.", unit="s"),
         _f("verify_time_s", _F64, "Time spent in target verification in s, summed over steps.", unit="s"),
         # --- per target step after the prefill (drafting or not), one entry each -------------

@@ -40,9 +40,13 @@ def models():
 
 
 def ragged_requests(n: int = 9, seed: int = 0, **sampling) -> list:
+    """Prompts of 2-20 tokens and budgets of 1-30; the second request's budget is 1, so a
+    first wave of several has a row that ends at its first token amid the others (the rows
+    after it close ranks before the draft's prefill)."""
     rnd = random.Random(seed)
     return [([rnd.randrange(300) for _ in range(rnd.randint(2, 20))],
-             SamplingParams(max_new_tokens=rnd.randint(1, 30), seed=i, **sampling)) for i in range(n)]
+             SamplingParams(max_new_tokens=1 if i == 1 else rnd.randint(1, 30), seed=i, **sampling))
+            for i in range(n)]
 
 
 def chain(k: int, **kw) -> SpeculativeConfig:
@@ -98,9 +102,11 @@ def e3_models():
 
 
 def e3_requests(n: int = 9, seed: int = 0) -> list:
+    """As `ragged_requests`: the second request ends at its first token."""
     rnd = random.Random(seed)
     return [([rnd.randrange(16) for _ in range(rnd.randint(2, 20))],
-             SamplingParams(max_new_tokens=rnd.randint(1, 30), seed=i, ignore_eos=True)) for i in range(n)]
+             SamplingParams(max_new_tokens=1 if i == 1 else rnd.randint(1, 30), seed=i, ignore_eos=True))
+            for i in range(n)]
 
 
 E3_SPECS = [SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head"),
