@@ -33,6 +33,9 @@ DEFAULT_EAGLE3_HEAD = "qwen2.5-coder-1.5b-instruct-eagle3"  # the catalog's EAGL
 DEFAULT_NUM_SPECULATIVE_TOKENS = 4  # k when no -k is given
 DEFAULT_MAX_NEW_TOKENS = 64  # new tokens per request unless --max-new-tokens says otherwise
 DEFAULT_NAMED_PROMPTS = 6  # a named prompt set is sampled down to this many unless told otherwise
+# The padded prompt tokens one prefill pass holds at most, vLLM's default token budget of a
+# scheduler step (max_num_batched_tokens): the admissions of one turn share a pass up to it.
+MAX_PREFILL_TOKENS = 8192
 
 METHODS = ("none", "draft_model", "ngram", "eagle3", "medusa", "suffix")
 DRAFTED_METHODS = ("draft_model", "eagle3", "medusa")  # the methods that take a --draft (model or heads)

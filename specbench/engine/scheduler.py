@@ -27,17 +27,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from specbench.arrivals import poisson_arrivals
-from specbench.config import SamplingParams, SpeculativeConfig
+from specbench.config import MAX_PREFILL_TOKENS, SamplingParams, SpeculativeConfig
 from specbench.engine.rows import Admission
 
 if TYPE_CHECKING:
     from specbench.engine.drafters.base import Drafter
     from specbench.engine.engine import BatchStats, Engine, Generation
-
-
-#: The padded prompt tokens one prefill pass holds at most, vLLM's default token budget of a
-#: scheduler step (max_num_batched_tokens): the admissions of one turn share a pass up to it.
-MAX_PREFILL_TOKENS = 8192
 
 
 class _Handover:

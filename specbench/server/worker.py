@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specbench.acceptance import SpecDecodingStats
-from specbench.config import SamplingParams, SpeculativeConfig
-from specbench.engine.rows import Admission
-from specbench.engine.scheduler import MAX_PREFILL_TOKENS
+from specbench.config import MAX_PREFILL_TOKENS, SamplingParams, SpeculativeConfig
 
 
 @dataclass
@@ -149,6 +147,7 @@ class EngineWorker:
         """Prefill `jobs` together (one pass, as vLLM's scheduler batches a step's prefills)."""
         if not jobs:
             return
+        from specbench.engine.rows import Admission  # lazy on purpose: torch stays off `specbench --help`'s path
 
         def on_tokens(job: Job):
             def emitted(ids: list[int], t: float) -> None:

@@ -13,7 +13,7 @@ from specbench.config import SamplingParams, SpeculativeConfig
 from specbench.engine import Engine
 from specbench.engine.model import ModelRunner
 from specbench.engine import scheduler
-from specbench.engine.scheduler import MAX_PREFILL_TOKENS
+from specbench.config import MAX_PREFILL_TOKENS
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 1, 2, 3], [7, 7, 7, 7, 8, 9, 10, 7, 7], [11, 30, 42, 5], [3] * 20,
            list(range(40)), [5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1, 9, 8, 7], [20, 21, 22, 23] * 3]
