@@ -110,6 +110,7 @@ class RunPlan:
     server: ServerOptions | None = None  # --backend openai only
     chat_template: bool = True
     truncate: bool = False
+    tool_call_parser: str = "json"  # --tool-call-parser: the form tool calls take (specbench.structured)
     out: Path | None = None  # None: runs/<run id>
     overwrite: bool = False
 
@@ -205,6 +206,7 @@ def _run_config(plan: RunPlan, s: _Settled, wl: Any) -> RunConfig:
                                  ("trace", {"file": str(plan.trace), "speedup": plan.trace_speedup}
                                   if plan.trace is not None else None),
                                  ("turns", plan.turns if plan.turns > 1 else None),
+                                 ("tool_call_parser", plan.tool_call_parser if plan.tool_call_parser != "json" else None),
                                  ("client_processes", plan.client_processes or None))
                if v is not None})
 
@@ -237,7 +239,7 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
         if entries is None:
             return session.tokenize(wl, tokenizer, plan.sampling, max_context=max_context, overrides=plan.overrides,
                                     chat_template=plan.chat_template, truncate=plan.truncate, log=log,
-                                    turns=plan.turns)[0], None, follow_up
+                                    turns=plan.turns, tool_call_parser=plan.tool_call_parser)[0], None, follow_up
         # the workload is the text the trace's prompts are cut from
         return (*trace_requests(entries, tokenizer, plan.sampling, wl, speedup=plan.trace_speedup, seed=plan.seed,
                                 max_context=max_context, source=str(plan.trace)), None)
@@ -258,6 +260,7 @@ def _assemble(plan: RunPlan, s: _Settled, wl: Any, remote: Any, metadata: RunMet
     sess = session.open_session(target=s.target, engine_cfg=plan.engine, workload=wl, base=plan.sampling,
                                 overrides=plan.overrides, chat_template=plan.chat_template,
                                 truncate=plan.truncate, log=log, requests=entries is None, turns=plan.turns,
+                                tool_call_parser=plan.tool_call_parser,
                                 preload=[(sp.method, sp.draft)] if drafted else [])
     draft = sp.draft if drafted else None
     if draft is not None and sp.method == "eagle3":

@@ -76,13 +76,14 @@ def load_prompts(workload: str, *, prompt_field: str | None = None, num_prompts:
 
 def tokenize(workload: Any, tokenizer: Any, base: SamplingParams, *, max_context: int | None,
              overrides: Mapping[str, Any] | None = None, chat_template: bool = True, truncate: bool = False,
-             log: Log | None = None, turns: int = 1) -> tuple[list[Request], int]:
+             log: Log | None = None, turns: int = 1, tool_call_parser: str = "json") -> tuple[list[Request], int]:
     """(requests, skipped): the prompts of `workload` as requests for `tokenizer`; prompts
     longer than `max_context` are left out (and said so) unless `truncate`. A workload of
     which nothing fits is a WorkloadError naming the flags that help. `turns` > 1: each opens
     a conversation of up to that many turns (--turns)."""
     requests, skipped = build_requests(workload, tokenizer, base, use_chat_template=chat_template,
-                                       max_context=max_context, truncate=truncate, overrides=overrides, turns=turns)
+                                       max_context=max_context, truncate=truncate, overrides=overrides, turns=turns,
+                                       tool_call_parser=tool_call_parser)
     if skipped and log:
         log(f"[yellow]skipped {skipped} prompt(s) longer than the context of {max_context} tokens "
             f"(use --truncate to keep them){_categories_lost(workload, requests)}[/]")
@@ -260,6 +261,7 @@ def open_session(
     preload: Sequence[tuple[str, str]] = (),
     requests: bool = True,
     turns: int = 1,
+    tool_call_parser: str = "json",
 ) -> Session:
     """Load the workload and the target, tokenize the requests. Drafts load on first use,
     except the (method, draft) pairs in `preload`, loaded with the target.
@@ -284,5 +286,6 @@ def open_session(
     if requests:  # (a replayed trace builds its own requests from the workload's text)
         session.requests, session.skipped = tokenize(wl, tgt.tokenizer, base, max_context=tgt.max_context,
                                                      overrides=overrides, chat_template=chat_template,
-                                                     truncate=truncate, log=log, turns=turns)
+                                                     truncate=truncate, log=log, turns=turns,
+                                                     tool_call_parser=tool_call_parser)
     return session

@@ -11,13 +11,19 @@ them as given, in their server's dialect.
 
 `constraint_of` turns them into the one `OutputConstraint` the output must satisfy: what the
 embedded engine decodes under (specbench.backends.grammar) and what `check_output` verifies.
-Tool calls are constrained as vLLM constrains them without a tool parser's structural tags: a
-named `tool_choice` makes the output the function's arguments (its `parameters` schema),
-`"required"` a JSON array of `{"name", "parameters"}` calls; `"auto"` and `"none"` leave the
-output free (the server's tool parser decides, which an embedded model has not got). vLLM 0.32
-started with `--enable-auto-tool-choice --tool-call-parser hermes` constrains both to the
-model's native form instead (`<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`),
-so its outputs and the embedded engine's are different text (measured in issue 42's notes).
+Tool calls are constrained as the server's tool parser has vLLM constrain them
+(`TOOL_CALL_PARSERS`, the run's `--tool-call-parser`):
+- `json` (a parser without a structural tag, as vLLM 0.32 runs llama3_json or mistral, and as
+  every vLLM did before structural tags): a named `tool_choice` makes the output the function's
+  arguments (its `parameters` schema), `"required"` a JSON array of `{"name", "parameters"}`.
+- `hermes` (vLLM 0.32's structural tag for `--tool-call-parser hermes`, what Qwen2.5 and Hermes
+  models are served with): the model's native form, one call (a named choice) or one or more
+  (`"required"`) of `<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>` (or the
+  same without the two newlines). As vLLM does at its default `--tool-strict-level`, ARGS is
+  any JSON unless the tool says `"strict": true` (then its `parameters` schema), with free
+  whitespace; the check still holds the arguments to the tool's schema.
+`"auto"` and `"none"` leave the output free under both (the server's tool parser decides,
+which an embedded model has not got).
 
 Boundary: plain values and JSON; no tokenizer, no engine.
 """
@@ -34,6 +40,7 @@ import jsonschema
 from specbench.errors import WorkloadError
 
 FIELDS = ("response_format", "tools", "tool_choice", "structured_outputs")
+TOOL_CALL_PARSERS = ("json", "hermes")
 STRUCTURED_KEYS = ("json", "regex", "grammar", "choice")
 # the scenario of a sample: records, console, report and compare group by it
 SCENARIOS = ("free", "json", "tools", "regex", "grammar", "choice")
@@ -41,9 +48,10 @@ SCENARIOS = ("free", "json", "tools", "regex", "grammar", "choice")
 
 @dataclass(frozen=True)
 class OutputConstraint:
-    """What an output must be: `kind` json_object | json_schema | tool_calls | regex | grammar |
-    choice, and its `source` (the schema as JSON text, each tool's parameters schema by name,
-    the regex, the Lark grammar, the choices as a JSON list). `scenario` groups samples: json, tools, regex, grammar or choice."""
+    """What an output must be: `kind` json_object | json_schema | tool_calls | hermes | regex |
+    grammar | choice, and its `source` (the schema as JSON text, each tool's parameters schema
+    by name, for hermes `{"forced": bool, "tools": {name: {"parameters", "strict"}}}`, the
+    regex, the Lark grammar, the choices as a JSON list). `scenario` groups samples: json, tools, regex, grammar or choice."""
 
     kind: str
     source: str
@@ -171,19 +179,27 @@ def parse_structured(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _tool_constraint(structured: Mapping[str, Any]) -> OutputConstraint | None:
+def _tool_constraint(structured: Mapping[str, Any], parser: str = "json") -> OutputConstraint | None:
     tools, choice = structured.get("tools"), structured.get("tool_choice", "auto")
     if not tools or choice in ("none", "auto"):
         return None
     fns = [t["function"] for t in tools]
     params = {f["name"]: f.get("parameters", {"type": "object"}) for f in fns}
-    if isinstance(choice, Mapping):  # a named function: the output is its arguments
-        return OutputConstraint("json_schema", json.dumps(params[choice["function"]["name"]]), "tools")
+    named = choice["function"]["name"] if isinstance(choice, Mapping) else None
+    if parser == "hermes":
+        calls = {f["name"]: {"parameters": params[f["name"]], "strict": f.get("strict") is True}
+                 for f in fns if named is None or f["name"] == named}
+        return OutputConstraint("hermes", json.dumps({"forced": named is not None, "tools": calls}), "tools")
+    if named is not None:  # a named function: the output is its arguments
+        return OutputConstraint("json_schema", json.dumps(params[named]), "tools")
     return OutputConstraint("tool_calls", json.dumps(params), "tools")
 
 
-def constraint_of(structured: Mapping[str, Any] | None) -> OutputConstraint | None:
-    """The constraint an output of these (checked) fields must satisfy, or None (free)."""
+def constraint_of(structured: Mapping[str, Any] | None, tool_call_parser: str = "json") -> OutputConstraint | None:
+    """The constraint an output of these (checked) fields must satisfy, or None (free); tool
+    calls in the form of `tool_call_parser` (`TOOL_CALL_PARSERS`)."""
+    if tool_call_parser not in TOOL_CALL_PARSERS:
+        raise ValueError(f"tool_call_parser must be one of {', '.join(TOOL_CALL_PARSERS)}, got {tool_call_parser!r}")
     if not structured:
         return None
     fmt = structured.get("response_format")
@@ -199,7 +215,7 @@ def constraint_of(structured: Mapping[str, Any] | None) -> OutputConstraint | No
         if key == "choice":
             return OutputConstraint("choice", json.dumps(so["choice"]), "choice")
         return OutputConstraint(key, so[key], key)
-    return _tool_constraint(structured)
+    return _tool_constraint(structured, tool_call_parser)
 
 
 def scenario_of(structured: Mapping[str, Any] | None) -> str:
@@ -223,8 +239,18 @@ def check_output(constraint: OutputConstraint, text: str) -> str | None:
         if constraint.kind == "json_object":
             return None if isinstance(value, dict) else f"a JSON {type(value).__name__}, not an object"
         if constraint.kind == "tool_calls":
-            return _check_calls(json.loads(constraint.source), value)
+            if not isinstance(value, list) or not value:
+                return "not a non-empty JSON array of tool calls"
+            return _check_calls(json.loads(constraint.source), value, "parameters")
         return _schema_check(constraint.schema, value)
+    if constraint.kind == "hermes":
+        spec = json.loads(constraint.source)
+        calls = hermes_calls(text)
+        if isinstance(calls, str):
+            return calls
+        if spec["forced"] and len(calls) != 1:
+            return f"{len(calls)} tool calls where the named tool_choice asks for one"
+        return _check_calls({n: t["parameters"] for n, t in spec["tools"].items()}, calls, "arguments")
     if constraint.kind == "regex":
         return None if re.fullmatch(constraint.source, text) else f"does not match /{constraint.source}/"[:300]
     if constraint.kind == "choice":
@@ -241,17 +267,35 @@ def _schema_check(schema: Any, value: Any, prefix: str = "") -> str | None:
     return f"{'at ' + at.rstrip('/') + ': ' if at else ''}{error.message}"[:300]
 
 
-def _check_calls(tools: dict[str, Any], value: Any) -> str | None:
-    """A tool_choice "required" output: a non-empty array of calls of the tools given, each
-    with arguments its tool's parameters accept."""
-    if not isinstance(value, list) or not value:
-        return "not a non-empty JSON array of tool calls"
-    for i, call in enumerate(value):
-        if not isinstance(call, dict) or set(call) != {"name", "parameters"}:
-            return f"at {i}: a tool call is an object with exactly 'name' and 'parameters'"
-        if call["name"] not in tools:
+_HERMES_CALL = re.compile(r"<tool_call>(\n?)(.*?)\1</tool_call>", re.DOTALL)
+
+
+def hermes_calls(text: str) -> list[Any] | str:
+    """The calls of a hermes-form output (one or more `<tool_call>` blocks and nothing else,
+    each holding one JSON object), or the first error, in one line."""
+    calls, at = [], 0
+    for m in _HERMES_CALL.finditer(text):
+        if m.start() != at:
+            break
+        try:
+            calls.append(json.loads(m.group(2)))
+        except json.JSONDecodeError as exc:
+            return f"at {len(calls)}: not JSON: {exc.msg} at character {exc.pos}"
+        at = m.end()
+    if not calls or at != len(text):
+        return f"not a sequence of <tool_call> blocks (from character {at})"
+    return calls
+
+
+def _check_calls(tools: dict[str, Any], calls: list[Any], field: str) -> str | None:
+    """Calls of the tools given, each an object of exactly `name` and `field` (parameters in
+    the JSON array form, arguments in hermes'), with arguments its tool's parameters accept."""
+    for i, call in enumerate(calls):
+        if not isinstance(call, dict) or set(call) != {"name", field}:
+            return f"at {i}: a tool call is an object with exactly 'name' and {field!r}"
+        if not isinstance(call["name"], str) or call["name"] not in tools:
             return f"at {i}/name: {call['name']!r} is not a tool ({', '.join(tools)})"[:300]
-        error = _schema_check(tools[call["name"]], call["parameters"], f"{i}/parameters/")
+        error = _schema_check(tools[call["name"]], call[field], f"{i}/{field}/")
         if error is not None:
             return error
     return None

@@ -178,3 +178,96 @@ def test_the_matcher_rolls_back_exactly(pair):
     m.rollback(len(ids))
     assert torch.equal(m.allowed(259), first)
     assert first.sum() == 1 and first[tok.encode("{", add_special_tokens=False)[0]]
+
+
+# ---- tool calls in the hermes form (--tool-call-parser hermes) ---------------------------------
+
+def test_the_hermes_form_of_tool_calls():
+    """vLLM 0.32's structural tag for the hermes parser: one call for a named choice (only that
+    tool), one or more for "required"; the check parses the blocks and holds the arguments to
+    the tool's schema."""
+    required = constraint_of({"tools": [WEATHER, CLOCK], "tool_choice": "required"}, "hermes")
+    named = constraint_of({"tools": [WEATHER, CLOCK], "tool_choice": {"type": "function",
+                                                                      "function": {"name": "get_time"}}}, "hermes")
+    assert (required.kind, required.scenario) == ("hermes", "tools")
+    assert json.loads(required.source) == {"forced": False, "tools": {
+        "get_weather": {"parameters": WEATHER["function"]["parameters"], "strict": False},
+        "get_time": {"parameters": CLOCK["function"]["parameters"], "strict": False}}}
+    assert json.loads(named.source)["forced"] and list(json.loads(named.source)["tools"]) == ["get_time"]
+    call = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>'
+    compact = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    assert check_output(required, call) is None and check_output(required, call + compact) is None
+    assert check_output(named, call) is None
+    assert check_output(named, call + call) == "2 tool calls where the named tool_choice asks for one"
+    assert check_output(named, compact) == "at 0/name: 'get_weather' is not a tool (get_time)"
+    assert check_output(required, call.replace("UTC", "PST")) == "at 0/arguments/zone: 'PST' is not one of ['UTC', 'CET']"
+    assert check_output(required, call + " done") == f"not a sequence of <tool_call> blocks (from character {len(call)})"
+    assert check_output(required, '{"name": "get_time", "arguments": {}}').startswith("not a sequence of <tool_call>")
+    assert check_output(required, "<tool_call>\n{oops}\n</tool_call>").startswith("at 0: not JSON: ")
+    assert check_output(required, '<tool_call>{"name": "get_time"}</tool_call>') == \
+        "at 0: a tool call is an object with exactly 'name' and 'arguments'"
+    strict = dict(CLOCK, function=dict(CLOCK["function"], strict=True))
+    assert json.loads(constraint_of({"tools": [strict], "tool_choice": "required"}, "hermes").source)[
+        "tools"]["get_time"]["strict"] is True
+    assert constraint_of({"tools": [WEATHER]}, "hermes") is None  # auto: free, as under json
+    with pytest.raises(ValueError, match="tool_call_parser must be one of json, hermes, got 'xml'"):
+        constraint_of({"tools": [WEATHER], "tool_choice": "required"}, "xml")
+
+
+@pytest.fixture(scope="module")
+def tagged():
+    """The byte-level tokenizer plus `<tool_call>` and `</tool_call>` as added tokens that are
+    not special (as Qwen2.5 has them), and a model over that vocabulary."""
+    tok = tiny.make_tokenizer()
+    tok.add_tokens(["<tool_call>", "</tool_call>"])
+    target = tiny.make_model(vocab_size=len(tok), seed=3, eos_token_id=tok.eos_token_id)
+    return tok, target, tiny.perturbed_copy(target, 0.05, seed=4)
+
+
+def test_the_hermes_grammar_spells_its_tags_out_and_takes_both_forms(tagged):
+    """Both forms of a call are accepted up to the end (then the stop id), a mix of them is
+    not; the tags are spelled with the vocabulary's own tokens, never the added `<tool_call>`
+    token (as vLLM's xgrammar has them); strict arguments follow the schema, others any JSON."""
+    tok = tagged[0]
+    special = tok.convert_tokens_to_ids("<tool_call>")
+    compiler = Compiler(tok, len(tok))
+    tool_choice = {"type": "function", "function": {"name": "get_time"}}
+    loose = constraint_of({"tools": [WEATHER, CLOCK], "tool_choice": tool_choice}, "hermes")
+    strict = constraint_of({"tools": [WEATHER, dict(CLOCK, function=dict(CLOCK["function"], strict=True))],
+                            "tool_choice": tool_choice}, "hermes")
+
+    def spell(text):  # byte by byte, as the grammar spells it (the tokenizer would use the added token)
+        pieces = tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)
+        return [tok.convert_tokens_to_ids(ch) for piece, _ in pieces for ch in piece]
+
+    for c, args, ok in [(loose, '{"zone": "PST"}', True), (loose, '[1, 2]', True), (strict, '{"zone": "PST"}', False),
+                        (strict, '{"zone" :  "CET"}', True)]:
+        for text in ('<tool_call>\n{"name": "get_time", "arguments": ' + args + '}\n</tool_call>',
+                     '<tool_call>{"name": "get_time", "arguments": ' + args + '}</tool_call>'):
+            m = compiler.matcher(c, "p")
+            assert not m.allowed(len(tok))[special]
+            ids = spell(text)
+            n = m.advance(ids)
+            assert (n == len(ids) and bool(m.allowed(len(tok))[tok.eos_token_id])) == ok, (text, n, len(ids))
+    mixed = spell('<tool_call>\n{"name": "get_time", "arguments": {}}</tool_call>')
+    assert compiler.matcher(loose, "p").advance(mixed) < len(mixed)
+    twice = spell('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>' * 2)
+    assert compiler.matcher(loose, "p").advance(twice) == len(twice) // 2  # a named choice: one call
+
+
+def test_hermes_tool_calls_decode_valid_and_greedy_speculation_is_the_baseline(tagged):
+    tok, target, draft = tagged
+    engine = Engine(target, draft, eos_token_ids=[tok.eos_token_id])
+    compiler = Compiler(tok, len(tok))
+    c = constraint_of({"tools": [WEATHER, dict(CLOCK, function=dict(CLOCK["function"], strict=True))],
+                       "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "hermes")
+    outs = {}
+    for name, spec in (("baseline", SPECS["baseline"]), ("draft_model", SPECS["draft_model"])):
+        reqs = [(tok.encode(f"call {i}", add_special_tokens=False), SamplingParams(max_new_tokens=120, seed=i),
+                 compiler.matcher(c, f"p{i}")) for i in range(3)]
+        outs[name] = scheduler.run(engine, reqs, spec, concurrency=3)[0]
+    for g in outs["baseline"] + outs["draft_model"]:
+        text = tok.decode(g.output_ids, skip_special_tokens=True)
+        assert text.startswith('<tool_call>') and tok.convert_tokens_to_ids("<tool_call>") not in g.output_ids
+        assert g.finish_reason == "length" or check_output(c, text) is None, text
+    assert [g.output_ids for g in outs["draft_model"]] == [g.output_ids for g in outs["baseline"]]

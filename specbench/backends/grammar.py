@@ -13,14 +13,15 @@ vLLM's `disable_any_whitespace`): free whitespace lets a weak model pad forever.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable
 from typing import Any
 
 import llguidance
-import llguidance.hf
 import llguidance.torch
 import torch
+import transformers
 
 from specbench.errors import WorkloadError
 from specbench.structured import OutputConstraint
@@ -34,6 +35,8 @@ def grammar_text(constraint: OutputConstraint) -> str:
         return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_OPTIONS)
     if constraint.kind in ("json_schema", "tool_calls"):
         return llguidance.LLMatcher.grammar_from_json_schema(constraint.schema, overrides=JSON_OPTIONS)
+    if constraint.kind == "hermes":
+        return hermes_grammar(json.loads(constraint.source))
     if constraint.kind == "regex":
         return llguidance.LLMatcher.grammar_from_regex(constraint.source)
     if constraint.kind == "choice":
@@ -42,6 +45,26 @@ def grammar_text(constraint: OutputConstraint) -> str:
     if constraint.kind == "grammar":
         return llguidance.LLMatcher.grammar_from_lark(constraint.source)
     raise ValueError(f"unknown constraint kind {constraint.kind!r}")
+
+
+def hermes_grammar(spec: dict[str, Any]) -> str:
+    """vLLM 0.32's structural tag of `--tool-call-parser hermes` as a Lark grammar: one call
+    (`forced`) or one or more, each `<tool_call>` + `{"name": "NAME", "arguments": ` + ARGS +
+    `}` + `</tool_call>`, with a newline after the opening tag and before the closing one or
+    neither. ARGS is any JSON unless the tool is strict (its parameters schema), whitespace
+    free, as xgrammar has it there. The tags are text (as xgrammar matches them), never the
+    tokenizer's special `<tool_call>` token."""
+    rules = []
+    for i, (name, tool) in enumerate(spec["tools"].items()):
+        schema = dict(tool["parameters"]) if tool["strict"] else {}
+        schema["x-guidance"] = {"whitespace_flexible": True}
+        head = '{"name": ' + json.dumps(name) + ', "arguments": '
+        rules.append(f"call_{i}: {json.dumps('<tool_call>' + chr(10) + head)} args_{i} {json.dumps('}' + chr(10) + '</tool_call>')}"
+                     f" | {json.dumps('<tool_call>' + head)} args_{i} {json.dumps('}</tool_call>')}")
+        rules.append(f"args_{i}: %json {json.dumps(schema)}")
+    calls = " | ".join(f"call_{i}" for i in range(len(spec["tools"])))
+    return llguidance.LLMatcher.grammar_from_lark(
+        f"start: {'call' if spec['forced'] else 'call+'}\ncall: {calls}\n" + "\n".join(rules) + "\n")
 
 
 class Matcher:
@@ -92,6 +115,22 @@ class Matcher:
             raise RuntimeError(f"output constraint: could not roll back {n} tokens: {self.m.get_error()}")
 
 
+def text_tokenizer(tokenizer: Any, n_vocab: int) -> llguidance.LLTokenizer:
+    """llguidance's view of a fast tokenizer in which grammar text is spelled with the
+    vocabulary's own tokens, never with an added token that is not special (Qwen2.5's
+    `<tool_call>` and `</tool_call>`): llguidance would force such a token wherever the grammar
+    has its text, where xgrammar (vLLM's default backend) spells the text out; vLLM 0.32 under
+    the hermes structural tag emits `<tool_call>` as `<`, `tool`, `_call`, `>`."""
+    if not isinstance(tokenizer, transformers.PreTrainedTokenizerFast):
+        raise ValueError("only fast tokenizers are supported")
+    backend = copy.copy(tokenizer.backend_tokenizer)
+    backend.no_padding()
+    backend.no_truncation()
+    spec = json.loads(backend.to_str())
+    spec["added_tokens"] = [t for t in spec.get("added_tokens", []) if t.get("special")]
+    return llguidance.LLTokenizer(json.dumps(spec), n_vocab=n_vocab, eos_token=tokenizer.eos_token_id)
+
+
 class Compiler:
     """Compiles constraints for one tokenizer (its llguidance view is built once) and a model
     vocabulary of `vocab_size` ids (it may pad the tokenizer's)."""
@@ -101,7 +140,7 @@ class Compiler:
         # ids the grammar never allows (and a draft that proposes one is refused, not an error)
         self.n_vocab = max(vocab_size, len(tokenizer))
         try:
-            self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.n_vocab)
+            self.tokenizer = text_tokenizer(tokenizer, self.n_vocab)
         except ValueError as exc:
             raise WorkloadError(f"structured output needs a fast (Rust) tokenizer: {exc}") from None
         self.vocab_size = vocab_size

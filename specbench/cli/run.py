@@ -31,6 +31,7 @@ from specbench.errors import ConfigError
 from specbench.flags import HELP
 from specbench.progress import PlanProgress
 from specbench.session import sampling_base
+from specbench.structured import TOOL_CALL_PARSERS
 from specbench.config import split_list
 from specbench import limits
 from specbench import analysis
@@ -98,6 +99,7 @@ class RunFlags:
     baseline: bool
     chat_template: bool
     truncate: bool
+    tool_call_parser: str
     trust_remote_code: bool
 
 
@@ -150,6 +152,7 @@ def run(
     baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Pair each configuration with the non-speculative baseline.")] = True,
     chat_template: Annotated[bool, typer.Option("--chat-template/--no-chat-template", help="Apply the target tokenizer's chat template.")] = True,
     truncate: Annotated[bool, typer.Option(help="Left-truncate prompts longer than the context instead of skipping them.")] = False,
+    tool_call_parser: Annotated[str, typer.Option(help="The form a named or required tool_choice constrains tool calls to, as vLLM's --tool-call-parser does: json (the arguments, or an array of {name, parameters}) or hermes (<tool_call> blocks, vLLM 0.32's structural tag; Qwen2.5, Hermes). Give the server's own parser with --backend openai: outputs are checked in its form.")] = "json",
     trust_remote_code: Annotated[bool, typer.Option(help=HELP["trust_remote_code"])] = False,
 ) -> None:
     """Run a prompt set through the engine, paired with the baseline; write per-sample Parquet."""
@@ -178,6 +181,8 @@ def build_plan(f: RunFlags, given: set[str]) -> Any:
         raise ConfigError(f"--repeats must be >= 1, got {f.repeats}")
     if f.num_prompts is not None and f.num_prompts < 1:
         raise ConfigError(f"--num-prompts must be >= 1, got {f.num_prompts}")
+    if f.tool_call_parser not in TOOL_CALL_PARSERS:
+        raise ConfigError(f"--tool-call-parser must be one of {', '.join(TOOL_CALL_PARSERS)}, got {f.tool_call_parser!r}")
     engine = EngineConfig(device=f.device, dtype=f.dtype, trust_remote_code=f.trust_remote_code,
                           onednn=f.onednn, capture=f.capture)
     speculative, ks, declared = _speculation(f, given)
@@ -219,7 +224,7 @@ def build_plan(f: RunFlags, given: set[str]) -> Any:
         request_rate=None, request_rates=rates, burstiness=f.burstiness, goodput_slos_ms=slos,
         client_processes=f.client_processes, warmup=f.warmup, repeats=f.repeats, interleave=f.interleave,
         time_budget_s=time_budget, engine=engine, backend=f.backend, server=server,
-        chat_template=f.chat_template, truncate=f.truncate,
+        chat_template=f.chat_template, truncate=f.truncate, tool_call_parser=f.tool_call_parser,
         out=Path(f.out) if f.out is not None else None, overwrite=f.overwrite)
 
 

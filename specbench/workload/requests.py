@@ -104,7 +104,8 @@ def render_prompt(prompt: Prompt, tokenizer: Any, use_chat_template: bool = True
 def build_requests(workload: Workload, tokenizer: Any, base: SamplingParams, *,
                    use_chat_template: bool = True, max_context: int | None = None,
                    truncate: bool = False, max_new_tokens: int | None = None,
-                   overrides: Mapping[str, Any] | None = None, turns: int = 1) -> tuple[list[Request], int]:
+                   overrides: Mapping[str, Any] | None = None, turns: int = 1,
+                   tool_call_parser: str = "json") -> tuple[list[Request], int]:
     """Tokenize every prompt of `workload`; returns (requests, skipped_count).
 
     `use_chat_template`: chat prompts go through the tokenizer's chat template (text prompts as
@@ -115,6 +116,7 @@ def build_requests(workload: Workload, tokenizer: Any, base: SamplingParams, *,
     set); both beat the set's defaults but not a prompt's own fields.
     `turns` > 1: every request opens a conversation of up to that many user turns (its
     prompt's own first turns; `specbench.workload.conversation.next_turn` builds the rest).
+    `tool_call_parser`: the form tool calls are constrained to (specbench.structured).
     """
     explicit: dict[str, Any] | None = dict(overrides) if overrides is not None else None
     if max_new_tokens is not None:
@@ -147,7 +149,7 @@ def build_requests(workload: Workload, tokenizer: Any, base: SamplingParams, *,
             id=prompt.id, prompt_ids=tuple(ids), sampling=sampling, category=prompt.category,
             workload=workload.name, kind=workload.kind, prompt_text=text,
             messages=tuple(dict(m) for m in messages) if messages else None,
-            structured=dict(prompt.structured) or None, constraint=constraint_of(prompt.structured),
+            structured=dict(prompt.structured) or None, constraint=constraint_of(prompt.structured, tool_call_parser),
             scenario=scenario_of(prompt.structured),
             conversation_id=prompt.id if turns > 1 else None, later_turns=prompt.later_turns[:turns - 1],
         ))

@@ -373,6 +373,7 @@ BAD_FLAGS = {
     "num-draft-tokens-too-many": (["-k", "2", "--topk", "2", "--num-draft-tokens", "9"],
                                   ["--num-draft-tokens 9", "depth 2", "topk 2"]),
     "topk-with-ngram": (["--method", "ngram", "--topk", "2"], ["'ngram'", "topk", "draft_model, eagle3"]),
+    "unknown-tool-call-parser": (["--tool-call-parser", "mistral"], ["--tool-call-parser", "json, hermes", "'mistral'"]),
     "unknown-workload": (["--workload", "nosuch"],
                          ["unknown workload 'nosuch'", "regression", "business", "high-entropy"]),
 }

@@ -146,3 +146,32 @@ def test_a_grammar_llguidance_refuses_stops_the_run_before_it_measures(tiny_pair
     (line,) = [ln for ln in res.err.splitlines() if ln.startswith("error:")]
     assert "prompt 'look': its regex does not compile" in line
     assert not (tmp_path / "run" / "samples.parquet").exists()
+
+
+def test_tool_calls_take_the_hermes_form_under_its_parser(tiny_pair, tmp_path):
+    """--tool-call-parser hermes: the named tool's call is a `<tool_call>` block (vLLM 0.32's
+    structural tag) checked in that form, the run says which form, and greedy speculation
+    still equals the baseline."""
+    strict = dict(CLOCK, function=dict(CLOCK["function"], strict=True))
+    prompts = tmp_path / "tools.jsonl"
+    prompts.write_text(json.dumps({"id": "clock", "messages": [{"role": "user", "content": "Time in Paris?"}],
+                                   "tools": [strict], "tool_choice": {"type": "function",
+                                                                      "function": {"name": "get_time"}}}) + "\n")
+    out = tmp_path / "run"
+    res = specbench("run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--method", "draft_model",
+                    "-k", "3", "--workload", str(prompts), *FAST, "--max-new-tokens", "120",
+                    "--tool-call-parser", "hermes", "--out", str(out))
+    assert res.code == 0, res.output
+    df, meta = read_run(out)
+    assert meta["config"]["tool_call_parser"] == "hermes"
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_pair[0])
+    for _, row in df.iterrows():
+        text = tok.decode(list(row["output_token_ids"]), skip_special_tokens=True)
+        assert text.startswith('<tool_call>\n{"name": "get_time", "arguments": ') or \
+            text.startswith('<tool_call>{"name": "get_time", "arguments": '), text
+        assert row["finish_reason"] == "length" or (row["output_valid"] and not isinstance(row["validation_error"], str)), text
+    assert (df["finish_reason"] == "stop").any()  # a complete call was checked, not only cut-off ones
+    base, spec = (df[df["is_baseline"] == b]["output_token_ids"].map(list).tolist() for b in (True, False))
+    assert base == spec

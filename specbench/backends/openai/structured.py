@@ -12,7 +12,8 @@ and the output read back as the text its constraint is checked against.
 Tools exist only on chat completions: a tool prompt on `--endpoint completions` is refused.
 A server streams a tool call as `delta.tool_calls` (a name, then its arguments' JSON in
 pieces): those are output tokens and the text checked, rebuilt as specbench.structured
-expects it (a named tool: its arguments; "required": the array of `{"name", "parameters"}`).
+expects it (a named tool: its arguments; "required": the array of `{"name", "parameters"}`;
+under `--tool-call-parser hermes` the `<tool_call>` blocks).
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def output_text(request: Request, content: str, tool_calls: dict[int, list[str]]
     calls = [tool_calls[i] for i in sorted(tool_calls)]
     if c.kind == "json_schema":  # a named tool: its arguments
         return calls[0][1]
+    if c.kind == "hermes":  # the calls in the model's form, as the server's hermes parser read them
+        return "".join('<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": ' + (arguments or "null") + "}\n</tool_call>"
+                       for name, arguments in calls)
     parsed = []
     for name, arguments in calls:
         try:
