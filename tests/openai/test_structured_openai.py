@@ -74,3 +74,18 @@ def test_a_streamed_tool_call_is_output_tokens_and_the_checked_text():
     assert output_text(request(), "free text", {}) is None
     broken = {0: ["get_time", '{"zone": "UT']}
     assert check_output(required.constraint, output_text(required, "", broken)).startswith("not JSON")
+
+
+def test_under_the_hermes_parser_the_parsed_calls_are_checked_as_tool_call_blocks():
+    fields = {"tools": [CLOCK], "tool_choice": "required"}
+    req = Request(id="p1", prompt_ids=(1, 2), sampling=SamplingParams(), structured=fields,
+                  constraint=constraint_of(fields, "hermes"), scenario=scenario_of(fields))
+    calls = {0: ["get_time", '{"zone": "UTC"}'], 1: ["get_time", '{"zone":"CET"}']}
+    text = output_text(req, "", calls)
+    assert text == ('<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>'
+                    '<tool_call>\n{"name": "get_time", "arguments": {"zone":"CET"}}\n</tool_call>')
+    assert check_output(req.constraint, text) is None
+    assert check_output(req.constraint, output_text(req, "", {0: ["get_time", '{"zone": "PST"}']})) == \
+        "at 0/arguments/zone: 'PST' is not one of ['UTC', 'CET']"
+    assert check_output(req.constraint, output_text(req, "", {0: ["get_time", '{"zone": "UT']})).startswith(
+        "at 0: not JSON")
