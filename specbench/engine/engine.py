@@ -278,8 +278,12 @@ class Batch(RunningRows):
         for dst, i in enumerate(staying, start=b0):
             self.target.cache.move_row(b0 + i, dst, lengths[i])
         if self.drafter is not None and staying:  # the draft's prefill counts as prefill (TTFT)
-            self.drafter.add_rows(b0, [prompts[i] for i in staying],
-                                  feats[staying] if feats is not None else None)
+            try:
+                self.drafter.add_rows(b0, [prompts[i] for i in staying],
+                                      feats[staying] if feats is not None else None)
+            except BaseException:  # none of them joins: the drafter drops the rows it took
+                self.drafter.retain(list(range(b0)))
+                raise
         t = e.now()
         self.stats.prefill_s += t - start
         finished = []

@@ -1,6 +1,6 @@
 """The engine worker of `specbench serve`: one thread that owns the engine and its continuous
-batch. Requests join in arrival order after their own prefill (at most `max_num_seqs`
-decoding at once, the rest wait), every step verifies all of them in one target pass, and
+batch. Requests join in arrival order after their prefill, those waiting together in one
+pass (at most `max_num_seqs` decoding at once, the rest wait), every step verifies all of them in one target pass, and
 each step's tokens go to their request's event queue as they are emitted. At most
 `max_concurrency` requests are admitted (running + waiting). A request whose client went away
 is cancelled at the next step. It keeps the counters /metrics shows (`ServerCounters`).
@@ -161,12 +161,8 @@ class EngineWorker:
         try:
             done = self.batch.admit_many([Admission(job.prompt_ids, job.sampling, on_tokens=on_tokens(job), tag=job)
                                           for job in jobs])
-        except ValueError as exc:
-            for job in jobs:
-                job.events.put(("error", 400, str(exc)))
-                self._release()
-            return
         except Exception as exc:  # noqa: BLE001 - a failed prefill fails its jobs, not the server
+            # (what a request can get wrong, _turn refused with a 400 before the pass)
             event = _internal_error(exc)
             for job in jobs:
                 job.events.put(event)

@@ -14,6 +14,7 @@ from specbench.engine import Engine
 from specbench.engine.model import ModelRunner
 from specbench.engine import scheduler
 from specbench.config import MAX_PREFILL_TOKENS
+from specbench.engine.rows import Admission
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 1, 2, 3], [7, 7, 7, 7, 8, 9, 10, 7, 7], [11, 30, 42, 5], [3] * 20,
            list(range(40)), [5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1, 9, 8, 7], [20, 21, 22, 23] * 3]
@@ -286,3 +287,32 @@ def test_attention_the_runner_cannot_compute_is_refused():
     sinks.model.layers[1].self_attn.sinks = torch.nn.Parameter(torch.zeros(4))
     with pytest.raises(ValueError, match="attention sinks are not supported"):
         ModelRunner(sinks)
+
+
+def test_a_drafter_that_fails_midway_through_a_pass_takes_none_of_its_rows(engine):
+    """A drafter that adds rows one by one (suffix trees) and fails on the second of a pass's
+    rows: admit_many raises and the drafter keeps only the rows that ran before, so the batch
+    goes on and the next admissions decode exactly as they would have."""
+    spec = SpeculativeConfig(method="suffix", num_speculative_tokens=3)
+    reqs = requests()[:3]
+    alone = [engine.generate(p, sp, SPECS["none"]).output_ids for p, sp in reqs]
+    batch = engine.batch(spec)
+    assert batch.admit(*reqs[0]) is None
+    real, calls = batch.drafter.add_row, []
+
+    def flaky(row, ids, features):
+        calls.append(row)
+        if len(calls) == 2:
+            raise RuntimeError("out of memory")
+        real(row, ids, features)
+
+    batch.drafter.add_row = flaky
+    with pytest.raises(RuntimeError, match="out of memory"):
+        batch.admit_many([Admission(p, sp) for p, sp in reqs[1:]])
+    assert calls == [1, 2] and len(batch.rows) == 1 and len(batch.drafter.local) == 1
+    batch.drafter.add_row = real
+    assert batch.admit_many([Admission(p, sp, tag=i) for i, (p, sp) in enumerate(reqs[1:], start=1)]) == []
+    done = {}
+    while batch.rows:
+        done.update({g.tag: g.output_ids for g in batch.step()})
+    assert [done[None]] + [done[1], done[2]] == alone
