@@ -128,7 +128,10 @@ def main() -> None:
                               "--endpoint", "chat", "--tokenizer", target, "--workload", workload, "--method", "ngram",
                               "-k", str(a.k), "--max-new-tokens", str(a.max_new_tokens), "--warmup", "0",
                               *(["--num-prompts", str(a.num_prompts)] if a.num_prompts is not None else []),
-                              "--time-budget", "0", "--out", out], capture_output=True, text=True, cwd=ROOT)
+                              "--time-budget", "0", "--out", out,
+                              # the form its calls are checked in (specbench knows json and hermes)
+                              "--tool-call-parser", "hermes" if a.tool_call_parser == "hermes" else "json"],
+                             capture_output=True, text=True, cwd=ROOT)
         print(run.stdout[-6000:], run.stderr[-3000:])
     finally:
         if server.poll() is None:

@@ -13,17 +13,19 @@ them as given, in their server's dialect.
 embedded engine decodes under (specbench.backends.grammar) and what `check_output` verifies.
 Tool calls are constrained as the server's tool parser has vLLM constrain them
 (`TOOL_CALL_PARSERS`, the run's `--tool-call-parser`):
-- `json` (a parser without a structural tag, as vLLM 0.32 runs llama3_json or mistral, and as
-  every vLLM did before structural tags): a named `tool_choice` makes the output the function's
-  arguments (its `parameters` schema), `"required"` a JSON array of `{"name", "parameters"}`.
+- `json` (vLLM 0.32's parsers without a structural tag, and every vLLM before structural tags):
+  a named `tool_choice` makes the output the function's arguments (its `parameters` schema),
+  `"required"` a JSON array of `{"name", "parameters"}`.
 - `hermes` (vLLM 0.32's structural tag for `--tool-call-parser hermes`, what Qwen2.5 and Hermes
   models are served with): the model's native form, one call (a named choice) or one or more
-  (`"required"`) of `<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>` (or the
+  (`"required"`) of `<tool_call>\\n{"name": "NAME", "arguments": ARGS}\\n</tool_call>` (or the
   same without the two newlines). As vLLM does at its default `--tool-strict-level`, ARGS is
-  any JSON unless the tool says `"strict": true` (then its `parameters` schema), with free
-  whitespace; the check still holds the arguments to the tool's schema.
-`"auto"` and `"none"` leave the output free under both (the server's tool parser decides,
-which an embedded model has not got).
+  any JSON unless the tool says `"strict": true` (then its `parameters` schema, no property it
+  does not name, as xgrammar's strict mode), with free whitespace; the check still holds the
+  arguments to the tool's schema as written.
+Other parsers' structural tags (llama3_json's, for one) are not built. `"auto"` and `"none"`
+leave the output free under both; vLLM constrains an `"auto"` call once it starts if a tool is
+strict, which is not built either.
 
 Boundary: plain values and JSON; no tokenizer, no engine.
 """
@@ -187,7 +189,8 @@ def _tool_constraint(structured: Mapping[str, Any], parser: str = "json") -> Out
     params = {f["name"]: f.get("parameters", {"type": "object"}) for f in fns}
     named = choice["function"]["name"] if isinstance(choice, Mapping) else None
     if parser == "hermes":
-        calls = {f["name"]: {"parameters": params[f["name"]], "strict": f.get("strict") is True}
+        # (a strict tool without parameters takes any JSON, as vLLM's get_function_parameters has it)
+        calls = {f["name"]: {"parameters": f.get("parameters", {}), "strict": f.get("strict") is True}
                  for f in fns if named is None or f["name"] == named}
         return OutputConstraint("hermes", json.dumps({"forced": named is not None, "tools": calls}), "tools")
     if named is not None:  # a named function: the output is its arguments
@@ -267,23 +270,24 @@ def _schema_check(schema: Any, value: Any, prefix: str = "") -> str | None:
     return f"{'at ' + at.rstrip('/') + ': ' if at else ''}{error.message}"[:300]
 
 
-_HERMES_CALL = re.compile(r"<tool_call>(\n?)(.*?)\1</tool_call>", re.DOTALL)
-
-
 def hermes_calls(text: str) -> list[Any] | str:
-    """The calls of a hermes-form output (one or more `<tool_call>` blocks and nothing else,
-    each holding one JSON object), or the first error, in one line."""
+    """The calls of a hermes-form output, or the first error, in one line: one or more blocks
+    and nothing else, each `<tool_call>\\n` JSON `\\n</tool_call>` or the same without the two
+    newlines (the two forms vLLM's structural tag allows), the JSON one object."""
     calls, at = [], 0
-    for m in _HERMES_CALL.finditer(text):
-        if m.start() != at:
-            break
+    while at < len(text) or not calls:
+        if not text.startswith("<tool_call>", at):
+            return f"not a sequence of <tool_call> blocks (from character {at})"
+        start = at + len("<tool_call>")
+        close = "\n</tool_call>" if text.startswith("\n", start) else "</tool_call>"
+        end = text.find(close, start)
+        if end < 0 or "<tool_call>" in text[start:end]:  # (not closed before the next one opens)
+            return f"at {len(calls)}: no {close!r} closes the <tool_call> at character {at}"
         try:
-            calls.append(json.loads(m.group(2)))
+            calls.append(json.loads(text[start:end]))
         except json.JSONDecodeError as exc:
             return f"at {len(calls)}: not JSON: {exc.msg} at character {exc.pos}"
-        at = m.end()
-    if not calls or at != len(text):
-        return f"not a sequence of <tool_call> blocks (from character {at})"
+        at = end + len(close)
     return calls
 
 

@@ -206,6 +206,13 @@ def test_the_hermes_form_of_tool_calls():
     assert check_output(required, "<tool_call>\n{oops}\n</tool_call>").startswith("at 0: not JSON: ")
     assert check_output(required, '<tool_call>{"name": "get_time"}</tool_call>') == \
         "at 0: a tool call is an object with exactly 'name' and 'arguments'"
+    mixed = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}</tool_call>'
+    assert check_output(required, mixed + call) == "at 0: no '\\n</tool_call>' closes the <tool_call> at character 0"
+    assert check_output(required, call + "<tool_call>{") == \
+        f"at 1: no '</tool_call>' closes the <tool_call> at character {len(call)}"
+    bare = {"type": "function", "function": {"name": "ping", "strict": True}}  # strict, no parameters: any JSON
+    assert json.loads(constraint_of({"tools": [bare], "tool_choice": "required"}, "hermes").source)[
+        "tools"]["ping"] == {"parameters": {}, "strict": True}
     strict = dict(CLOCK, function=dict(CLOCK["function"], strict=True))
     assert json.loads(constraint_of({"tools": [strict], "tool_choice": "required"}, "hermes").source)[
         "tools"]["get_time"]["strict"] is True
@@ -249,6 +256,15 @@ def test_the_hermes_grammar_spells_its_tags_out_and_takes_both_forms(tagged):
             ids = spell(text)
             n = m.advance(ids)
             assert (n == len(ids) and bool(m.allowed(len(tok))[tok.eos_token_id])) == ok, (text, n, len(ids))
+    open_tool = {"type": "function", "function": {"name": "get_time", "strict": True, "parameters": {
+        "type": "object", "properties": {"zone": {"type": "object", "properties": {"id": {"type": "string"}}}}}}}
+    closed = constraint_of({"tools": [open_tool], "tool_choice": tool_choice}, "hermes")
+    for args, ok in [('{"zone": {"id": "x"}}', True), ('{"zone": {"id": "x"}, "more": 1}', False),
+                     ('{"zone": {"id": "x", "more": 1}}', False)]:  # strict: no property the schema does not name
+        ids = spell('<tool_call>{"name": "get_time", "arguments": ' + args + '}</tool_call>')
+        assert (compiler.matcher(closed, "p").advance(ids) == len(ids)) == ok, args
+    # only the hermes grammar spells text without the added tokens: a regex still takes them
+    assert compiler.matcher(OutputConstraint("regex", "<tool_call>x", "regex"), "p").allowed(len(tok))[special]
     mixed = spell('<tool_call>\n{"name": "get_time", "arguments": {}}</tool_call>')
     assert compiler.matcher(loose, "p").advance(mixed) < len(mixed)
     twice = spell('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>' * 2)

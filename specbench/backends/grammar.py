@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import llguidance
+import llguidance.hf
 import llguidance.torch
 import torch
 import transformers
@@ -51,20 +52,55 @@ def hermes_grammar(spec: dict[str, Any]) -> str:
     """vLLM 0.32's structural tag of `--tool-call-parser hermes` as a Lark grammar: one call
     (`forced`) or one or more, each `<tool_call>` + `{"name": "NAME", "arguments": ` + ARGS +
     `}` + `</tool_call>`, with a newline after the opening tag and before the closing one or
-    neither. ARGS is any JSON unless the tool is strict (its parameters schema), whitespace
-    free, as xgrammar has it there. The tags are text (as xgrammar matches them), never the
-    tokenizer's special `<tool_call>` token."""
+    neither. ARGS is any JSON unless the tool is strict: then its parameters schema, with no
+    property an object does not name (xgrammar's strict mode, which llguidance's JSON does not
+    assume); whitespace in it is free, as xgrammar has it there."""
     rules = []
     for i, (name, tool) in enumerate(spec["tools"].items()):
-        schema = dict(tool["parameters"]) if tool["strict"] else {}
-        schema["x-guidance"] = {"whitespace_flexible": True}
+        schema = _closed(tool["parameters"]) if tool["strict"] else {}
+        schema = {**schema, "x-guidance": {"whitespace_flexible": True}}
         head = '{"name": ' + json.dumps(name) + ', "arguments": '
-        rules.append(f"call_{i}: {json.dumps('<tool_call>' + chr(10) + head)} args_{i} {json.dumps('}' + chr(10) + '</tool_call>')}"
-                     f" | {json.dumps('<tool_call>' + head)} args_{i} {json.dumps('}</tool_call>')}")
-        rules.append(f"args_{i}: %json {json.dumps(schema)}")
+        newline = f"{json.dumps('<tool_call>' + chr(10) + head)} args_{i} {json.dumps('}' + chr(10) + '</tool_call>')}"
+        bare = f"{json.dumps('<tool_call>' + head)} args_{i} {json.dumps('}</tool_call>')}"
+        rules += [f"call_{i}: {newline} | {bare}", f"args_{i}: %json {json.dumps(schema)}"]
     calls = " | ".join(f"call_{i}" for i in range(len(spec["tools"])))
     return llguidance.LLMatcher.grammar_from_lark(
         f"start: {'call' if spec['forced'] else 'call+'}\ncall: {calls}\n" + "\n".join(rules) + "\n")
+
+
+def _closed(schema: Any) -> Any:
+    """`schema` with `additionalProperties: false` on every object schema that says nothing
+    of it (and every subschema walked the same way)."""
+    if isinstance(schema, list):
+        return [_closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _closed(v) if isinstance(v, (dict, list)) and k not in ("enum", "const", "default", "examples")
+           else v for k, v in schema.items()}
+    if "properties" in schema and isinstance(out.get("properties"), dict):
+        out["properties"] = {k: _closed(v) for k, v in schema["properties"].items()}
+    if (schema.get("type") == "object" or "properties" in schema) and "additionalProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
+
+
+def text_tokenizer(tokenizer: Any, n_vocab: int) -> llguidance.LLTokenizer:
+    """llguidance's view of a fast tokenizer without its added tokens that are not special
+    (Qwen2.5's `<tool_call>` and `</tool_call>`), for the hermes grammar. llguidance allows
+    only a fixed string's canonical tokenization, where xgrammar (vLLM's default backend)
+    allows every spelling of it and the model picks; the tokenizer encodes the text
+    `<tool_call>` as the added token, to which Qwen2.5-Coder-1.5B gives probability ~0 on the
+    shipped tools prompts and 0.03-0.08 to `<`, and vLLM 0.32 emitted `<`, `tool`, `_call`,
+    `>\\n`. Without the added tokens, the canonical spelling is that one. (A model trained to
+    emit the added token would be refused it here, where xgrammar lets it.)"""
+    if not isinstance(tokenizer, transformers.PreTrainedTokenizerFast):
+        raise ValueError("only fast tokenizers are supported")
+    backend = copy.copy(tokenizer.backend_tokenizer)
+    backend.no_padding()
+    backend.no_truncation()
+    spec = json.loads(backend.to_str())
+    spec["added_tokens"] = [t for t in spec.get("added_tokens", []) if t.get("special")]
+    return llguidance.LLTokenizer(json.dumps(spec), n_vocab=n_vocab, eos_token=tokenizer.eos_token_id)
 
 
 class Matcher:
@@ -115,22 +151,6 @@ class Matcher:
             raise RuntimeError(f"output constraint: could not roll back {n} tokens: {self.m.get_error()}")
 
 
-def text_tokenizer(tokenizer: Any, n_vocab: int) -> llguidance.LLTokenizer:
-    """llguidance's view of a fast tokenizer in which grammar text is spelled with the
-    vocabulary's own tokens, never with an added token that is not special (Qwen2.5's
-    `<tool_call>` and `</tool_call>`): llguidance would force such a token wherever the grammar
-    has its text, where xgrammar (vLLM's default backend) spells the text out; vLLM 0.32 under
-    the hermes structural tag emits `<tool_call>` as `<`, `tool`, `_call`, `>`."""
-    if not isinstance(tokenizer, transformers.PreTrainedTokenizerFast):
-        raise ValueError("only fast tokenizers are supported")
-    backend = copy.copy(tokenizer.backend_tokenizer)
-    backend.no_padding()
-    backend.no_truncation()
-    spec = json.loads(backend.to_str())
-    spec["added_tokens"] = [t for t in spec.get("added_tokens", []) if t.get("special")]
-    return llguidance.LLTokenizer(json.dumps(spec), n_vocab=n_vocab, eos_token=tokenizer.eos_token_id)
-
-
 class Compiler:
     """Compiles constraints for one tokenizer (its llguidance view is built once) and a model
     vocabulary of `vocab_size` ids (it may pad the tokenizer's)."""
@@ -140,19 +160,28 @@ class Compiler:
         # ids the grammar never allows (and a draft that proposes one is refused, not an error)
         self.n_vocab = max(vocab_size, len(tokenizer))
         try:
-            self.tokenizer = text_tokenizer(tokenizer, self.n_vocab)
+            self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.n_vocab)
         except ValueError as exc:
             raise WorkloadError(f"structured output needs a fast (Rust) tokenizer: {exc}") from None
         self.vocab_size = vocab_size
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         self.stop_ids = frozenset(eos | set(eos_token_ids))
         self._grammars: dict[OutputConstraint, str] = {}
+        self._hf, self._text = tokenizer, None
+
+    def _text_view(self) -> llguidance.LLTokenizer:
+        """The tokenizer without its added tokens that are not special (`text_tokenizer`),
+        built on first use."""
+        if self._text is None:
+            self._text = text_tokenizer(self._hf, self.n_vocab)
+        return self._text
 
     def matcher(self, constraint: OutputConstraint, prompt_id: str) -> Matcher:
         """A fresh matcher for one request (`prompt_id` names it in an error)."""
         if constraint not in self._grammars:
             self._grammars[constraint] = grammar_text(constraint)
-        m = llguidance.LLMatcher(self.tokenizer, self._grammars[constraint], log_level=0)
+        m = llguidance.LLMatcher(self._text_view() if constraint.kind == "hermes" else self.tokenizer,
+                                 self._grammars[constraint], log_level=0)
         if m.is_error():
             raise WorkloadError(f"prompt {prompt_id!r}: its {constraint.kind} does not compile: "
                                 f"{m.get_error().splitlines()[0]}")

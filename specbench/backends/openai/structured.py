@@ -76,7 +76,7 @@ def output_text(request: Request, content: str, tool_calls: dict[int, list[str]]
     if c.kind == "json_schema":  # a named tool: its arguments
         return calls[0][1]
     if c.kind == "hermes":  # the calls in the model's form, as the server's hermes parser read them
-        return "".join('<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": ' + (arguments or "null") + "}\n</tool_call>"
+        return "".join('<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": ' + arguments + "}\n</tool_call>"
                        for name, arguments in calls)
     parsed = []
     for name, arguments in calls:
