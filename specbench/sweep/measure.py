@@ -52,7 +52,8 @@ def open_session(spec: SweepSpec, log: Callable[[str], None] | None = None) -> A
     return open_embedded_session(
         target=spec.target, engine_cfg=spec.engine, workload=w.source, base=spec.sampling.params(),
         overrides=spec.sampling.overrides, prompt_field=w.prompt_field, num_prompts=w.num_prompts,
-        seed=spec.sampling.seed, chat_template=w.chat_template, truncate=w.truncate, log=log)
+        seed=spec.sampling.seed, chat_template=w.chat_template, truncate=w.truncate, log=log,
+        tool_call_parser=w.tool_call_parser)
 
 
 def baseline_outputs_from(study_dir: Path, baseline_trial: Any) -> dict[str, list[int]] | None:
@@ -88,7 +89,9 @@ def run_config(spec: SweepSpec, config: Any, workload: Any, *, backend: str, num
         dtype=spec.engine.dtype, backend=backend,
         baseline=any(c.is_baseline for c in (configs or [config])),
         chat_template=spec.workload.chat_template,
-        truncate=spec.workload.truncate, configurations=tuple(c.config_id for c in (configs or [config])),
+        truncate=spec.workload.truncate,
+        extra={"tool_call_parser": spec.workload.tool_call_parser} if spec.workload.tool_call_parser != "json" else {},
+        configurations=tuple(c.config_id for c in (configs or [config])),
         # host: also run.json's `hostname`; here so a run names its study, trial and host together
         sweep={"study": spec.study.name, "storage": display_url(spec.storage_url), "trial": number,
                "objectives": list(spec.objectives), "host": host, "worker": worker,

@@ -191,6 +191,10 @@ class WorkloadOptions:
         bound=(">=", 1))
     chat_template: bool = option("--chat-template", SWITCH, "Apply the target tokenizer's chat template.", True)
     truncate: bool = option("--truncate", SWITCH, "Left-truncate prompts longer than the context.", False)
+    tool_call_parser: str = option(
+        "--tool-call-parser", STRING,
+        "The form a named or required tool_choice constrains tool calls to, as vLLM's --tool-call-parser: json or "
+        "hermes (<tool_call> blocks, vLLM 0.32's structural tag); give the servers' own (default: json).", "json")
     warmup: int = option("--warmup", INTEGER, "Warm-up requests per trial, excluded from records (default: 1).",
                          1, bound=(">=", 0))
 

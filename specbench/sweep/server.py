@@ -118,7 +118,7 @@ def open_server_session(spec: SweepSpec, log: Callable[[str], None] | None = Non
         log(f"tokenizer [bold]{tok.name}[/]; servers launched from the server command; pairing: {spec.pairing}")
     requests, skipped = build_requests(wl, tok.tokenizer, spec.sampling.params(), use_chat_template=w.chat_template,
                                        max_context=tok.max_context, truncate=w.truncate,
-                                       overrides=spec.sampling.overrides)
+                                       overrides=spec.sampling.overrides, tool_call_parser=w.tool_call_parser)
     if not requests:
         raise ConfigError(f"every prompt of {wl.name!r} is longer than the context of "
                           f"{tok.max_context} tokens (use --truncate to keep them)")

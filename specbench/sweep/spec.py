@@ -26,6 +26,7 @@ from specbench import limits
 from specbench.config import METHODS, TREE_METHODS, EngineConfig
 from specbench.errors import ConfigError
 from specbench.session import DEFAULT_DRAFT, DEFAULT_EAGLE3_HEAD, DEFAULT_TARGET
+from specbench.structured import TOOL_CALL_PARSERS
 from specbench.sweep.options import (
     DEFAULT_N_TRIALS,
     DEFAULT_SERVER_BASE_URL,
@@ -122,6 +123,7 @@ class SweepSpec:
             "workload": w.source, "prompt_field": w.prompt_field,
             "num_prompts": w.num_prompts, "chat_template": w.chat_template,
             "truncate": w.truncate, "warmup": w.warmup,
+            **({"tool_call_parser": w.tool_call_parser} if w.tool_call_parser != "json" else {}),
             "sampling": dict(sorted(self.sampling.overrides.items())), "seed": self.sampling.seed,
             "ignore_eos": self.sampling.ignore_eos,
             "pairing": self.pairing,
@@ -155,6 +157,9 @@ def build_spec(file_values: dict[str, Any] | None, flags: dict[str, Any] | None 
     timeout = float(budget.timeout_s) if budget.timeout_s is not None else None
     budget = replace(budget, n_trials=n_trials, timeout_s=timeout)
     workload = section(WorkloadOptions, values, where)
+    if workload.tool_call_parser not in TOOL_CALL_PARSERS:
+        raise ConfigError(f"{where}{label('workload.tool_call_parser')} must be one of {', '.join(TOOL_CALL_PARSERS)}, "
+                          f"got {workload.tool_call_parser!r}")
     sampling = section(SamplingOptions, values, where)
     sampling.params()  # validates the values now, before any model loads
     profile = section(ProfileOptions, values, where)

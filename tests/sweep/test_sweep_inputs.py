@@ -179,6 +179,11 @@ def test_unknown_sampler(storage):
     assert "unknown sampler 'cmaes'" in refused(*NO_MODEL, "--storage", storage, "--sampler", "cmaes")
 
 
+def test_unknown_tool_call_parser(storage):
+    out = refused(*NO_MODEL, "--storage", storage, "--tool-call-parser", "mistral")
+    assert "workload.tool_call_parser (--tool-call-parser) must be one of json, hermes, got 'mistral'" in out
+
+
 @pytest.mark.parametrize("url, needle", [
     ("nosuchdb://host/x", "Can't load plugin"),
     ("sqlite:///{tmp}", "unable to open database file"),  # a directory, not a file
