@@ -22,7 +22,7 @@ SLOW_MODULES = frozenset({
     "engine/test_batching.py", "engine/test_constrained.py", "engine/test_eagle3.py", "engine/test_eagle3_training.py",
     "engine/test_lossless_sampling.py", "engine/test_tree_greedy.py", "engine/test_tree_sampling.py",
     "engine/test_static.py",
-    "engine/test_lossless_suffix_medusa.py", "engine/test_medusa_training.py",
+    "engine/test_lossless_suffix_medusa.py", "engine/test_medusa_training.py", "engine/test_ngram_vllm.py",
     "models/test_eagle3_speculators.py", "models/test_eagle3_vllm.py",
     "openai/test_openai_backend.py",
     "report/test_report_browser.py", "report/test_report_cli.py",

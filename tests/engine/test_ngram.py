@@ -1,5 +1,6 @@
 """Prompt lookup (`specbench.engine.drafters.ngram`): the longest matching suffix (from
-ngram_max down to ngram_min) wins, its most recent earlier occurrence is used, the proposal
+ngram_max down to ngram_min) wins, its earliest occurrence is used (as vLLM's proposer:
+tests/engine/test_ngram_vllm.py compares the two on random sequences), the proposal
 stops at k tokens or at the end of the text, and nothing is proposed without a match."""
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ def test_the_tokens_after_the_earlier_occurrence_are_proposed():
     assert lookup([5, 6, 7, 8, 9, 5, 6], k=3, ngram_min=1, ngram_max=4) == [7, 8, 9]
 
 
-def test_the_longest_matching_suffix_wins_over_a_later_shorter_match():
-    # suffix (1, 2): the 2-gram occurs at 0 (then 30); the 1-gram 2 also occurs later, at 4 (then 40)
-    ids = [1, 2, 30, 9, 2, 40, 1, 2]
+def test_the_longest_matching_suffix_wins_over_an_earlier_shorter_match():
+    # suffix (1, 2): the 2-gram occurs at 2 (then 30); the 1-gram 2 occurs earlier, at 0 (then 40)
+    ids = [2, 40, 1, 2, 30, 9, 1, 2]
     assert lookup(ids, k=1, ngram_min=1, ngram_max=2) == [30]
     assert lookup(ids, k=1, ngram_min=1, ngram_max=1) == [40]
 
 
-def test_the_most_recent_occurrence_is_used():
-    assert lookup([3, 10, 3, 20, 3], k=1, ngram_min=1, ngram_max=1) == [20]
+def test_the_earliest_occurrence_is_used():
+    assert lookup([3, 10, 3, 20, 3], k=1, ngram_min=1, ngram_max=1) == [10]
 
 
 def test_the_proposal_stops_at_k_and_at_the_end_of_the_text():

@@ -2,7 +2,7 @@
 
 Match the sequence's last n tokens (n from ngram_max down to ngram_min, longest first)
 against earlier text (prompt and output so far) and propose the up-to-k tokens that followed
-the most recent earlier occurrence. Outputs that quote or edit their prompt (code, JSON
+its earliest occurrence, as vLLM's n-gram proposer does (tests/engine/test_ngram_vllm.py). Outputs that quote or edit their prompt (code, JSON
 rewrites, summaries) accept long stretches; free text accepts little.
 """
 
@@ -26,7 +26,7 @@ class NgramDrafter(StatelessDrafter):
 
 
 def lookup(ids: list[int], k: int, ngram_min: int, ngram_max: int) -> list[int]:
-    """Tokens that followed the most recent earlier occurrence of the longest matching suffix."""
+    """Tokens that followed the earliest occurrence of the longest matching suffix."""
     length = len(ids)
     if k <= 0 or length < ngram_min + 1:
         return []
@@ -37,6 +37,6 @@ def lookup(ids: list[int], k: int, ngram_min: int, ngram_max: int) -> list[int]:
         windows = np.lib.stride_tricks.sliding_window_view(seq[: length - 1], n)
         hits = np.flatnonzero((windows == suffix).all(axis=1))
         if hits.size:
-            start = int(hits[-1]) + n
+            start = int(hits[0]) + n
             return seq[start:start + k].tolist()
     return []
