@@ -16,6 +16,10 @@ top-p (vLLM's order), and the speculative step stays lossless against it:
   masked q it drew from (q must be what the token was drawn from: verifying the draw against
   the unmasked q would accept too often). Trees draft unmasked; their refused nodes are
   rejected as above;
+- chains are cut first (`trim_chains`): a constrained row's chain keeps only the prefix its
+  grammar accepts, as vLLM's scheduler cuts drafts (`validate_tokens`) before it verifies them,
+  so drafted and accepted counts are vLLM's (a refused token would be rejected anyway: the
+  outputs are the same either way);
 - emit: the matcher consumes what the step emitted; the constraint's stop ids end the row
   (the grammar allows nothing else once complete), even under ignore_eos.
 
@@ -90,6 +94,21 @@ def mask_verify_logits(logits: torch.Tensor, rows: Sequence[Any], tokens: Sequen
     masks = torch.stack([row_masks(rows[b].constraint, tokens[b], parents[b], width, vocab) for b in constrained])
     index = torch.tensor(constrained, device=logits.device)
     return logits.index_copy(0, index, mask_logits(logits[index], masks.to(logits.device)))
+
+
+def trim_chains(rows: Sequence[Any], tokens: list[list[int]], parents: list[list[int]] | None) -> None:
+    """Cut each constrained row's chain, in place, to the longest prefix its grammar accepts
+    from the row's state (the matcher is left where it was). Trees are left whole."""
+    for b, r in enumerate(rows):
+        c, d = r.constraint, tokens[b]
+        if c is None or not d or (parents is not None and list(parents[b]) != list(range(-1, len(d) - 1))):
+            continue
+        n = c.advance(d)
+        c.rollback(n)
+        if n < len(d):
+            del d[n:]
+            if parents is not None:
+                del parents[b][n:]
 
 
 def consume(constraint: TokenConstraint, tokens: Sequence[int]) -> None:

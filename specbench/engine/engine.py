@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from specbench.config import SamplingParams, SpeculativeConfig
-from specbench.engine.constraint import TokenConstraint, consume, mask_logits, mask_verify_logits
+from specbench.engine.constraint import TokenConstraint, consume, mask_logits, mask_verify_logits, trim_chains
 from specbench.engine.drafters.base import Drafter
 from specbench.engine.drafters.factory import make_drafter
 from specbench.engine.drafters.suffix import SuffixCache
@@ -314,6 +314,8 @@ class Batch(RunningRows):
         ks = [0 if off else max(0, min(r.k, r.budget - len(r.out) - 1)) for r in rows]
         prop = self.drafter.propose(rows, ks) if self.drafter is not None and any(ks) else \
             Proposal([[] for _ in rows])
+        if any(r.constraint is not None for r in rows):
+            trim_chains(rows, prop.tokens, prop.parents)  # vLLM's validate_tokens: what the grammar refuses is not drafted
         t1 = e.now()
         tree = tree_batch([r.ids[-1] for r in rows], prop, ks)
         context = [len(r.ids) for r in rows]

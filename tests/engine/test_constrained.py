@@ -251,3 +251,46 @@ def test_the_static_step_refuses_a_constrained_request():
     batch = engine.batch(SpeculativeConfig())
     with pytest.raises(ValueError, match="eager step"):
         batch.admit(PROMPT, SamplingParams(max_new_tokens=4), constraint=TableGrammar())
+
+
+def test_a_chain_is_cut_to_what_the_grammar_accepts_before_it_is_verified(engine):
+    """As vLLM's scheduler cuts drafts (validate_tokens): a constrained row's chain keeps the
+    prefix its grammar accepts, a free row's and a tree's are left whole, and the matcher
+    stays where it was; through the engine, n-gram drafts under the grammar count only the
+    tokens it accepts (the outputs are the baseline's either way)."""
+    from types import SimpleNamespace
+
+    from specbench.engine.constraint import trim_chains
+
+    g = TableGrammar()
+    g.advance([1])  # after 1: 2, 3 or 5
+    rows = [SimpleNamespace(constraint=g), SimpleNamespace(constraint=None), SimpleNamespace(constraint=g)]
+    tokens = [[3, 4, 0, 3], [3, 0, 0], [0, 1]]
+    trim_chains(rows, tokens, None)
+    assert tokens == [[3, 4, 0], [3, 0, 0], []] and g.history == [1]
+    tree = [[3, 0, 4]]  # two children of the root: a tree, whole
+    trim_chains(rows[:1], tree, [[-1, -1, 0]])
+    assert tree == [[3, 0, 4]]
+    # through the engine: every drafted token is one the grammar accepted along the chain
+    sp = SamplingParams(max_new_tokens=30, ignore_eos=True)
+    base = engine.generate(PROMPT, sp, SpeculativeConfig(), constraint=TableGrammar())
+    seen = []
+
+    class Recording(StatelessDrafter):  # the n-gram lookup, its proposals recorded with the row's history
+        def propose(self, rows, ks):
+            from specbench.engine.drafters.ngram import lookup
+            out = [lookup(r.ids, k, 1, 3) for r, k in zip(rows, ks)]
+            seen.append((list(rows[0].constraint.history), list(out[0])))
+            return Proposal(out)
+
+    g = engine.generate(PROMPT, sp, SpeculativeConfig(method="ngram", num_speculative_tokens=3),
+                        drafter=Recording(), constraint=TableGrammar())
+    assert g.output_ids == base.output_ids
+    drafted = [s.drafted for s in g.steps]
+    valid = []
+    for history, chain in seen:
+        n = 0
+        while n < len(chain) and chain[n] in allowed_after(history + chain[:n]):
+            n += 1
+        valid.append(n)
+    assert drafted == valid and sum(valid) < sum(len(c) for _, c in seen)  # some were cut
