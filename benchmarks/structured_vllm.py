@@ -63,6 +63,9 @@ def main() -> None:
     ap.add_argument("--target")
     ap.add_argument("--workload")
     ap.add_argument("-k", type=int, default=4)
+    ap.add_argument("--draft", default=None,
+                    help="a draft model directory: vLLM speculates with it (method draft_model) instead of n-gram "
+                         "lookup")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--num-prompts", type=int, default=None, help="prompts of the workload to send (default: run's)")
     ap.add_argument("--tool-call-parser", default="hermes",
@@ -75,6 +78,8 @@ def main() -> None:
     ap.add_argument("--grammar-backend", default="xgrammar", choices=("xgrammar", "guidance"),
                     help="vLLM's structured-outputs backend (its default, auto, picks xgrammar)")
     a = ap.parse_args()
+    if a.draft is not None and not Path(a.draft).is_dir():
+        raise SystemExit(f"structured_vllm.py: --draft must be a model directory, got {a.draft!r}")
     if a.num_prompts is not None and a.num_prompts < 1:
         raise SystemExit(f"structured_vllm.py: --num-prompts must be >= 1, got {a.num_prompts}")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", a.tool_call_parser):
@@ -97,7 +102,8 @@ def main() -> None:
     env = dict(os.environ, PATH=str(Path(vllm).parent) + os.pathsep + os.environ["PATH"], VLLM_TARGET_DEVICE="cpu",
                VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="2",
                HF_HUB_OFFLINE="1", VLLM_LOGGING_LEVEL="WARNING", VLLM_CPU_CI_ENV="1")
-    spec = {"method": "ngram", "num_speculative_tokens": a.k, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    spec = {"method": "ngram", "num_speculative_tokens": a.k, "prompt_lookup_max": 4, "prompt_lookup_min": 2} \
+        if a.draft is None else {"method": "draft_model", "model": a.draft, "num_speculative_tokens": a.k}
     log = open(tmp / "vllm.log", "w")
     t0 = time.perf_counter()
     server = subprocess.Popen([vllm, "-m", "vllm.entrypoints.openai.api_server", "--model", target, "--dtype",
@@ -125,7 +131,8 @@ def main() -> None:
         print(f"vLLM ready in {time.perf_counter() - t0:.0f} s")
         out = a.out or str(tmp / "run")
         run = subprocess.run([sys.executable, "-m", "specbench", "run", "--backend", "openai", "--base-url", url,
-                              "--endpoint", "chat", "--tokenizer", target, "--workload", workload, "--method", "ngram",
+                              "--endpoint", "chat", "--tokenizer", target, "--workload", workload,
+                              *(["--method", "ngram"] if a.draft is None else ["--method", "draft_model", "--draft", a.draft]),
                               "-k", str(a.k), "--max-new-tokens", str(a.max_new_tokens), "--warmup", "0",
                               *(["--num-prompts", str(a.num_prompts)] if a.num_prompts is not None else []),
                               "--time-budget", "0", "--out", out,

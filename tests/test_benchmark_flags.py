@@ -126,6 +126,7 @@ def test_host_overhead_json_counts_one_host_read_per_static_step(capsys):
     (["--num-prompts", "-3"], "--num-prompts must be >= 1, got -3"),
     (["--tool-call-parser", ""], "--tool-call-parser must be a vLLM tool parser's name"),
     (["--tool-call-parser", "hermes --trust-remote-code"], "--tool-call-parser must be a vLLM tool parser's name"),
+    (["--draft", "/no/such/draft"], "--draft must be a model directory, got '/no/such/draft'"),
 ])
 def test_structured_vllm_refuses_bad_flags_before_starting_vllm(tmp_path, monkeypatch, extra, needle):
     started = []
