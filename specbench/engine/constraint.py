@@ -11,15 +11,14 @@ top-p (vLLM's order), and the speculative step stays lossless against it:
   state reached along that node's path (`mask_verify_logits`); a node the grammar refuses keeps
   p(x) = 0, so it is rejected as any token the target cannot emit (for a point-mass draft the
   residual is then p itself); its descendants are never reached, so their masks are never read;
-- draft: a chain drafts under the mask (`Lookahead`): each depth's draft logits are masked by
-  the state after the tokens drafted before it, and a sampled row hands the verifier the
-  masked q it drew from (q must be what the token was drawn from: verifying the draw against
-  the unmasked q would accept too often). Trees draft unmasked; their refused nodes are
-  rejected as above;
-- chains are cut first (`trim_chains`): a constrained row's chain keeps only the prefix its
-  grammar accepts, as vLLM's scheduler cuts drafts (`validate_tokens`) before it verifies them,
-  so drafted and accepted counts are vLLM's (a refused token would be rejected anyway: the
-  outputs are the same either way);
+- draft: drafters never see the grammar, as vLLM's and SGLang's proposers do not; a sampled
+  row hands the verifier the q it drew from (unmasked), which keeps the step lossless;
+- chains are cut first (`trim_chains`): a constrained row's point-mass chain (greedy, n-gram,
+  suffix) keeps only the prefix its grammar accepts, as vLLM's scheduler cuts drafts
+  (`validate_tokens`) before it verifies them, so drafted and accepted counts are vLLM's (a
+  refused token would be rejected anyway: the outputs are the same either way). A sampled
+  draw is not cut: that would not be lossless (vLLM cuts it, and its outputs then lean
+  toward p where the rejection would have drawn the residual);
 - emit: the matcher consumes what the step emitted; the constraint's stop ids end the row
   (the grammar allows nothing else once complete), even under ignore_eos.
 
@@ -96,12 +95,20 @@ def mask_verify_logits(logits: torch.Tensor, rows: Sequence[Any], tokens: Sequen
     return logits.index_copy(0, index, mask_logits(logits[index], masks.to(logits.device)))
 
 
-def trim_chains(rows: Sequence[Any], tokens: list[list[int]], parents: list[list[int]] | None) -> None:
+def trim_chains(rows: Sequence[Any], tokens: list[list[int]], parents: list[list[int]] | None,
+                sampled_q: bool = False) -> None:
     """Cut each constrained row's chain, in place, to the longest prefix its grammar accepts
-    from the row's state (the matcher is left where it was). Trees are left whole."""
+    from the row's state (the matcher is left where it was). Trees are left whole, and so is a
+    sampled row's chain drawn from a distribution (`sampled_q`: the proposal carries q):
+    cutting at a refused token x would make that position draw from p where the rejection
+    draws from the residual max(0, p - q), and the output would follow p + Q(refused) (p - r)
+    instead of p. A point-mass draft (n-gram, suffix, greedy rows) loses nothing: its residual
+    at a refused token is p itself."""
     for b, r in enumerate(rows):
         c, d = r.constraint, tokens[b]
         if c is None or not d or (parents is not None and list(parents[b]) != list(range(-1, len(d) - 1))):
+            continue
+        if sampled_q and not r.sampling.greedy:
             continue
         n = c.advance(d)
         c.rollback(n)
@@ -115,38 +122,3 @@ def consume(constraint: TokenConstraint, tokens: Sequence[int]) -> None:
     """Advance a request's matcher by what it emitted (every one drawn under its mask)."""
     if tokens and constraint.advance(tokens) != len(tokens):
         raise RuntimeError(f"the output constraint refused emitted tokens {list(tokens)}: a mask was not applied")
-
-
-class Lookahead:
-    """Chain drafting under the rows' constraints: `masks()` is each row's mask at the next
-    draft depth (all True for a free row), `advance(tokens, drafted)` moves the
-    constrained rows that drafted along, `close()` rolls every row back to its emitted state."""
-
-    def __init__(self, rows: Sequence[Any], vocab_size: int, device: torch.device):
-        # rows of any kind (a drafter's caller may pass its own): those without a constraint are free
-        self.rows = [(b, c) for b, r in enumerate(rows) if (c := getattr(r, "constraint", None)) is not None]
-        self.B, self.V, self.device = len(rows), vocab_size, device
-        self.moved = [0] * len(rows)
-        self.stuck = [False] * len(rows)  # a draft the grammar refused (a tree never reaches past it)
-
-    def masks(self) -> torch.Tensor:
-        out = torch.ones(self.B, self.V, dtype=torch.bool)
-        for b, c in self.rows:
-            if not self.stuck[b]:
-                out[b] = c.allowed(self.V)
-        return out.to(self.device)
-
-    def advance(self, tokens: torch.Tensor, drafted: torch.Tensor) -> None:
-        """tokens [B] this depth's draft per row, drafted [B] bool whether the row drafted it."""
-        tok, ok = tokens.tolist(), drafted.tolist()
-        for b, c in self.rows:
-            if ok[b] and not self.stuck[b]:
-                n = c.advance([tok[b]])
-                self.moved[b] += n
-                self.stuck[b] = n == 0
-
-    def close(self) -> None:
-        for b, c in self.rows:
-            if self.moved[b]:
-                c.rollback(self.moved[b])
-        self.moved = [0] * self.B

@@ -315,7 +315,8 @@ class Batch(RunningRows):
         prop = self.drafter.propose(rows, ks) if self.drafter is not None and any(ks) else \
             Proposal([[] for _ in rows])
         if any(r.constraint is not None for r in rows):
-            trim_chains(rows, prop.tokens, prop.parents)  # vLLM's validate_tokens: what the grammar refuses is not drafted
+            # vLLM's validate_tokens: what the grammar refuses is not drafted (point-mass drafts only)
+            trim_chains(rows, prop.tokens, prop.parents, sampled_q=prop.q is not None)
         t1 = e.now()
         tree = tree_batch([r.ids[-1] for r in rows], prop, ks)
         context = [len(r.ids) for r in rows]

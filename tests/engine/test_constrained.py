@@ -6,12 +6,12 @@ The grammar here is a table over a 6-token vocabulary (which ids may follow the 
 three each, so every position has several choices), a stand-in for a JSON schema or a regex
 (specbench.backends.grammar compiles those with llguidance; tests/test_structured.py runs
 them end to end). The first three tokens drawn with speculation follow the exact constrained
-joint distribution (800 draws a case), enumerated, for a draft model drafting under the mask, n-gram and
-one-hot drafts the grammar often refuses, and a draft tree, in a continuous batch with ragged
-unconstrained companions (alone, a request draws the very tokens it draws there); and the same
-test rejects a verifier that is handed
-the draft's unmasked q while the draft drew from the masked one (the mask on the target's
-side only)."""
+joint distribution (800 draws a case), enumerated, for a draft model that never sees the grammar
+(as vLLM's), n-gram and one-hot drafts the grammar often refuses, and a draft tree, in a
+continuous batch with ragged unconstrained companions (alone, a request draws the very tokens
+it draws there); and the same test rejects a step that cuts a sampled draw at its first
+refused token before verifying it, as vLLM's scheduler does (that position then draws from p
+where the rejection would have drawn the residual)."""
 
 from __future__ import annotations
 
@@ -174,23 +174,19 @@ def test_a_request_alone_draws_what_it_draws_in_the_batch(engine, sampling, meth
     lossless.assert_alone_as_in_the_batch(lambda concurrency, n: sample_outputs(engine, sp, spec, concurrency, n=n))
 
 
-def test_a_verifier_given_the_unmasked_q_is_caught(engine, target, monkeypatch):
-    """The draft draws under the mask but the verifier is handed the draft's unmasked q (the
-    mask on the target's side only): q(x) is then too small and drafts are accepted too often.
-    The same test, on the same batched path, must reject it."""
-    real = tree_search._children
+def test_a_step_that_cuts_a_sampled_draw_at_a_refused_token_is_caught(target, monkeypatch):
+    """vLLM's cut (validate_tokens) applied to sampled draft-model chains too: the position of
+    the first refused token then draws from the constrained p instead of the residual
+    max(0, p - q), and the outputs move by Q(refused) (p - r). The same test, on the same
+    batched path, must reject it; with a draft unlike the target (r far from p), as a draft
+    close to it hides the error (r ~ p)."""
+    engine = Engine(target, tiny.make_model(vocab_size=V, hidden=16, layers=1, init_range=0.5, seed=11))
+    from specbench.engine import constraint, engine as engine_mod
 
-    def unmasked_q(dist, c, depth, ks, rows, front_ok, sample_chain, draft_ids, V_, allowed=None):
-        tok, logp, q_level = real(dist, c, depth, ks, rows, front_ok, sample_chain, draft_ids, V_, allowed)
-        if q_level is not None:  # every sampled row's q as if its grammar had not masked the draft
-            q_level = q_level.clone()
-            for b, row in enumerate(rows):
-                if row.sampling.temperature > 0:
-                    q_level[b] = probs_from_logits(dist[b, 0].float(), row.sampling)
-        return tok, logp, q_level
-
+    real = constraint.trim_chains
+    monkeypatch.setattr(engine_mod, "trim_chains", lambda rows, tokens, parents, sampled_q=False:
+                        real(rows, tokens, parents, sampled_q=False))
     sp = SAMPLINGS["temperature"]
-    monkeypatch.setattr(tree_search, "_children", unmasked_q)
     outputs = sample_outputs(engine, sp, spec_for("draft_model", 3), BATCH, n=N_BROKEN)
     assert gof_pvalue(joint_counts(outputs), exact_joint(target, sp)) < 1e-3
 

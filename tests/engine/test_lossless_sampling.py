@@ -26,8 +26,8 @@ from specbench.engine import scheduler
 V = 6
 PROMPT = [1, 2, 3]
 # 1,200 draws per case: the wrong verifier below is caught at 600 (p ~ 1e-33), and the subtlest
-# slip planted anywhere in the suite (a constrained verifier handed the unmasked q,
-# test_constrained) at 1,200 (p ~ 1e-14). 2,000, until the suite outgrew its 10 minutes, bought
+# slip planted anywhere in the suite (once a constrained verifier handed the unmasked q; now a
+# sampled draw cut at a refused token, test_constrained) at 1,200 (p ~ 1e-14 then). 2,000, until the suite outgrew its 10 minutes, bought
 # power against nothing planted, at 1.7 times the cost (test_static's cases draw this N too).
 N = 1200
 # Budget 6: the first token comes from the prefill, the next ones from speculative steps; a

@@ -35,7 +35,6 @@ from typing import Any
 
 import torch
 
-from specbench.engine.constraint import Lookahead
 from specbench.engine.tree import Proposal, TreeShape, tree_from_paths
 from specbench.engine.sampling import probs_from_logits, sampling_groups
 
@@ -66,21 +65,15 @@ def _static_levels(paths: Sequence[Sequence[int]]) -> list[tuple[list[tuple[int,
 
 
 def _children(dist: torch.Tensor, c: int, depth: int, ks: Sequence[int], rows: Sequence[Any],
-              front_ok: torch.Tensor, sample_chain: bool, draft_ids: torch.Tensor | None, V: int,
-              allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+              front_ok: torch.Tensor, sample_chain: bool, draft_ids: torch.Tensor | None, V: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The best `c` children of every frontier node ([B, W, V'] draft logits `dist`): their
     target ids and draft log-probabilities [B, W, c] (-inf: none), and for a sampled chain the
     distributions [B, V] its children were drawn from (each sampled row draws one child with
-    its own generator while its chain still grows). `allowed` [B, V] (a chain under output
-    constraints, specbench.engine.constraint.Lookahead): the ids each row may draft; a row
-    with none left in the draft's vocabulary drafts nothing more."""
+    its own generator while its chain still grows). The draft never sees a row's output
+    constraint, as vLLM's and SGLang's drafts do not (specbench.engine.constraint)."""
     B, W = dist.shape[:2]
     dev = dist.device
-    none_left = None
-    if allowed is not None:  # a chain (W = 1): its rows draft only what their grammar allows
-        allowed_d = allowed if draft_ids is None else allowed[:, draft_ids]
-        none_left = ~allowed_d.any(-1)  # [B]: those draft nothing more (their logits are left finite, unread)
-        dist = dist.masked_fill((~allowed_d & ~none_left.view(B, 1)).unsqueeze(1), float("-inf"))
     greedy, sampled = sampling_groups([r.sampling for r in rows])
     tok = torch.zeros(B, W, c, dtype=torch.long, device=dev)
     logp = torch.full((B, W, c), float("-inf"), device=dev)
@@ -94,8 +87,6 @@ def _children(dist: torch.Tensor, c: int, depth: int, ks: Sequence[int], rows: S
         full = dist[members].float()
         if draft_ids is not None:  # the draft's distribution over the target vocabulary
             full = torch.full((len(members), W, V), float("-inf"), device=dev).index_copy_(2, draft_ids, full)
-        if allowed is not None:
-            full = full.masked_fill((~allowed[members] & ~none_left[members].view(-1, 1)).unsqueeze(1), float("-inf"))
         q = probs_from_logits(full, sp)  # [S, W, V]
         if sample_chain:
             active = front_ok[members, 0].tolist()  # rows whose chain still grows draw
@@ -108,8 +99,6 @@ def _children(dist: torch.Tensor, c: int, depth: int, ks: Sequence[int], rows: S
         else:
             qv, idx = q.topk(c, dim=-1)
             tok[members], logp[members] = idx, torch.log(qv)
-    if none_left is not None:
-        logp = logp.masked_fill(none_left.view(B, 1, 1), float("-inf"))
     return tok, logp, q_level
 
 
@@ -202,18 +191,11 @@ def grow(shape: TreeShape, root_logits: torch.Tensor, ks: Sequence[int], rows: S
     V = vocab_size or root_logits.shape[-1]
     sample_chain = shape.chain and any(not r.sampling.greedy for r in rows)
     kcap = torch.tensor(list(ks), device=dev).view(B, 1, 1)
-    # a chain drafts under its rows' output constraints; trees draft freely (engine.constraint)
-    look = Lookahead(rows, V, dev) if shape.chain and any(getattr(r, "constraint", None) is not None for r in rows) else None
-    try:
-        return _grow_levels(shape, static, D, V, ks, rows, expand, draft_ids, threshold, look, sample_chain,
-                            root_logits, kcap)
-    finally:
-        if look is not None:
-            look.close()
+    return _grow_levels(shape, static, D, V, ks, rows, expand, draft_ids, threshold, sample_chain, root_logits, kcap)
 
 
 def _grow_levels(shape: TreeShape, static: Any, D: int, V: int, ks: Sequence[int], rows: Sequence[Any],
-                 expand: Expand, draft_ids: torch.Tensor | None, threshold: float, look: Lookahead | None,
+                 expand: Expand, draft_ids: torch.Tensor | None, threshold: float,
                  sample_chain: bool, root_logits: torch.Tensor, kcap: torch.Tensor
                  ) -> tuple[Proposal, list[list[int]]]:
     """`grow`'s search, depth by depth, from the root's distribution."""
@@ -229,16 +211,13 @@ def _grow_levels(shape: TreeShape, static: Any, D: int, V: int, ks: Sequence[int
         W = dist.shape[1]
         level = static[depth - 1] if static is not None else None
         c = max(r for _, r in level[0]) + 1 if level is not None else 1 if shape.chain else shape.topk
-        tok, logp, q_level = _children(dist, c, depth, ks, rows, front_ok, sample_chain, draft_ids, V,
-                                       look.masks() if look is not None else None)
+        tok, logp, q_level = _children(dist, c, depth, ks, rows, front_ok, sample_chain, draft_ids, V)
         exists = torch.ones(W, c, dtype=torch.bool, device=dev)
         if level is not None:
             exists = torch.zeros(W, c, dtype=torch.bool, device=dev)
             for w, r in level[0]:
                 exists[w, r] = True
         ok = front_ok.unsqueeze(-1) & exists & (depth <= kcap) & (logp > float("-inf"))
-        if look is not None:
-            look.advance(tok[:, 0, 0], ok[:, 0, 0])
         flat = W * c
         score = torch.where(ok, front_score.unsqueeze(-1) + logp, float("-inf")).view(B, flat)
         pool.add(tok.view(B, flat), score, front_idx.unsqueeze(-1).expand(B, W, c).reshape(B, flat), ok.view(B, flat))
