@@ -274,7 +274,7 @@ class Batch(RunningRows):
             if r.constraint is not None:
                 consume(r.constraint, [firsts[-1]])
         # Rows that end at their first token leave now: the others close ranks from b0 on.
-        staying = [i for i, (r, f) in enumerate(zip(rows, firsts)) if not (f in r.stops or r.budget <= 1)]
+        staying = self._staying(rows, firsts)
         for dst, i in enumerate(staying, start=b0):
             self.target.cache.move_row(b0 + i, dst, lengths[i])
         if self.drafter is not None and staying:  # the draft's prefill counts as prefill (TTFT)
@@ -284,14 +284,7 @@ class Batch(RunningRows):
             except BaseException:  # none of them joins: the drafter drops the rows it took
                 self.drafter.retain(list(range(b0)))
                 raise
-        t = e.now()
-        self.stats.prefill_s += t - start
-        finished = []
-        for i, (r, first) in enumerate(zip(rows, firsts)):
-            r.prefill_s = t - start
-            r.emit([first], t)
-            if r.done:
-                finished.append(self._generation(r))
+        finished = self._emit_firsts(rows, firsts, start, e.now())
         self.rows += [rows[i] for i in staying]
         return finished
 

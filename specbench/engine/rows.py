@@ -181,6 +181,7 @@ class RunningRows:
     slot order): how many run, their tags, cancelling one, and a finished row's Generation."""
 
     rows: list[Row]
+    stats: BatchStats
 
     def __len__(self) -> int:
         """Rows running (admitted, not yet finished)."""
@@ -207,6 +208,24 @@ class RunningRows:
 
     def admit_many(self, admissions: Sequence[Admission]) -> list[Generation]:
         raise NotImplementedError
+
+    @staticmethod
+    def _staying(rows: Sequence[Row], firsts: Sequence[int]) -> list[int]:
+        """Which of a pass's new rows its first token does not end (a stop id, or a budget
+        of one): they take slots, in order; the others leave at once."""
+        return [i for i, (r, f) in enumerate(zip(rows, firsts)) if not (f in r.stops or r.budget <= 1)]
+
+    def _emit_firsts(self, rows: Sequence[Row], firsts: Sequence[int], start: float, t: float) -> list[Generation]:
+        """Every new row of a pass emits its first token at `t` (the pass began at `start`);
+        returns the Generations of those it ends."""
+        self.stats.prefill_s += t - start
+        finished = []
+        for r, first in zip(rows, firsts):
+            r.prefill_s = t - start
+            r.emit([first], t)  # (row.ids is its prompt: it grows here)
+            if r.done:
+                finished.append(self._generation(r))
+        return finished
 
     def _survivors(self) -> list[int]:
         """The slots the running rows keep after finished ones leave: new row i is old row

@@ -266,7 +266,7 @@ class StaticBatch(RunningRows, TreeStep, HeadStep, MedusaStep):
             firsts = torch.where(greedy, firsts, sample_inverse_cdf(probs, u))
         firsts = firsts.tolist()
         # Rows that end at their first token leave now: the others close ranks from b0 on.
-        staying = [i for i, (r, f) in enumerate(zip(rows, firsts)) if not (f in r.stops or r.budget <= 1)]
+        staying = self._staying(rows, firsts)
         moves = [(b0 + i, dst) for dst, i in enumerate(staying, start=b0) if b0 + i != dst]
         if moves:
             src, dst = (torch.tensor(x, dtype=torch.long, device=self.dev) for x in zip(*moves))
@@ -281,14 +281,7 @@ class StaticBatch(RunningRows, TreeStep, HeadStep, MedusaStep):
             else:  # the draft's prefill counts as prefill
                 keep = torch.tensor(staying, dtype=torch.long, device=self.dev)
                 self.draft.forward(ids.index_select(0, keep), zero[:len(staying)], row0=b0, last_only=True)
-        t = e.now()
-        self.stats.prefill_s += t - start
-        finished = []
-        for r, first in zip(rows, firsts):
-            r.prefill_s = t - start
-            r.emit([first], t)  # (row.ids is its prompt: it grows here)
-            if r.done:
-                finished.append(self._generation(r))
+        finished = self._emit_firsts(rows, firsts, start, e.now())
         for j, i in enumerate(staying, start=b0):
             r, sp = rows[i], samplings[i]
             self.ctx[j] = sizes[i] + 1
