@@ -37,6 +37,13 @@ DEFAULT_NAMED_PROMPTS = 6  # a named prompt set is sampled down to this many unl
 # scheduler step (max_num_batched_tokens): the admissions of one turn share a pass up to it.
 MAX_PREFILL_TOKENS = 8192
 
+
+def joins_prefill(longest: int, size: int, length: int, budget: int = MAX_PREFILL_TOKENS) -> bool:
+    """Whether a prompt of `length` tokens joins a prefill pass of `size` prompts padded to
+    `longest`: the padded pass stays within `budget`, or the pass is empty (a prompt longer
+    than the budget runs alone)."""
+    return size == 0 or max(longest, length) * (size + 1) <= budget
+
 METHODS = ("none", "draft_model", "ngram", "eagle3", "medusa", "suffix")
 DRAFTED_METHODS = ("draft_model", "eagle3", "medusa")  # the methods that take a --draft (model or heads)
 TREE_METHODS = ("draft_model", "eagle3", "medusa")  # the methods whose drafter builds trees (topk > 1, a token tree)

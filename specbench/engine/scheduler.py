@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from specbench.arrivals import poisson_arrivals
-from specbench.config import MAX_PREFILL_TOKENS, SamplingParams, SpeculativeConfig
+from specbench.config import MAX_PREFILL_TOKENS, SamplingParams, SpeculativeConfig, joins_prefill
 from specbench.engine.rows import Admission
 
 if TYPE_CHECKING:
@@ -112,10 +112,9 @@ def run(engine: "Engine", requests: Sequence[tuple[Sequence[int], SamplingParams
             i = pending[0]
             if arrivals is not None and arrivals[i] > time.perf_counter():
                 break
-            width = max(longest, len(requests[i][0]))
-            if group and width * (len(group) + 1) > max_prefill_tokens:
+            if not joins_prefill(longest, len(group), len(requests[i][0]), max_prefill_tokens):
                 break
-            longest = width
+            longest = max(longest, len(requests[i][0]))
             pending.popleft()
             group.append(Admission(requests[i][0], requests[i][1], tag=i,
                                    arrival=arrivals[i] if arrivals is not None else heapq.heappop(free_at),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specbench.acceptance import SpecDecodingStats
-from specbench.config import MAX_PREFILL_TOKENS, SamplingParams, SpeculativeConfig
+from specbench.config import SamplingParams, SpeculativeConfig, joins_prefill
 
 
 @dataclass
@@ -124,8 +124,7 @@ class EngineWorker:
         longest = 0
         while waiting and len(self.batch) + len(group) < self.max_num_seqs:
             job = waiting[0]
-            width = max(longest, len(job.prompt_ids))
-            if group and width * (len(group) + 1) > MAX_PREFILL_TOKENS:
+            if not joins_prefill(longest, len(group), len(job.prompt_ids)):
                 break
             waiting.popleft()
             if job.cancelled.is_set():  # its client went away while it waited: nothing decoded
@@ -139,7 +138,7 @@ class EngineWorker:
                 job.events.put(("error", 400, str(exc)))
                 self._release()
                 continue
-            longest = width
+            longest = max(longest, len(job.prompt_ids))
             group.append(job)
         return group
 
