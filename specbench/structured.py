@@ -43,6 +43,8 @@ from specbench.errors import WorkloadError
 
 FIELDS = ("response_format", "tools", "tool_choice", "structured_outputs")
 TOOL_CALL_PARSERS = ("json", "hermes")
+# a hermes tool call: OPEN [\n] hermes_head(name) ARGS } [\n] CLOSE, newlines both or neither
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 STRUCTURED_KEYS = ("json", "regex", "grammar", "choice")
 # the scenario of a sample: records, console, report and compare group by it
 SCENARIOS = ("free", "json", "tools", "regex", "grammar", "choice")
@@ -270,19 +272,24 @@ def _schema_check(schema: Any, value: Any, prefix: str = "") -> str | None:
     return f"{'at ' + at.rstrip('/') + ': ' if at else ''}{error.message}"[:300]
 
 
+def hermes_head(name: str) -> str:
+    """What a hermes call of tool `name` holds before its arguments (vLLM's structural tag)."""
+    return '{"name": ' + json.dumps(name) + ', "arguments": '
+
+
 def hermes_calls(text: str) -> list[Any] | str:
     """The calls of a hermes-form output, or the first error, in one line: one or more blocks
     and nothing else, each `<tool_call>\\n` JSON `\\n</tool_call>` or the same without the two
     newlines (the two forms vLLM's structural tag allows), the JSON one object."""
     calls, at = [], 0
     while at < len(text) or not calls:
-        if not text.startswith("<tool_call>", at):
-            return f"not a sequence of <tool_call> blocks (from character {at})"
-        start = at + len("<tool_call>")
-        close = "\n</tool_call>" if text.startswith("\n", start) else "</tool_call>"
+        if not text.startswith(HERMES_OPEN, at):
+            return f"not a sequence of {HERMES_OPEN} blocks (from character {at})"
+        start = at + len(HERMES_OPEN)
+        close = "\n" + HERMES_CLOSE if text.startswith("\n", start) else HERMES_CLOSE
         end = text.find(close, start)
-        if end < 0 or "<tool_call>" in text[start:end]:  # (not closed before the next one opens)
-            return f"at {len(calls)}: no {close!r} closes the <tool_call> at character {at}"
+        if end < 0 or HERMES_OPEN in text[start:end]:  # (not closed before the next one opens)
+            return f"at {len(calls)}: no {close!r} closes the {HERMES_OPEN} at character {at}"
         try:
             calls.append(json.loads(text[start:end]))
         except json.JSONDecodeError as exc:

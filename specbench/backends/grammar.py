@@ -25,7 +25,7 @@ import torch
 import transformers
 
 from specbench.errors import WorkloadError
-from specbench.structured import OutputConstraint
+from specbench.structured import HERMES_CLOSE, HERMES_OPEN, OutputConstraint, hermes_head
 
 JSON_OPTIONS = {"whitespace_flexible": False}
 
@@ -59,10 +59,9 @@ def hermes_grammar(spec: dict[str, Any]) -> str:
     for i, (name, tool) in enumerate(spec["tools"].items()):
         schema = _closed(tool["parameters"]) if tool["strict"] else {}
         schema = {**schema, "x-guidance": {"whitespace_flexible": True}}
-        head = '{"name": ' + json.dumps(name) + ', "arguments": '
-        newline = f"{json.dumps('<tool_call>' + chr(10) + head)} args_{i} {json.dumps('}' + chr(10) + '</tool_call>')}"
-        bare = f"{json.dumps('<tool_call>' + head)} args_{i} {json.dumps('}</tool_call>')}"
-        rules += [f"call_{i}: {newline} | {bare}", f"args_{i}: %json {json.dumps(schema)}"]
+        forms = [f"{json.dumps(HERMES_OPEN + nl + hermes_head(name))} args_{i} {json.dumps('}' + nl + HERMES_CLOSE)}"
+                 for nl in ("\n", "")]
+        rules += [f"call_{i}: {' | '.join(forms)}", f"args_{i}: %json {json.dumps(schema)}"]
     calls = " | ".join(f"call_{i}" for i in range(len(spec["tools"])))
     return llguidance.LLMatcher.grammar_from_lark(
         f"start: {'call' if spec['forced'] else 'call+'}\ncall: {calls}\n" + "\n".join(rules) + "\n")
@@ -75,9 +74,9 @@ def _closed(schema: Any) -> Any:
         return [_closed(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: _closed(v) if isinstance(v, (dict, list)) and k not in ("enum", "const", "default", "examples")
-           else v for k, v in schema.items()}
-    if "properties" in schema and isinstance(out.get("properties"), dict):
+    values = ("enum", "const", "default", "examples", "properties")  # not subschemas (properties: below)
+    out = {k: _closed(v) if isinstance(v, (dict, list)) and k not in values else v for k, v in schema.items()}
+    if isinstance(schema.get("properties"), dict):  # names to subschemas, not a schema itself
         out["properties"] = {k: _closed(v) for k, v in schema["properties"].items()}
     if (schema.get("type") == "object" or "properties" in schema) and "additionalProperties" not in schema:
         out["additionalProperties"] = False

@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from specbench.errors import ConfigError
+from specbench.structured import HERMES_CLOSE, HERMES_OPEN, hermes_head
 from specbench.types import Request
 
 
@@ -76,8 +77,7 @@ def output_text(request: Request, content: str, tool_calls: dict[int, list[str]]
     if c.kind == "json_schema":  # a named tool: its arguments
         return calls[0][1]
     if c.kind == "hermes":  # the calls in the model's form, as the server's hermes parser read them
-        return "".join('<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": ' + arguments + "}\n</tool_call>"
-                       for name, arguments in calls)
+        return "".join(f"{HERMES_OPEN}\n{hermes_head(name)}{arguments}}}\n{HERMES_CLOSE}" for name, arguments in calls)
     parsed = []
     for name, arguments in calls:
         try:
