@@ -46,6 +46,8 @@ def joins_prefill(longest: int, size: int, length: int, budget: int = MAX_PREFIL
 
 METHODS = ("none", "draft_model", "ngram", "eagle3", "medusa", "suffix")
 DRAFTED_METHODS = ("draft_model", "eagle3", "medusa")  # the methods that take a --draft (model or heads)
+# the methods whose drafter has a probability of its own to cut a draft on (draft_confidence_threshold)
+THRESHOLD_METHODS = ("none", "draft_model", "eagle3")
 TREE_METHODS = ("draft_model", "eagle3", "medusa")  # the methods whose drafter builds trees (topk > 1, a token tree)
 HEAD_METHODS = ("eagle3", "medusa")  # drafters that read the target's hidden states (--draft: their directory)
 MODEL_FREE_METHODS = ("ngram", "suffix")  # no draft model: --draft is refused
@@ -186,6 +188,9 @@ class SpeculativeConfig:
         limits.check("prompt_lookup_min", self.ngram_min, label="ngram_min")
         limits.check("prompt_lookup_max", self.ngram_max, label="ngram_max")
         limits.check("draft_confidence_threshold", self.draft_confidence_threshold)
+        if self.draft_confidence_threshold > 0 and self.method not in THRESHOLD_METHODS:
+            raise ConfigError(f"draft_confidence_threshold applies to draft_model and eagle3 drafts (the drafter's "
+                              f"own probability); method {self.method} ignores it, so leave it 0")
         if self.method in MODEL_FREE_METHODS and self.draft is not None:
             raise ConfigError(_NO_DRAFT.format(method=self.method, why=_NO_DRAFT_WHY[self.method]))
         if self.method == "draft_model" and self.num_speculative_tokens > 0 and not self.draft:

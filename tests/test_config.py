@@ -121,6 +121,19 @@ def test_for_method_keeps_a_draft_only_where_the_method_drafts_with_one():
     assert SpeculativeConfig.for_method("ngram", 2, None, dynamic_k=True).short == "ngram-k2dyn"
 
 
+def test_a_confidence_threshold_is_refused_where_the_drafter_has_no_probability_to_cut_on():
+    """n-gram, suffix and Medusa drafts have no draft probability the threshold could read: a
+    run that set one would record a configuration its steps never applied."""
+    for method, draft in [("ngram", None), ("suffix", None), ("medusa", "heads")]:
+        with pytest.raises(ConfigError, match=f"draft_confidence_threshold applies to draft_model and eagle3 drafts .*"
+                                              f"method {method} ignores it"):
+            SpeculativeConfig(method=method, num_speculative_tokens=2, draft=draft, draft_confidence_threshold=0.3)
+        assert SpeculativeConfig(method=method, num_speculative_tokens=2, draft=draft).draft_confidence_threshold == 0
+    for method in ("draft_model", "eagle3"):
+        assert SpeculativeConfig(method=method, num_speculative_tokens=2, draft="d",
+                                 draft_confidence_threshold=0.3).draft_confidence_threshold == 0.3
+
+
 # ---- RunConfig --------------------------------------------------------------------------------
 
 # run.json's config as `specbench run` writes it (an embedded draft_model run, after the run)
