@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
                          "tree (draft_model, a static tree k deep: the best child and the second-best at every "
                          "depth, 2k nodes, greedy), dtree (draft_model, a dynamic EAGLE-2 tree k deep, topk 2, the "
                          "2k best of its candidates kept, greedy), eagle3 (a random EAGLE-3 head on the target, k, "
-                         "greedy), medusa (k random Medusa heads, greedy)")
+                         "greedy), medusa (k random Medusa heads, greedy), e3tree (the EAGLE-3 head drafting the tree "
+                         "of `tree`), mtree (the k Medusa heads drafting it)")
     ap.add_argument("--steps", type=int, default=24, help="timed steps per point (in blocks of 4, ABBA)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--device", default="cpu")
@@ -186,27 +187,32 @@ def main(argv: list[str] | None = None) -> None:
     console = Console(stderr=args.json, width=160)
     target = random_model(t_layers, args.hidden, args.vocab, 0, args.device)
     draft = random_model(d_layers, args.hidden, args.vocab, 1, args.device)
+    # a static tree k deep: the best child and the second-best at every depth (2k nodes)
+    chain_and_seconds = tuple((0,) * (d - 1) + (r,) for d in range(1, args.k + 1) for r in (0, 1))
     configs = [("baseline", SpeculativeConfig(), SamplingParams()),
                ("draft_model greedy", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d"),
                 SamplingParams()),
                ("draft_model sampled", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d"),
                 SamplingParams(temperature=0.8, top_p=0.95)),
                ("draft_model tree", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d",
-                                                      token_tree=tuple((0,) * (d - 1) + (r,) for d in range(1, args.k + 1)
-                                                                       for r in (0, 1))), SamplingParams()),
+                                                      token_tree=chain_and_seconds), SamplingParams()),
                ("draft_model dtree", SpeculativeConfig(method="draft_model", num_speculative_tokens=args.k, draft="d",
                                                        topk=2, num_draft_tokens=2 * args.k + 1), SamplingParams()),
                ("eagle3 eagle3", SpeculativeConfig(method="eagle3", num_speculative_tokens=args.k, draft="h"),
                 SamplingParams()),
                ("medusa medusa", SpeculativeConfig(method="medusa", num_speculative_tokens=args.k, draft="h"),
-                SamplingParams())]
+                SamplingParams()),
+               ("eagle3 e3tree", SpeculativeConfig(method="eagle3", num_speculative_tokens=args.k, draft="h",
+                                                   token_tree=chain_and_seconds), SamplingParams()),
+               ("medusa mtree", SpeculativeConfig(method="medusa", num_speculative_tokens=args.k, draft="h",
+                                                  token_tree=chain_and_seconds), SamplingParams())]
     wanted = {c.strip() for c in args.configs.split(",")}
-    known = {"baseline", "greedy", "sampled", "tree", "dtree", "eagle3", "medusa"}
+    known = {"baseline", "greedy", "sampled", "tree", "dtree", "eagle3", "medusa", "e3tree", "mtree"}
     if wanted - known:
         ap.error(f"--configs: unknown {', '.join(sorted(wanted - known))}")
     configs = [c for c in configs if c[0].split()[-1] in wanted]
-    heads = {"eagle3": random_head(target, args.vocab, 2) if "eagle3" in wanted else None,
-             "medusa": random_medusa(target, args.k, 3) if "medusa" in wanted else None}
+    heads = {"eagle3": random_head(target, args.vocab, 2) if wanted & {"eagle3", "e3tree"} else None,
+             "medusa": random_medusa(target, args.k, 3) if wanted & {"medusa", "mtree"} else None}
     points = []
     with torch.inference_mode():
         for path in paths:

@@ -109,9 +109,11 @@ def test_host_overhead_json_counts_one_host_read_per_static_step(capsys):
     step where the eager step reads it several times (the count can tell them apart)."""
     mod = load("host_overhead")
     mod.main(["--paths", "eager,static", "--layers", "2,1", "--batch", "1,2", "--steps", "4", "--prompt", "16",
-              "--configs", "baseline,greedy,tree,eagle3,medusa", "--json"])
+              "--configs", "baseline,greedy,tree,eagle3,medusa,e3tree,mtree", "--json"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(rows) == 2 * 5 * 2
+    assert len(rows) == 2 * 7 * 2
+    for heads in ("eagle3", "medusa"):  # the heads' chains and their trees
+        assert {r["tree"] for r in rows if r["method"] == heads} == {8, None}
     assert {r["method"] for r in rows} == {"none", "draft_model", "eagle3", "medusa"}
     assert sorted({r["tree"] for r in rows}, key=str) == [8, None]  # k=4: best and second-best child per depth
     for r in rows:

@@ -17,13 +17,13 @@ wants it, proven on the CPU:
 - two pure functions per step (draft chain; verify and accept) run as they are, compiled or
   captured (specbench.engine.graphs); on CUDA the draft/verify split comes from CUDA events.
 
-What it runs: the baseline, draft-model chains, draft-model static trees (vLLM's
-speculative_token_tree: fixed index tables, specbench.engine.tree.StaticTree) and dynamic
-(EAGLE-2) trees (fixed sizes, per-row tables built on the device, tree.DynamicTree), EAGLE-3
-chains (the head with its own static KV slots, specbench.engine.static_eagle3) and Medusa
-chains (specbench.engine.static_medusa), greedy and sampled with temperature, top-k and top-p,
-mixed in one batch, on Llama-family models (Llama, Mistral, Qwen2) with plain linear layers.
-EAGLE-3 and Medusa trees, n-gram and suffix drafting run on the eager step; `static_reason`
+What it runs: the baseline, and chains, static trees (vLLM's speculative_token_tree: fixed
+index tables, specbench.engine.tree.StaticTree) and dynamic (EAGLE-2) trees (fixed sizes,
+per-row tables built on the device, tree.DynamicTree) drafted by a draft model, an EAGLE-3
+head (its own static KV slots, specbench.engine.static_eagle3) or Medusa heads
+(specbench.engine.static_medusa), greedy and sampled with temperature, top-k and top-p, mixed
+in one batch, on Llama-family models (Llama, Mistral, Qwen2) with plain linear layers. N-gram
+and suffix drafting (host-side lookups, as in vLLM) run on the eager step; `static_reason`
 says why a configuration or a model cannot run here, for run.json.
 
 Lossless as the eager step is (docs/engine.md, "The rule"): a greedy row accepts drafts while
@@ -76,11 +76,8 @@ def spec_reason(spec: SpeculativeConfig) -> str:
     if not spec.speculative:
         return ""
     if spec.method not in ("draft_model", "eagle3", "medusa"):
-        return (f"method {spec.method} (the static step runs the baseline, draft_model chains and static trees, "
-                "and eagle3 and medusa chains)")
-    if spec.method in ("eagle3", "medusa") and not TreeShape.from_spec(spec).chain:
-        name = "an EAGLE-3" if spec.method == "eagle3" else "a Medusa"
-        return f"{name} draft tree (the static step runs {spec.method} chains)"
+        return (f"method {spec.method} (the static step runs the baseline and draft_model, eagle3 and medusa "
+                "chains and trees)")
     return ""
 
 
@@ -388,15 +385,15 @@ class StaticBatch(RunningRows, TreeStep, HeadStep, MedusaStep):
 
     def _run_tree(self, Bb: int, flags: tuple[bool, bool, bool]) -> tuple[torch.Tensor, float]:
         """The tree step's graphs for bucket Bb (as `_run_chain`)."""
-        key = (Bb, "tree", *flags, (self.target.allocations, self.draft.allocations, self._state_gen))
+        key = (Bb, "tree", *flags, (self.target.allocations, self.drafter.allocations, self._state_gen))
         draft = self._draft_tree if self.dtree is None else self._draft_dynamic_tree
         # nodes and whether each exists (and a dynamic tree's tables)
-        tree = self.graphs.run(("draft",) + key, lambda: draft(Bb, *flags))
+        tree = self.graphs.run(("draft",) + key, lambda: draft(Bb, *flags), state=self._graph_state()[2:])
         t1 = time.perf_counter()
         if self.dev.type == "cuda":
             self._events[1].record()
         out = self.graphs.run(("verify",) + key, lambda *t: self._verify_tree(Bb, *flags, *t), *tree,
-                              state=(self.ctx, self.last))
+                              state=self._graph_state())
         return out, t1
 
     def _run_chain(self, Bb: int, K: int, flags: tuple[bool, bool, bool]) -> tuple[torch.Tensor, float]:

@@ -1,4 +1,4 @@
-"""EAGLE-3 chains on the static step: the head's part of `specbench.engine.static.StaticBatch`.
+"""EAGLE-3 on the static step: the head's part of `specbench.engine.static.StaticBatch`.
 
 The alignment is the eager drafter's (specbench.engine.drafters.eagle3): head position t reads
 the target's features at t with the token at t + 1 and predicts the token at t + 2. A row of a
@@ -20,6 +20,12 @@ sequence x_0..x_{n-1} (ctx = n; the target cache holds 0..n-2) keeps on the devi
 - Verify (one graph): the target also returns its features at [last token, drafts]; those of
   the last token and the accepted drafts become pending, with the tokens that follow them
   (the accepted drafts and the emitted token). A rejected draft's head entry lies past hlen.
+- Trees (specbench.engine.static_tree): after the same catch-up, the nodes that have children
+  are fed depth by depth, each with its parent's layer output, at rotary position
+  ctx - 2 + its depth and seeing the context and its fed ancestors (StaticHead's tree mask);
+  the verify walk makes the features of the last token and of the accepted path pending.
+  The drafted entries are scratch either way: the catch-up rewrites real positions from the
+  target's features.
 - A step where no row drafts appends one pending entry per row; before one would overflow
   the buffer, `_head_flush` catches up all but the last (eagerly: only after non-drafting
   steps, as the draft model's `_catch_up_draft`).

@@ -70,22 +70,37 @@ class StaticHead:
             buf.index_copy_(0, dst, buf.index_select(0, src))
 
     def forward(self, tokens: torch.Tensor, hidden: torch.Tensor, start: torch.Tensor, *,
-                row0: int = 0) -> torch.Tensor:
-        """Entries (target ids [B, W], hidden [B, W, H] already projected) at positions
-        start[b] + 0..W-1 of slots row0..row0+B-1, each seeing the keys up to its own
-        position; returns the layer outputs [B, W, H] (before the head's final norm)."""
+                row0: int = 0, tree: tuple[int, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Entries (target ids [B, W], hidden [B, W, H]: projected features, or the parents'
+        layer outputs while drafting) at positions start[b] + 0..W-1 of slots
+        row0..row0+B-1, each seeing the keys up to its own position; returns the layer outputs
+        [B, W, H] (before the head's final norm).
+
+        `tree` (offset, depth [B, W], visible [B, W, S]), as `StaticLM.forward`'s: the entries
+        are tree nodes, written at start[b] + offset + 0..W-1 with rotary positions
+        start[b] + depth; a node sees the context (keys below start[b]) and key start[b] + s
+        (s < S) where visible[b, w, s] (its fed ancestors and itself)."""
         B, W = tokens.shape
         dev, cap = self.device, self.capacity
-        pos = start.view(B, 1) + torch.arange(W, device=dev).view(1, W)
+        offsets = torch.arange(W, device=dev).view(1, W)
+        t = torch.arange(cap, device=dev).view(1, 1, cap)
         rows = torch.arange(row0, row0 + B, device=dev).view(B, 1).expand(B, W)
         rep = self.heads // self.kv_heads
-        visible = torch.arange(cap, device=dev).view(1, 1, cap) <= pos.unsqueeze(-1)
+        if tree is None:
+            pos = at = start.view(B, 1) + offsets
+            visible = t <= pos.unsqueeze(-1)
+        else:
+            offset, depth, vis = tree
+            pos, at = start.view(B, 1) + depth, start.view(B, 1) + offset + offsets
+            s = t - start.view(B, 1, 1)
+            in_tree = vis.gather(2, s.clamp(0, vis.shape[-1] - 1).expand(B, W, cap)) & (s >= 0) & (s < vis.shape[-1])
+            visible = (t < start.view(B, 1, 1)) | in_tree
         mask = visible.unsqueeze(1).expand(B, rep, W, cap).reshape(B, 1, rep * W, cap)
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             # q [B, heads, W, d], k and v [B, kv_heads, W, d]: written, then attended over the capacity
-            self.keys[rows, :, pos] = k.transpose(1, 2).to(self.dtype)
-            self.values[rows, :, pos] = v.transpose(1, 2).to(self.dtype)
+            self.keys[rows, :, at] = k.transpose(1, 2).to(self.dtype)
+            self.values[rows, :, at] = v.transpose(1, 2).to(self.dtype)
             d = self.head_dim
             out = F.scaled_dot_product_attention(q.reshape(B, self.kv_heads, rep * W, d),
                                                  self.keys[row0:row0 + B], self.values[row0:row0 + B],
@@ -95,8 +110,8 @@ class StaticHead:
         return self.head.decode(tokens, hidden, pos, attend)
 
     def draft_logits(self, outputs: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """The head's logits at layer outputs [B, H], scattered into the target vocabulary
-        [B, V] (-inf outside the draft vocabulary)."""
+        """The head's logits at layer outputs [..., H], scattered into the target vocabulary
+        [..., V] (-inf outside the draft vocabulary)."""
         small = self.head.logits(outputs).float()
-        full = torch.full((outputs.shape[0], vocab_size), float("-inf"), device=self.device)
-        return full.index_copy(1, self.draft_ids, small)
+        full = torch.full((*outputs.shape[:-1], vocab_size), float("-inf"), device=self.device)
+        return full.index_copy(full.dim() - 1, self.draft_ids, small)

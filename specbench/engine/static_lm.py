@@ -177,6 +177,11 @@ class StaticLM:
         for buf in self.keys + self.values:
             buf[rows, :, dst] = buf[rows, :, src]
 
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's final norm as its LM head reads it, without the module's hooks (an eager
+        engine on the same model captures features through them)."""
+        return _rms(x, self.decoder.norm)
+
     def forward(self, tokens: torch.Tensor, start: torch.Tensor, *, row0: int = 0,
                 last_only: bool = False, tree: Tree | None = None, features: tuple[int, ...] = (),
                 last_at: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -246,5 +251,5 @@ class StaticLM:
             feats = torch.cat([captured[i] for i in features], dim=-1)
         if last_only:
             x = x[:, -1] if last_at is None else x[torch.arange(B, device=dev), last_at]
-        x = _rms(x, self.decoder.norm)
+        x = self.final_norm(x)
         return (self.lm_head(x), feats) if features else self.lm_head(x)

@@ -1,10 +1,14 @@
-"""Medusa chains on the static step: the heads' part of `specbench.engine.static.StaticBatch`.
+"""Medusa on the static step: the heads' part of `specbench.engine.static.StaticBatch`.
 
 As the eager drafter (specbench.engine.drafters.medusa): the heads read the target's hidden
 state at the position that produced the last emitted token, after the target's own final
 norm; head i scores the token i + 1 places after it, and the chain is each of the first k
 heads' argmax, for greedy and sampled rows alike (q one-hot, so the verifier's one-hot rule
-keeps sampling exact: accept x with probability p(x), else draw from p without x). The device
+keeps sampling exact: accept x with probability p(x), else draw from p without x). Trees (a
+static speculative_token_tree, Medusa's own form, or topk > 1: the dynamic search over every
+head's top tokens, cut to the budget) are grown by the draft model's tree functions
+(specbench.engine.static_tree) with head d's distribution at every node of depth d, and
+nothing fed: the verify walk keeps the state at the last accepted node. The device
 keeps that state per slot (`mstate`, before the norm: the static forward's features at the
 final norm); the verify pass returns it at every fed position and keeps the one at the last
 accepted token. No cache of their own: nothing to catch up, nothing to roll back.
@@ -55,11 +59,22 @@ class MedusaStep:
         hidden = int(self.target.decoder.embed_tokens.embedding_dim)
         return {"mstate": torch.zeros(rows, hidden, dtype=self.target.dtype, device=self.target.device)}
 
+    def _medusa_logits(self, B: int) -> torch.Tensor:
+        """Every head's logits [B, heads, V] (float32) from each row's state, after the target's
+        final norm: head i scores the token i + 1 places after the last emitted one."""
+        return self.medusa.heads(self.target.final_norm(self.mstate[:B])).float()
+
+    def _medusa_level(self, heads: torch.Tensor, d: int, width: int) -> torch.Tensor:
+        """The draft distribution [B, width, V] of every frontier node of depth d of a tree:
+        head d's, whatever the path (the heads read one state, not the drafted tokens). Past
+        the last head it repeats it: no row drafts deeper than the heads (its draft length)."""
+        B, H, V = heads.shape
+        return heads[:, min(d, H - 1)].unsqueeze(1).expand(B, width, V)
+
     def _draft_medusa(self, B: int, K: int, sampled: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """[B, K] drafts (the first K heads' argmax), their one-hot q (sampled batches) and
         each row's draft length."""
-        h = self.target.decoder.norm(self.mstate[:B].unsqueeze(1))[:, 0]
-        logits = self.medusa.heads(h)[:, :K].float()  # [B, K, V]
+        logits = self._medusa_logits(B)[:, :K]  # [B, K, V]
         drafts = logits.argmax(-1)
         q = torch.nn.functional.one_hot(drafts, logits.shape[-1]).to(torch.float32) if sampled else None
         return drafts, q, self.ks[:B]

@@ -37,11 +37,45 @@ def step_table(drafted: torch.Tensor, n: torch.Tensor, leaf: torch.Tensor, depth
 class TreeStep:
     """The tree functions of specbench.engine.static.StaticBatch (they read its state:
     tree or dtree, ctx, last, live, seed, greedy, temperature, top_k, top_p, ks, threshold, target,
-    draft)."""
+    and the drafter: draft, head or medusa)."""
 
     tree: Any
     dtree: Any
     threshold: float
+    medusa: Any
+
+    head: Any
+
+    def _tree_root(self, B: int, heads: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The draft distribution at every row's root [B, 1, V] (in target ids) and what its
+        children are fed with: the draft model after catching up on the row's last two tokens
+        (None), the EAGLE-3 head after catching up on what is pending (its layer output [B, 1,
+        H]), or Medusa's first head (`heads`: all heads' logits; None)."""
+        if heads is not None:
+            return heads[:, :1], None
+        if self.head is not None:
+            hidden = self._head_catch_up(B).unsqueeze(1)
+            return self.head.draft_logits(hidden, self.target.vocab_size), hidden
+        return self.draft.forward(self.last[:B], self.ctx[:B] - 2, last_only=True).unsqueeze(1), None
+
+    def _tree_feed(self, tok: torch.Tensor, parent: torch.Tensor, hidden: torch.Tensor | None, fed: int,
+                   depth: int, visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed the frontier nodes of depth `depth` (tokens [B, W]; `parent` [B, W]: each one's
+        parent within the previous frontier, whose layer outputs `hidden` are) to the drafter
+        as tree entries `fed`.. past its context, each seeing the context and `visible` [B, W,
+        fed + W] of the fed entries; returns their children's draft distribution [B, W, V] and
+        the layer outputs they feed their own children (EAGLE-3's; None for a draft model).
+        The draft model's context ends at ctx - 1, the head's at ctx - 2 (its entry t reads
+        the target's features at t), so the head's nodes sit one position lower, as on the
+        eager step (specbench.engine.drafters.eagle3)."""
+        B, W = tok.shape
+        at = torch.full((B, W), depth - 1, dtype=torch.long, device=self.dev)
+        ctx = self.ctx[:B]
+        if self.head is None:
+            return self.draft.forward(tok, ctx, tree=(fed, at, visible)), None
+        h = hidden.gather(1, parent.unsqueeze(-1).expand(B, W, hidden.shape[-1]))  # each node with its parent's
+        out = self.head.forward(tok, h, ctx - 1, tree=(fed, at, visible))
+        return self.head.draft_logits(out, self.target.vocab_size), out
 
     def _ranked(self, dist: torch.Tensor, c: int, B: int, sampled: bool, top_k: bool, top_p: bool
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,7 +101,8 @@ class TreeStep:
         does, its depth is within the row's draft length and its probability is not zero; a
         node below the confidence threshold gets no children."""
         tree, ctx = self.tree, self.ctx[:B]
-        dist = self.draft.forward(self.last[:B], ctx - 2, last_only=True).unsqueeze(1)  # [B, 1, V]: the root
+        heads = self._medusa_logits(B) if self.medusa is not None else None  # [B, heads, V]: every depth's
+        dist, hidden = self._tree_root(B, heads)  # [B, 1, V]
         front_ok = torch.ones(B, 1, dtype=torch.bool, device=self.dev)
         toks, oks = [], []
         ks = self.ks[:B].view(B, 1)
@@ -82,8 +117,11 @@ class TreeStep:
                 front_ok = ok[:, kid_pos]
                 if self.threshold > 0:
                     front_ok = front_ok & (lp[:, kid_pos].exp() >= self.threshold)
-                depth = torch.full((B, W), d - 1, dtype=torch.long, device=self.dev)
-                dist = self.draft.forward(tok[:, kid_pos], ctx, tree=(fed, depth, seen.expand(B, W, fed + W)))
+                if heads is not None:  # Medusa: head d scores depth d + 1, whatever the path
+                    dist = self._medusa_level(heads, d, W)
+                    continue
+                dist, hidden = self._tree_feed(tok[:, kid_pos], parent[kid_pos].expand(B, W), hidden, fed, d,
+                                               seen.expand(B, W, fed + W))
         return torch.cat(toks, dim=1), torch.cat(oks, dim=1)
 
     def _draft_dynamic_tree(self, B: int, sampled: bool, top_k: bool, top_p: bool) -> tuple[torch.Tensor, ...]:
@@ -98,7 +136,8 @@ class TreeStep:
         dt, ctx, dev = self.dtree, self.ctx[:B], self.dev
         c = dt.topk
         ks = self.ks[:B].view(B, 1, 1)
-        dist = self.draft.forward(self.last[:B], ctx - 2, last_only=True).unsqueeze(1)  # [B, 1, V]: the root
+        heads = self._medusa_logits(B) if self.medusa is not None else None
+        dist, hidden = self._tree_root(B, heads)  # [B, 1, V]
         front_score = torch.zeros(B, 1, device=dev)
         front_ok = torch.ones(B, 1, dtype=torch.bool, device=dev)
         front_idx = torch.full((B, 1), -1, dtype=torch.long, device=dev)  # pool index (-1: the root)
@@ -123,8 +162,10 @@ class TreeStep:
                 vis = torch.cat([front_vis.gather(1, parent_w.unsqueeze(-1).expand(B, c, fed)),
                                  torch.eye(c, dtype=torch.bool, device=dev).expand(B, c, c)], dim=2)
                 slots = slots.scatter(1, sel, torch.arange(fed, fed + c, device=dev).expand(B, c))
-                depth = torch.full((B, c), d - 1, dtype=torch.long, device=dev)
-                dist = self.draft.forward(tok.gather(1, sel), ctx, tree=(fed, depth, vis))
+                if heads is not None:  # Medusa: nothing is fed, the next depth's head scores every path
+                    dist = self._medusa_level(heads, d, c)
+                else:
+                    dist, hidden = self._tree_feed(tok.gather(1, sel), parent_w, hidden, fed, d, vis)
                 front_idx, front_score, front_ok, front_vis = size + sel, score.gather(1, sel), f_ok, vis
                 fed += c
             for col, t in zip(pool, (tok, score, parent, ok.view(B, flat), slots)):
@@ -202,7 +243,7 @@ class TreeStep:
 
         feed = torch.cat([last[:, 1:], nodes], dim=1)  # [B, N + 1]
         real = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=self.dev), exists], dim=1)
-        logits = self.target.forward(feed, ctx - 1, tree=(0, feed_depth, visible))
+        logits, feats = self._target_pass(feed, ctx - 1, tree=(0, feed_depth, visible))
         top = logits.argmax(-1)  # [B, N + 1]
         if sampled:
             probs = row_probs(logits, self.temperature[:B], self.top_k[:B], self.top_p[:B],
@@ -247,7 +288,15 @@ class TreeStep:
         d = torch.arange(D, device=self.dev).view(1, D)
         dst = ctx.view(B, 1) + d
         self.target.move_positions(torch.where(d < n.view(B, 1), ctx.view(B, 1) - 1 + on, dst), dst)
-        self.draft.move_positions(torch.where(d < n.view(B, 1) - 1, ctx.view(B, 1) + fed_at.gather(1, on), dst), dst)
+        if self.medusa is not None:  # the heads read the state at the last accepted node (the root: `last`)
+            self._medusa_commit(B, feats, cur, live)
+        elif self.head is not None:  # the features along the accepted path wait for the head's catch-up
+            along = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=self.dev), on], dim=1)  # [B, D + 1]
+            self._head_commit(B, D, feats.gather(1, along.unsqueeze(-1).expand(B, D + 1, feats.shape[-1])),
+                              accepted_toks, n, extra, live)
+        else:
+            self.draft.move_positions(torch.where(d < n.view(B, 1) - 1, ctx.view(B, 1) + fed_at.gather(1, on), dst),
+                                      dst)
         before = accepted_toks.gather(1, (n - 1).clamp(min=0).view(B, 1)).view(B)
         self.last[:B] = torch.stack([torch.where(n > 0, before, last[:, 1]), extra], dim=1)
         self.ctx[:B] = torch.where(live, ctx + n + 1, ctx)

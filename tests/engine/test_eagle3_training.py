@@ -141,13 +141,20 @@ def test_the_head_needs_the_target_features(world, trained):
     assert acceptance(world, trained) > max(without, blind) + 0.3
 
 
-@pytest.mark.parametrize("k,concurrency,extra", [(3, 1, {}), (3, 4, {}), (4, 4, {"dynamic_k": True}),
-                                                 (3, 4, {"disable_by_batch_size": 2})])
+TREE = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
+
+
+@pytest.mark.parametrize("k,concurrency,extra", [
+    (3, 1, {}), (3, 4, {}), (4, 4, {"dynamic_k": True}), (3, 4, {"disable_by_batch_size": 2}),
+    (3, 4, {"token_tree": TREE}), (3, 3, {"token_tree": TREE, "disable_by_batch_size": 2}),
+    (3, 4, {"topk": 2, "num_draft_tokens": 6})], ids=["k3-c1", "k3-c4", "k4-c4-dyn", "k3-c4-off2", "tree-c4",
+                                                      "tree-c3-off2", "dynamic-tree-c4"])
 def test_the_static_step_drafts_with_the_trained_head_as_the_eager_step_does(world, trained, k, concurrency, extra):
     """EAGLE-3 on the static step (the head's own static KV slots, features captured by the
-    static forward, pending features on the device): greedy, step for step the eager step's
-    records, with the head's learned acceptance, so the accepting paths are the ones compared
-    (disable_by_batch_size: steps that draft nothing, and the pending buffer caught up early)."""
+    static forward, pending features on the device), chains and trees: greedy, step for step
+    the eager step's records, with the head's learned acceptance (accepted tokens per drafted
+    depth), so the accepting paths are the ones compared (disable_by_batch_size: steps that
+    draft nothing, and the pending buffer caught up early)."""
     target, *_, held_out = world
     head = fit_to_target(trained, target, path="<trained>", target_name="tiny")
     spec = SpeculativeConfig(method="eagle3", num_speculative_tokens=k, draft="h", **extra)
@@ -155,12 +162,12 @@ def test_the_static_step_drafts_with_the_trained_head_as_the_eager_step_does(wor
 
     def records(engine):
         gens, _ = scheduler.run(engine, reqs, spec, concurrency=concurrency)
-        return [(g.output_ids, [(s.drafted, s.accepted, s.first_rejection, s.emitted) for s in g.steps])
-                for g in gens]
+        return [(g.output_ids, [(s.drafted, s.accepted, s.first_rejection, s.emitted, s.draft_depth,
+                                 s.accepted_ranks) for s in g.steps]) for g in gens]
 
     eager = records(Engine(target, head=head, pack=False))
     static = records(Engine(target, head=head, static="static"))
     assert static == eager
-    drafted = sum(s[0] for _, steps in static for s in steps)
+    depth = sum(s[4] for _, steps in static for s in steps)
     accepted = sum(s[1] for _, steps in static for s in steps)
-    assert drafted > 0 and (accepted / drafted >= LEARNED or "disable_by_batch_size" in extra)
+    assert depth > 0 and (accepted / depth >= LEARNED or "disable_by_batch_size" in extra)

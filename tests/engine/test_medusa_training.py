@@ -129,26 +129,35 @@ def test_saved_heads_load_back_and_draft_the_same(world, trained, tmp_path):
     assert torch.equal(again(h), trained(h))
 
 
-@pytest.mark.parametrize("k,concurrency,sampling", [(2, 1, SP), (2, 4, SP), (1, 4, SP),
-                                                    (2, 4, SP.with_(temperature=0.8, top_p=0.9, seed=3))])
+TREE = ((0,), (1,), (0, 0), (0, 1), (1, 0))  # each head's two best, Medusa's own form
+
+
+@pytest.mark.parametrize("k,concurrency,sampling,shape", [
+    (2, 1, SP, {}), (2, 4, SP, {}), (1, 4, SP, {}), (2, 4, SP.with_(temperature=0.8, top_p=0.9, seed=3), {}),
+    (2, 4, SP, {"token_tree": TREE}), (2, 3, SP.with_(temperature=0.8, top_p=0.9, seed=3), {"token_tree": TREE}),
+    (2, 4, SP, {"topk": 2, "num_draft_tokens": 4})], ids=["k2-c1", "k2-c4", "k1-c4", "k2-c4-sampled", "tree-c4",
+                                                         "tree-c3-sampled", "dynamic-tree-c4"])
 def test_the_static_step_drafts_with_the_trained_heads_as_the_eager_step_does(world, trained, k, concurrency,
-                                                                              sampling):
+                                                                              sampling, shape):
     """Medusa on the static step (the target's last hidden state kept per slot on the device,
-    the heads' argmax chain, one-hot q): greedy, step for step the eager step's records, with
-    the heads' learned acceptance; sampled, the same acceptance (the outputs follow the target's
-    distribution: tests/engine/test_static.py)."""
+    the heads' argmax chain or top-ranked tree, one-hot q): greedy, step for step the eager
+    step's records, with the heads' learned acceptance (accepted tokens per drafted depth);
+    sampled, the same acceptance (the outputs follow the target's distribution:
+    tests/engine/test_static.py)."""
     target, *_, held_out = world
-    spec = SpeculativeConfig(method="medusa", num_speculative_tokens=k, draft="h")
+    spec = SpeculativeConfig(method="medusa", num_speculative_tokens=k, draft="h", **shape)
     reqs = [(p, sampling.with_(max_new_tokens=8 + 3 * i)) for i, p in enumerate(held_out)]
 
     def records(engine):
         gens, _ = scheduler.run(engine, reqs, spec, concurrency=concurrency)
-        return [(g.output_ids, [(s.drafted, s.accepted, s.first_rejection, s.emitted) for s in g.steps])
-                for g in gens]
+        return [(g.output_ids, [(s.drafted, s.accepted, s.first_rejection, s.emitted, s.draft_depth,
+                                 s.accepted_ranks) for s in g.steps]) for g in gens]
 
     static = records(Engine(target, head=trained, static="static"))
-    drafted = sum(s[0] for _, steps in static for s in steps)
+    depth = sum(s[4] for _, steps in static for s in steps)
     accepted = sum(s[1] for _, steps in static for s in steps)
-    assert drafted > 0 and accepted / drafted >= LEARNED
+    assert depth > 0 and accepted / depth >= LEARNED
+    if shape:  # the tree's second-ranked children are taken, not only its best path
+        assert any(r > 0 for _, steps in static for s in steps for r in s[5])
     if sampling.greedy:
         assert static == records(Engine(target, head=trained, pack=False))

@@ -109,19 +109,28 @@ def e3_requests(n: int = 9, seed: int = 0) -> list:
             for i in range(n)]
 
 
+E3_TREE = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (1, 0, 0))  # (1, 0): fed from the second
 E3_SPECS = [SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head"),
             SpeculativeConfig(method="eagle3", num_speculative_tokens=1, draft="head"),
             SpeculativeConfig(method="eagle3", num_speculative_tokens=4, draft="head", dynamic_k=True,
                               draft_confidence_threshold=0.3),
-            SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head", disable_by_batch_size=2)]
+            SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head", disable_by_batch_size=2),
+            # trees: static (with a threshold, dynamic k, steps that draft nothing) and dynamic
+            SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head", token_tree=E3_TREE),
+            SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head", token_tree=E3_TREE,
+                              draft_confidence_threshold=0.2, dynamic_k=True, disable_by_batch_size=2),
+            SpeculativeConfig(method="eagle3", num_speculative_tokens=3, draft="head", topk=2, num_draft_tokens=6),
+            SpeculativeConfig(method="eagle3", num_speculative_tokens=4, draft="head", topk=3, num_draft_tokens=9,
+                              dynamic_k=True, draft_confidence_threshold=0.1)]
 
 
-@pytest.mark.parametrize("spec", E3_SPECS, ids=spec_id)
+@pytest.mark.parametrize("spec", E3_SPECS, ids=lambda s: f"{spec_id(s)}{'-dyn' if s.dynamic_k else ''}"
+                         f"{'-off2' if s.disable_by_batch_size else ''}{'-thr' if s.draft_confidence_threshold else ''}")
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_greedy_static_eagle3_equals_the_eager_step(e3_models, spec, concurrency):
-    """Step for step, with budgets, dynamic k, the confidence threshold, and steps that
-    draft nothing (disable_by_batch_size above 2 rows: the head's pending buffer fills and is
-    caught up before the step that would overflow it)."""
+    """Step for step, chains and trees (static and dynamic), with budgets, dynamic k, the
+    confidence threshold, and steps that draft nothing (disable_by_batch_size above 2 rows:
+    the head's pending buffer fills and is caught up before the step that would overflow it)."""
     target, head = e3_models
     reqs = e3_requests()
     eager, _ = scheduler.run(Engine(target, head=head, pack=False), reqs, spec, concurrency=concurrency)
@@ -134,12 +143,25 @@ def medusa(k: int, **kw) -> SpeculativeConfig:
     return SpeculativeConfig(method="medusa", num_speculative_tokens=k, draft="heads", **kw)
 
 
-@pytest.mark.parametrize("spec", [medusa(3), medusa(3, dynamic_k=True), medusa(2, disable_by_batch_size=2)],
-                         ids=lambda s: f"medusa-k{s.num_speculative_tokens}-{'dyn' if s.dynamic_k else 'off2' if s.disable_by_batch_size else 'plain'}")
+def medusa_tree(paths=((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)), **kw) -> SpeculativeConfig:
+    """Medusa's own form: a static tree of each head's ranks (its `medusa_choices`)."""
+    return medusa(max(map(len, paths)), token_tree=paths, **kw)
+
+
+MEDUSA_SPECS = [medusa(3), medusa(3, dynamic_k=True), medusa(2, disable_by_batch_size=2),
+                medusa_tree(), medusa_tree(dynamic_k=True, disable_by_batch_size=2),
+                medusa_tree(((0,), (0, 0), (0, 0, 0), (0, 0, 0, 0), (1,), (1, 0))),  # deeper than the 3 heads
+                medusa(3, topk=2, num_draft_tokens=5),  # a dynamic tree: 4 of its 2 + 4 + 4 candidates kept
+                medusa(3, topk=3, num_draft_tokens=9, dynamic_k=True, disable_by_batch_size=2)]
+
+
+@pytest.mark.parametrize("spec", MEDUSA_SPECS, ids=lambda s: f"{spec_id(s)}{'-dyn' if s.dynamic_k else ''}"
+                         f"{'-off2' if s.disable_by_batch_size else ''}{'-thr' if s.draft_confidence_threshold else ''}")
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_greedy_static_medusa_equals_the_eager_step(models, spec, concurrency):
-    """Random heads (the accepting paths: tests/engine/test_medusa_training.py), budgets,
-    dynamic k and steps that draft nothing."""
+    """Random heads (the accepting paths: tests/engine/test_medusa_training.py), chains and
+    trees (static, one deeper than the heads, and dynamic), budgets, dynamic k, the confidence
+    threshold and steps that draft nothing."""
     target, _ = models
     heads = medusa_heads_for(target, 3)
     reqs = ragged_requests()
@@ -164,18 +186,17 @@ def test_the_static_step_refuses_what_it_does_not_run(models):
     target, draft = models
     engine = Engine(target, draft, static="static")
     for spec, why in [(SpeculativeConfig(method="ngram", num_speculative_tokens=2), "method ngram"),
-                      (SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h", topk=2),
-                       "an EAGLE-3 draft tree"),
+                      (SpeculativeConfig(method="suffix", num_speculative_tokens=2), "method suffix"),
                       (SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h"), "no EAGLE-3 head")]:
         assert why in engine.static_reason(spec)
         with pytest.raises(ValueError, match=why):
             engine.batch(spec)
     assert "no Medusa heads loaded" in engine.static_reason(medusa(2))
-    assert "a Medusa draft tree" in Engine(target, head=medusa_heads_for(target, 2), static="static").static_reason(
-        medusa(2, token_tree=((0,), (1,), (0, 0))))
+    assert Engine(target, head=medusa_heads_for(target, 2), static="static").static_reason(
+        medusa(2, token_tree=((0,), (1,), (0, 0)))) == ""
     with_head = Engine(target, head=tiny.make_head(target, seed=1), static="static")
     e3_tree = SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h", token_tree=((0,), (1,), (0, 0)))
-    assert "an EAGLE-3 draft tree" in with_head.static_reason(e3_tree)
+    assert with_head.static_reason(e3_tree) == ""
     assert with_head.static_reason(SpeculativeConfig(method="eagle3", num_speculative_tokens=2, draft="h")) == ""
     with pytest.raises(ValueError, match="prepacking"):
         Engine(target, static="static", pack=True)
@@ -228,12 +249,12 @@ def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
     assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 2
 
 
-def test_compiled_eagle3_step_matches_and_never_recompiles_for_a_length(e3_models):
+@pytest.mark.parametrize("spec", [E3_SPECS[0], E3_SPECS[4], E3_SPECS[6]], ids=["chain", "tree", "dynamic_tree"])
+def test_compiled_eagle3_step_matches_and_never_recompiles_for_a_length(e3_models, spec):
     target, head = e3_models
     backend = CountingBackend()
     engine = Engine(target, head=head, static="compile", compile_backend=backend)
     eager = Engine(target, head=head, pack=False)
-    spec = E3_SPECS[0]
     for concurrency in (1, 3):
         reqs = e3_requests(5, seed=concurrency)
         assert trace(scheduler.run(engine, reqs, spec, concurrency=concurrency)[0]) == \
@@ -241,6 +262,23 @@ def test_compiled_eagle3_step_matches_and_never_recompiles_for_a_length(e3_model
     (batch,) = engine._static_batches.values()
     assert backend.graphs <= batch.graphs.builds  # no guard failed and recompiled
     assert len(batch.graphs.built) <= 2 * 2 * 3  # (draft, verify) x (k + 1, 1) x buckets 1, 2, 4
+
+
+@pytest.mark.parametrize("spec", [medusa_tree(), medusa(3, topk=2, num_draft_tokens=5)], ids=["tree", "dynamic_tree"])
+def test_compiled_medusa_tree_matches_and_never_recompiles_for_a_length(models, spec):
+    """Medusa trees traced whole (fullgraph): the eager step's records, one graph per key."""
+    target, _ = models
+    heads = medusa_heads_for(target, 3)
+    backend = CountingBackend()
+    engine = Engine(target, head=heads, static="compile", compile_backend=backend, eos_token_ids=[3])
+    eager = Engine(target, head=heads, pack=False, eos_token_ids=[3])
+    for concurrency in (1, 3):
+        reqs = ragged_requests(5, seed=concurrency)
+        assert trace(scheduler.run(engine, reqs, spec, concurrency=concurrency)[0]) == \
+            trace(scheduler.run(eager, reqs, spec, concurrency=concurrency)[0])
+    (batch,) = engine._static_batches.values()
+    assert backend.graphs <= batch.graphs.builds  # no guard failed and recompiled
+    assert len(batch.graphs.built) <= 2 * 2 * 3  # (draft, verify) x (tree, no draft) x buckets 1, 2, 4
 
 
 def test_the_graph_counter_sees_a_recompile():
@@ -327,11 +365,14 @@ def test_static_baseline_sampling_follows_the_target_distribution(static_engine,
     assert gof_pvalue(joint_counts(outputs), exact_joint(tiny_target, sp)) > 1e-3
 
 
-def test_static_medusa_sampling_follows_the_target_distribution(tiny_target):
-    """One-hot drafts on the static step, at concurrency 16 with ragged companions."""
+@pytest.mark.parametrize("spec", [medusa(3, dynamic_k=True), medusa_tree(dynamic_k=True),
+                                  medusa(3, topk=2, num_draft_tokens=5)], ids=["chain", "tree", "dynamic_tree"])
+def test_static_medusa_sampling_follows_the_target_distribution(tiny_target, spec):
+    """One-hot drafts on the static step, at concurrency 16 with ragged companions: chains, and
+    trees whose siblings are tried against the residual of the rejected ones."""
     engine = Engine(tiny_target, head=medusa_heads_for(tiny_target, 3), static="static")
     sp = SAMPLINGS["all"]
-    outputs = sample_outputs(engine, sp, medusa(3, dynamic_k=True), None, BATCH, n=1500)
+    outputs = sample_outputs(engine, sp, spec, None, BATCH, n=1500)
     counts, expected = joint_counts(outputs), exact_joint(tiny_target, sp)
     assert counts[expected == 0].sum() == 0, "emitted a sequence the target can never produce"
     assert gof_pvalue(counts, expected) > 1e-3
@@ -343,8 +384,7 @@ def test_the_same_test_rejects_medusa_drafts_verified_against_a_q_they_were_not_
     def softmax_q(self, B, K, sampled):
         drafts, q, ks = real(self, B, K, sampled)
         if q is not None:
-            h = self.target.decoder.norm(self.mstate[:B].unsqueeze(1))[:, 0]
-            q = torch.softmax(self.medusa.heads(h)[:, :K].float(), dim=-1)
+            q = torch.softmax(self._medusa_logits(B)[:, :K], dim=-1)
         return drafts, q, ks
     real = static_medusa.MedusaStep._draft_medusa
     monkeypatch.setattr(static_medusa.MedusaStep, "_draft_medusa", softmax_q)
@@ -371,6 +411,9 @@ E3_CASES = [  # (concurrency, sampling, draft vocabulary, configuration)
     # test_a_static_eagle3_request_alone_draws_what_it_draws_in_the_batch)
     (BATCH, "temperature", 3, eagle3(3)),
     (BATCH, "all", V, eagle3(3, dynamic_k=True)),  # ragged companions, k changing per row
+    # trees: siblings tried against the residual of the rejected ones, the draft vocabulary short
+    (BATCH, "temperature", 3, eagle3(3, token_tree=((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)))),
+    (BATCH, "all", V, eagle3(3, topk=2, num_draft_tokens=5, dynamic_k=True)),
 ]
 
 
@@ -426,14 +469,28 @@ def test_the_same_test_rejects_a_verifier_that_draws_from_p_after_a_rejection(st
     assert gof_pvalue(counts, exact_joint(tiny_target, sp)) < 1e-3
 
 
-def test_the_same_test_rejects_a_tree_walk_that_keeps_a_rejected_sibling(static_engine, tiny_target, monkeypatch):
+@pytest.mark.parametrize("method", ["draft_model", "medusa", "eagle3"])
+def test_the_same_test_rejects_a_tree_walk_that_keeps_a_rejected_sibling(static_engine, tiny_target, e3_target,
+                                                                         monkeypatch, method):
     """A rejected child's mass left in p (the next sibling and the recovered token drawn
-    against p, not p without it) is caught on the static tree."""
+    against p, not p without it) is caught on the static tree, drafted by a draft model,
+    Medusa heads or an EAGLE-3 head."""
     monkeypatch.setattr(static_tree, "rejected", lambda p, q, x, last: p)
     sp = SAMPLINGS["temperature"]
-    engine = Engine(tiny_target, static_engine.draft, static="static")
-    counts = joint_counts(sample_outputs(engine, sp, tree(), None, BATCH, n=600))  # p ~ 1e-31 at this n
-    assert gof_pvalue(counts, exact_joint(tiny_target, sp)) < 1e-3
+    target = e3_target if method == "eagle3" else tiny_target
+    if method == "medusa":
+        engine = Engine(tiny_target, head=medusa_heads_for(tiny_target, 3), static="static")
+        spec = medusa_tree()
+    elif method == "eagle3":
+        engine = Engine(e3_target, head=tiny.make_head(e3_target, draft_vocab_size=V, seed=14, std=0.6),
+                        static="static")
+        spec = eagle3(3, token_tree=((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)))
+    else:
+        engine, spec = Engine(tiny_target, static_engine.draft, static="static"), tree()
+    pvalue = gof_pvalue(joint_counts(sample_outputs(engine, sp, spec, None, BATCH, n=600)),
+                        exact_joint(target, sp))
+    print(f"{method} static tree keeping a rejected sibling's mass, 600 draws: p = {pvalue:.3g}")
+    assert pvalue < 1e-3
 
 
 def test_row_probs_is_probs_from_logits_per_row():
