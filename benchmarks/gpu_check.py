@@ -127,6 +127,21 @@ def check_captured(device: str, console: Console) -> bool:
             ok &= a == b
             console.print(f"{captured_mode(device)} greedy {spec.short} c={c}: "
                           f"{'equal to the eager step' if a == b else 'DIFFERS'}")
+    # the heads' chains and trees (random heads: the steps' records, drafted and accepted, compared)
+    tree = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
+    for method, head in (("eagle3", host_overhead.random_head(target, target.config.vocab_size, 2)),
+                         ("medusa", host_overhead.random_medusa(target, 3, 3))):
+        pair = (Engine(target, head=head, pack=False), Engine(target, head=head, static=captured_mode(device)))
+        for spec in (SpeculativeConfig(method=method, num_speculative_tokens=3, draft="h"),
+                     SpeculativeConfig(method=method, num_speculative_tokens=3, draft="h", token_tree=tree),
+                     SpeculativeConfig(method=method, num_speculative_tokens=3, draft="h", topk=2, num_draft_tokens=6)):
+            for c in (1, 4):
+                a, b = ([(g.output_ids, [(s.drafted, s.accepted) for s in g.steps])
+                         for g in scheduler.run(e, reqs, spec, concurrency=c)[0]] for e in pair)
+                ok &= a == b
+                shape = "tree" if spec.token_tree else "dynamic tree" if spec.topk > 1 else "chain"
+                console.print(f"{captured_mode(device)} greedy {method} {shape} k=3 c={c}: "
+                              f"{'equal to the eager step' if a == b else 'DIFFERS'}")
     return batch_independent(captured, f"{captured_mode(device)} ", console) and ok
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA checks for a lent GPU machine (see benchmarks/gpu_check.py): losslessness on CUDA, the
-# static step captured as CUDA graphs (greedy equality with the eager step, syncs per step, host work
+# static step captured as CUDA graphs (greedy equality with the eager step for draft-model, EAGLE-3 and
+# Medusa chains and trees, syncs per step, host work
 # per step, the default pair's step time eager vs captured at c 1/4/16),
 # host syncs per step, the overhead benchmark and the EAGLE-3 training throughput on bf16 models
 # of the default pair's shapes.
