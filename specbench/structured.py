@@ -23,9 +23,12 @@ Tool calls are constrained as the server's tool parser has vLLM constrain them
   any JSON unless the tool says `"strict": true` (then its `parameters` schema, no property it
   does not name, as xgrammar's strict mode), with free whitespace; the check still holds the
   arguments to the tool's schema as written.
-Other parsers' structural tags (llama3_json's, for one) are not built. `"auto"` and `"none"`
-leave the output free under both; vLLM constrains an `"auto"` call once it starts if a tool is
-strict, which is not built either.
+  Under `"auto"` the output is free unless a tool is strict (vLLM's default strict level
+  builds no structural tag otherwise): then it is free text in which `<tool_call>` may only
+  open a call of one of the tools, in the form above, with free text again after it (xgrammar's
+  TriggeredTags, vLLM's structural tag for an `"auto"` choice); zero or more calls.
+Other parsers' structural tags (llama3_json's, for one) are not built. `"none"` leaves the
+output free under both, and `"auto"` under `json`.
 
 Boundary: plain values and JSON; no tokenizer, no engine.
 """
@@ -54,7 +57,8 @@ SCENARIOS = ("free", "json", "tools", "regex", "grammar", "choice")
 class OutputConstraint:
     """What an output must be: `kind` json_object | json_schema | tool_calls | hermes | regex |
     grammar | choice, and its `source` (the schema as JSON text, each tool's parameters schema
-    by name, for hermes `{"forced": bool, "tools": {name: {"parameters", "strict"}}}`, the
+    by name, for hermes `{"forced": bool, "tools": {name: {"parameters", "strict"}}}` (and
+    `"auto": true` for calls amid free text), the
     regex, the Lark grammar, the choices as a JSON list). `scenario` groups samples: json, tools, regex, grammar or choice."""
 
     kind: str
@@ -185,9 +189,14 @@ def parse_structured(row: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def _tool_constraint(structured: Mapping[str, Any], parser: str = "json") -> OutputConstraint | None:
     tools, choice = structured.get("tools"), structured.get("tool_choice", "auto")
-    if not tools or choice in ("none", "auto"):
+    if not tools or choice == "none":
         return None
     fns = [t["function"] for t in tools]
+    if choice == "auto":  # constrained only by hermes' structural tag, and only with a strict tool
+        if parser != "hermes" or not any(f.get("strict") is True for f in fns):
+            return None
+        calls = {f["name"]: {"parameters": f.get("parameters", {}), "strict": f.get("strict") is True} for f in fns}
+        return OutputConstraint("hermes", json.dumps({"forced": False, "auto": True, "tools": calls}), "tools")
     params = {f["name"]: f.get("parameters", {"type": "object"}) for f in fns}
     named = choice["function"]["name"] if isinstance(choice, Mapping) else None
     if parser == "hermes":
@@ -250,7 +259,7 @@ def check_output(constraint: OutputConstraint, text: str) -> str | None:
         return _schema_check(constraint.schema, value)
     if constraint.kind == "hermes":
         spec = json.loads(constraint.source)
-        calls = hermes_calls(text)
+        calls = hermes_calls(text, amid_text=spec.get("auto", False))
         if isinstance(calls, str):
             return calls
         if spec["forced"] and len(calls) != 1:
@@ -277,13 +286,20 @@ def hermes_head(name: str) -> str:
     return '{"name": ' + json.dumps(name) + ', "arguments": '
 
 
-def hermes_calls(text: str) -> list[Any] | str:
+def hermes_calls(text: str, amid_text: bool = False) -> list[Any] | str:
     """The calls of a hermes-form output, or the first error, in one line: one or more blocks
     and nothing else, each `<tool_call>\\n` JSON `\\n</tool_call>` or the same without the two
-    newlines (the two forms vLLM's structural tag allows), the JSON one object."""
+    newlines (the two forms vLLM's structural tag allows), the JSON one object. `amid_text`
+    (an "auto" tool_choice): zero or more such blocks with any text around them, where every
+    `<tool_call>` opens one."""
     calls, at = [], 0
-    while at < len(text) or not calls:
-        if not text.startswith(HERMES_OPEN, at):
+    while at < len(text) or not (calls or amid_text):
+        if amid_text:
+            opens = text.find(HERMES_OPEN, at)
+            if opens < 0:
+                break
+            at = opens
+        elif not text.startswith(HERMES_OPEN, at):
             return f"not a sequence of {HERMES_OPEN} blocks (from character {at})"
         start = at + len(HERMES_OPEN)
         close = "\n" + HERMES_CLOSE if text.startswith("\n", start) else HERMES_CLOSE

@@ -216,9 +216,34 @@ def test_the_hermes_form_of_tool_calls():
     strict = dict(CLOCK, function=dict(CLOCK["function"], strict=True))
     assert json.loads(constraint_of({"tools": [strict], "tool_choice": "required"}, "hermes").source)[
         "tools"]["get_time"]["strict"] is True
-    assert constraint_of({"tools": [WEATHER]}, "hermes") is None  # auto: free, as under json
+    assert constraint_of({"tools": [WEATHER]}, "hermes") is None  # auto without a strict tool: free, as under json
+    assert constraint_of({"tools": [strict], "tool_choice": "auto"}, "json") is None  # no structural tag under json
     with pytest.raises(ValueError, match="tool_call_parser must be one of json, hermes, got 'xml'"):
         constraint_of({"tools": [WEATHER], "tool_choice": "required"}, "xml")
+
+
+def test_an_auto_choice_with_a_strict_tool_allows_calls_amid_free_text():
+    """vLLM's structural tag for "auto" when a tool is strict (xgrammar's TriggeredTags): any
+    text, in which every `<tool_call>` opens a call of one of the tools; zero or more calls."""
+    strict = dict(CLOCK, function=dict(CLOCK["function"], strict=True))
+    auto = constraint_of({"tools": [WEATHER, strict], "tool_choice": "auto"}, "hermes")
+    assert (auto.kind, auto.scenario) == ("hermes", "tools")
+    assert json.loads(auto.source) == {"forced": False, "auto": True, "tools": {
+        "get_weather": {"parameters": WEATHER["function"]["parameters"], "strict": False},
+        "get_time": {"parameters": CLOCK["function"]["parameters"], "strict": True}}}
+    assert constraint_of({"tools": [WEATHER, strict]}, "hermes") == auto  # "auto" is the default choice
+    call = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>'
+    compact = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    for text in ("", "Just text, no call.", call, "Let me check. " + call + " and " + compact + "\nDone."):
+        assert check_output(auto, text) is None, text
+    assert check_output(auto, "Checking " + call.replace("UTC", "PST")) == \
+        "at 0/arguments/zone: 'PST' is not one of ['UTC', 'CET']"
+    assert check_output(auto, "x <tool_call>{oops}</tool_call>").startswith("at 0: not JSON: ")
+    assert check_output(auto, call + " then <tool_call> alone") == \
+        f"at 1: no '</tool_call>' closes the <tool_call> at character {len(call) + 6}"
+    # the required form still refuses text around its calls
+    required = constraint_of({"tools": [WEATHER, strict], "tool_choice": "required"}, "hermes")
+    assert check_output(required, "Let me check. " + call).startswith("not a sequence of <tool_call> blocks")
 
 
 @pytest.fixture(scope="module")
@@ -271,12 +296,41 @@ def test_the_hermes_grammar_spells_its_tags_out_and_takes_both_forms(tagged):
     assert compiler.matcher(loose, "p").advance(twice) == len(twice) // 2  # a named choice: one call
 
 
-def test_hermes_tool_calls_decode_valid_and_greedy_speculation_is_the_baseline(tagged):
+def test_the_auto_grammar_lets_text_run_until_a_call_opens(tagged):
+    """Free text then the stop id; `<tool_call>` anywhere must go on as a call of a tool (a
+    strict one's arguments follow its schema), and text may follow the call."""
+    tok = tagged[0]
+    special = tok.convert_tokens_to_ids("<tool_call>")
+    compiler = Compiler(tok, len(tok))
+    strict = dict(CLOCK, function=dict(CLOCK["function"], strict=True))
+    auto = constraint_of({"tools": [WEATHER, strict], "tool_choice": "auto"}, "hermes")
+
+    def spell(text):
+        pieces = tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)
+        return [tok.convert_tokens_to_ids(ch) for piece, _ in pieces for ch in piece]
+
+    call = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_call>'
+    for text, whole in [("No call needed.", True), ("Sure. " + call + " Done.", True),
+                        ("A" + call + '<tool_call>{"name": "get_weather", "arguments": [1]}</tool_call>', True),
+                        ("Sure. <tool_call>\nplain words", False), ("Sure. " + call.replace("CET", "PST"), False),
+                        ('<tool_call>{"name": "get_date", "arguments": {}}</tool_call>', False)]:
+        m = compiler.matcher(auto, "p")
+        assert not m.allowed(len(tok))[special]  # the tags are spelled, as under the other hermes forms
+        ids = spell(text)
+        n = m.advance(ids)
+        assert (n == len(ids) and bool(m.allowed(len(tok))[tok.eos_token_id])) == whole, (text, n, len(ids))
+    m = compiler.matcher(auto, "p")
+    assert m.advance(spell("Sure. " + call)) > 0 and m.allowed(len(tok))[tok.eos_token_id]  # text may stop after a call
+
+
+@pytest.mark.parametrize("choice", ["named", "auto"])
+def test_hermes_tool_calls_decode_valid_and_greedy_speculation_is_the_baseline(tagged, choice):
     tok, target, draft = tagged
     engine = Engine(target, draft, eos_token_ids=[tok.eos_token_id])
     compiler = Compiler(tok, len(tok))
     c = constraint_of({"tools": [WEATHER, dict(CLOCK, function=dict(CLOCK["function"], strict=True))],
-                       "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "hermes")
+                       "tool_choice": {"type": "function", "function": {"name": "get_time"}} if choice == "named"
+                       else "auto"}, "hermes")
     outs = {}
     for name, spec in (("baseline", SPECS["baseline"]), ("draft_model", SPECS["draft_model"])):
         reqs = [(tok.encode(f"call {i}", add_special_tokens=False), SamplingParams(max_new_tokens=120, seed=i),
@@ -284,6 +338,7 @@ def test_hermes_tool_calls_decode_valid_and_greedy_speculation_is_the_baseline(t
         outs[name] = scheduler.run(engine, reqs, spec, concurrency=3)[0]
     for g in outs["baseline"] + outs["draft_model"]:
         text = tok.decode(g.output_ids, skip_special_tokens=True)
-        assert text.startswith('<tool_call>') and tok.convert_tokens_to_ids("<tool_call>") not in g.output_ids
+        assert text.startswith('<tool_call>') or choice == "auto"
+        assert tok.convert_tokens_to_ids("<tool_call>") not in g.output_ids
         assert g.finish_reason == "length" or check_output(c, text) is None, text
     assert [g.output_ids for g in outs["draft_model"]] == [g.output_ids for g in outs["baseline"]]

@@ -54,17 +54,26 @@ def hermes_grammar(spec: dict[str, Any]) -> str:
     `}` + `</tool_call>`, with a newline after the opening tag and before the closing one or
     neither. ARGS is any JSON unless the tool is strict: then its parameters schema, with no
     property an object does not name (xgrammar's strict mode, which llguidance's JSON does not
-    assume); whitespace in it is free, as xgrammar has it there."""
+    assume); whitespace in it is free, as xgrammar has it there.
+
+    `auto` (an "auto" tool_choice with a strict tool: xgrammar's TriggeredTags): free text,
+    zero or more calls, each opened by the first `<tool_call>` of the text before it (a lazy
+    lexeme, as llguidance's own structural tags have it), then free text."""
     rules = []
+    opener = "trig" if spec.get("auto") else json.dumps(HERMES_OPEN)
     for i, (name, tool) in enumerate(spec["tools"].items()):
         schema = _closed(tool["parameters"]) if tool["strict"] else {}
         schema = {**schema, "x-guidance": {"whitespace_flexible": True}}
-        forms = [f"{json.dumps(HERMES_OPEN + nl + hermes_head(name))} args_{i} {json.dumps('}' + nl + HERMES_CLOSE)}"
+        forms = [f"{opener} {json.dumps(nl + hermes_head(name))} args_{i} {json.dumps('}' + nl + HERMES_CLOSE)}"
                  for nl in ("\n", "")]
         rules += [f"call_{i}: {' | '.join(forms)}", f"args_{i}: %json {json.dumps(schema)}"]
     calls = " | ".join(f"call_{i}" for i in range(len(spec["tools"])))
-    return llguidance.LLMatcher.grammar_from_lark(
-        f"start: {'call' if spec['forced'] else 'call+'}\ncall: {calls}\n" + "\n".join(rules) + "\n")
+    if spec.get("auto"):
+        head = ("%llguidance {}\nstart: call* TEXT\nTEXT: /(.|\\n)*/\n"
+                f"trig[lazy]: TEXT {json.dumps(HERMES_OPEN)}\n")
+    else:
+        head = f"start: {'call' if spec['forced'] else 'call+'}\n"
+    return llguidance.LLMatcher.grammar_from_lark(head + f"call: {calls}\n" + "\n".join(rules) + "\n")
 
 
 def _closed(schema: Any) -> Any:

@@ -89,3 +89,17 @@ def test_under_the_hermes_parser_the_parsed_calls_are_checked_as_tool_call_block
         "at 0/arguments/zone: 'PST' is not one of ['UTC', 'CET']"
     assert check_output(req.constraint, output_text(req, "", {0: ["get_time", '{"zone": "UT']})).startswith(
         "at 0: not JSON")
+
+
+def test_an_auto_choice_with_a_strict_tool_is_checked_as_its_content_then_the_parsed_calls():
+    """vLLM's hermes parser hands the text before the calls back as content: checked with
+    the calls rebuilt after it (a free answer without calls is its content)."""
+    fields = {"tools": [dict(CLOCK, function=dict(CLOCK["function"], strict=True))], "tool_choice": "auto"}
+    req = Request(id="p1", prompt_ids=(1, 2), sampling=SamplingParams(), structured=fields,
+                  constraint=constraint_of(fields, "hermes"), scenario=scenario_of(fields))
+    text = output_text(req, "Let me look. ", {0: ["get_time", '{"zone": "UTC"}']})
+    assert text == 'Let me look. <tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>'
+    assert check_output(req.constraint, text) is None
+    assert output_text(req, "No call.", {}) == "No call." and check_output(req.constraint, "No call.") is None
+    assert check_output(req.constraint, output_text(req, "", {0: ["get_time", '{"zone": "PST"}']})) == \
+        "at 0/arguments/zone: 'PST' is not one of ['UTC', 'CET']"

@@ -13,7 +13,8 @@ Tools exist only on chat completions: a tool prompt on `--endpoint completions` 
 A server streams a tool call as `delta.tool_calls` (a name, then its arguments' JSON in
 pieces): those are output tokens and the text checked, rebuilt as specbench.structured
 expects it (a named tool: its arguments; "required": the array of `{"name", "parameters"}`;
-under `--tool-call-parser hermes` the `<tool_call>` blocks).
+under `--tool-call-parser hermes` the `<tool_call>` blocks, after the content for an "auto"
+choice).
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def output_text(request: Request, content: str, tool_calls: dict[int, list[str]]
     if c.kind == "json_schema":  # a named tool: its arguments
         return calls[0][1]
     if c.kind == "hermes":  # the calls in the model's form, as the server's hermes parser read them
-        return "".join(f"{HERMES_OPEN}\n{hermes_head(name)}{arguments}}}\n{HERMES_CLOSE}" for name, arguments in calls)
+        blocks = "".join(f"{HERMES_OPEN}\n{hermes_head(name)}{arguments}}}\n{HERMES_CLOSE}" for name, arguments in calls)
+        # an "auto" choice: the parser's content is the text before the calls
+        return (content if json.loads(c.source).get("auto") else "") + blocks
     parsed = []
     for name, arguments in calls:
         try:
