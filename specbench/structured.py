@@ -27,8 +27,14 @@ Tool calls are constrained as the server's tool parser has vLLM constrain them
   builds no structural tag otherwise): then it is free text in which `<tool_call>` may only
   open a call of one of the tools, in the form above, with free text again after it (xgrammar's
   TriggeredTags, vLLM's structural tag for an `"auto"` choice); zero or more calls.
-Other parsers' structural tags (llama3_json's, for one) are not built. `"none"` leaves the
-output free under both, and `"auto"` under `json`.
+- `llama3_json` (xgrammar's llama tag, which vLLM 0.32 builds for `--tool-call-parser
+  llama3_json`): a call is `{"name": "NAME", "parameters": ARGS}`; a named choice makes the
+  output that one call, `"required"` opens the output with a call and lets free text and more
+  calls follow, `"auto"` (with a strict tool) allows zero or more amid free text; every
+  `{"name": ` in the text opens a call, and free text holds no `<think>` or `</think>`. ARGS as
+  under hermes.
+Other parsers' structural tags are not built. `"none"` leaves the output free under all, and
+`"auto"` under `json`.
 
 Boundary: plain values and JSON; no tokenizer, no engine.
 """
@@ -45,9 +51,15 @@ import jsonschema
 from specbench.errors import WorkloadError
 
 FIELDS = ("response_format", "tools", "tool_choice", "structured_outputs")
-TOOL_CALL_PARSERS = ("json", "hermes")
+TOOL_CALL_PARSERS = ("json", "hermes", "llama3_json")
+# the parsers whose structural tag specbench builds (vLLM 0.32's; kind of their constraint = the name)
+TAG_PARSERS = ("hermes", "llama3_json")
 # a hermes tool call: OPEN [\n] hermes_head(name) ARGS } [\n] CLOSE, newlines both or neither
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+# a llama3_json tool call: llama_head(name) ARGS }, where free text may not hold LLAMA_TRIGGER
+# but to open one, nor LLAMA_EXCLUDED (xgrammar's llama tag keeps the think tags out of text)
+LLAMA_TRIGGER = '{"name": '
+LLAMA_EXCLUDED = ("<think>", "</think>")
 STRUCTURED_KEYS = ("json", "regex", "grammar", "choice")
 # the scenario of a sample: records, console, report and compare group by it
 SCENARIOS = ("free", "json", "tools", "regex", "grammar", "choice")
@@ -55,10 +67,10 @@ SCENARIOS = ("free", "json", "tools", "regex", "grammar", "choice")
 
 @dataclass(frozen=True)
 class OutputConstraint:
-    """What an output must be: `kind` json_object | json_schema | tool_calls | hermes | regex |
+    """What an output must be: `kind` json_object | json_schema | tool_calls | hermes | llama3_json | regex |
     grammar | choice, and its `source` (the schema as JSON text, each tool's parameters schema
-    by name, for hermes `{"forced": bool, "tools": {name: {"parameters", "strict"}}}` (and
-    `"auto": true` for calls amid free text), the
+    by name, for hermes and llama3_json `{"forced": bool, "tools": {name: {"parameters",
+    "strict"}}}` (and `"auto": true` for calls amid free text), the
     regex, the Lark grammar, the choices as a JSON list). `scenario` groups samples: json, tools, regex, grammar or choice."""
 
     kind: str
@@ -192,18 +204,18 @@ def _tool_constraint(structured: Mapping[str, Any], parser: str = "json") -> Out
     if not tools or choice == "none":
         return None
     fns = [t["function"] for t in tools]
-    if choice == "auto":  # constrained only by hermes' structural tag, and only with a strict tool
-        if parser != "hermes" or not any(f.get("strict") is True for f in fns):
+    if choice == "auto":  # constrained only by a structural tag, and only with a strict tool
+        if parser not in TAG_PARSERS or not any(f.get("strict") is True for f in fns):
             return None
         calls = {f["name"]: {"parameters": f.get("parameters", {}), "strict": f.get("strict") is True} for f in fns}
-        return OutputConstraint("hermes", json.dumps({"forced": False, "auto": True, "tools": calls}), "tools")
+        return OutputConstraint(parser, json.dumps({"forced": False, "auto": True, "tools": calls}), "tools")
     params = {f["name"]: f.get("parameters", {"type": "object"}) for f in fns}
     named = choice["function"]["name"] if isinstance(choice, Mapping) else None
-    if parser == "hermes":
+    if parser in TAG_PARSERS:
         # (a strict tool without parameters takes any JSON, as vLLM's get_function_parameters has it)
         calls = {f["name"]: {"parameters": f.get("parameters", {}), "strict": f.get("strict") is True}
                  for f in fns if named is None or f["name"] == named}
-        return OutputConstraint("hermes", json.dumps({"forced": named is not None, "tools": calls}), "tools")
+        return OutputConstraint(parser, json.dumps({"forced": named is not None, "tools": calls}), "tools")
     if named is not None:  # a named function: the output is its arguments
         return OutputConstraint("json_schema", json.dumps(params[named]), "tools")
     return OutputConstraint("tool_calls", json.dumps(params), "tools")
@@ -257,14 +269,18 @@ def check_output(constraint: OutputConstraint, text: str) -> str | None:
                 return "not a non-empty JSON array of tool calls"
             return _check_calls(json.loads(constraint.source), value, "parameters")
         return _schema_check(constraint.schema, value)
-    if constraint.kind == "hermes":
+    if constraint.kind in TAG_PARSERS:
         spec = json.loads(constraint.source)
-        calls = hermes_calls(text, amid_text=spec.get("auto", False))
+        if constraint.kind == "hermes":
+            calls = hermes_calls(text, amid_text=spec.get("auto", False))
+        else:
+            calls = llama_calls(text, forced=spec["forced"], first_at_start=not spec["forced"] and not spec.get("auto"))
         if isinstance(calls, str):
             return calls
         if spec["forced"] and len(calls) != 1:
             return f"{len(calls)} tool calls where the named tool_choice asks for one"
-        return _check_calls({n: t["parameters"] for n, t in spec["tools"].items()}, calls, "arguments")
+        field = "arguments" if constraint.kind == "hermes" else "parameters"
+        return _check_calls({n: t["parameters"] for n, t in spec["tools"].items()}, calls, field)
     if constraint.kind == "regex":
         return None if re.fullmatch(constraint.source, text) else f"does not match /{constraint.source}/"[:300]
     if constraint.kind == "choice":
@@ -312,6 +328,39 @@ def hermes_calls(text: str, amid_text: bool = False) -> list[Any] | str:
             return f"at {len(calls)}: not JSON: {exc.msg} at character {exc.pos}"
         at = end + len(close)
     return calls
+
+
+def llama_head(name: str) -> str:
+    """What a llama3_json call of tool `name` holds before its parameters (xgrammar's llama tag)."""
+    return LLAMA_TRIGGER + json.dumps(name) + ', "parameters": '
+
+
+def llama_calls(text: str, forced: bool, first_at_start: bool) -> list[Any] | str:
+    """The calls of a llama3_json-form output, or the first error, in one line: `forced` (a
+    named tool_choice), the text is one JSON object; otherwise every `{"name": ` of the text
+    opens a JSON object, a call, and the rest is free text without the think tags;
+    `first_at_start` ("required"): the output opens with a call."""
+    decoder = json.JSONDecoder()
+    if forced:
+        try:
+            value, end = decoder.raw_decode(text)
+        except json.JSONDecodeError as exc:
+            return f"not JSON: {exc.msg} at character {exc.pos}"
+        return [value] if end == len(text) else f"text after the call (from character {end})"
+    calls, at = [], 0
+    while (opens := text.find(LLAMA_TRIGGER, at)) >= 0 or (first_at_start and not calls):
+        if opens != 0 and first_at_start and not calls:
+            return f"the output does not open with a call ({LLAMA_TRIGGER!r})"
+        bad = next((t for t in LLAMA_EXCLUDED if t in text[at:opens]), None)
+        if bad:
+            return f"{bad} in the text before call {len(calls)}"
+        try:
+            value, at = decoder.raw_decode(text, opens)
+        except json.JSONDecodeError as exc:
+            return f"at {len(calls)}: not JSON: {exc.msg} at character {exc.pos}"
+        calls.append(value)
+    bad = next((t for t in LLAMA_EXCLUDED if t in text[at:]), None)
+    return f"{bad} in the text after the calls" if bad else calls
 
 
 def _check_calls(tools: dict[str, Any], calls: list[Any], field: str) -> str | None:

@@ -218,7 +218,7 @@ def test_the_hermes_form_of_tool_calls():
         "tools"]["get_time"]["strict"] is True
     assert constraint_of({"tools": [WEATHER]}, "hermes") is None  # auto without a strict tool: free, as under json
     assert constraint_of({"tools": [strict], "tool_choice": "auto"}, "json") is None  # no structural tag under json
-    with pytest.raises(ValueError, match="tool_call_parser must be one of json, hermes, got 'xml'"):
+    with pytest.raises(ValueError, match="tool_call_parser must be one of json, hermes, llama3_json, got 'xml'"):
         constraint_of({"tools": [WEATHER], "tool_choice": "required"}, "xml")
 
 
@@ -244,6 +244,35 @@ def test_an_auto_choice_with_a_strict_tool_allows_calls_amid_free_text():
     # the required form still refuses text around its calls
     required = constraint_of({"tools": [WEATHER, strict], "tool_choice": "required"}, "hermes")
     assert check_output(required, "Let me check. " + call).startswith("not a sequence of <tool_call> blocks")
+
+
+def test_the_llama3_json_form_of_tool_calls():
+    """xgrammar's llama tag, as vLLM 0.32 builds it for --tool-call-parser llama3_json: a named
+    choice is one `{"name", "parameters"}` object; "required" opens with a call, then free text
+    and calls; "auto" (a strict tool) calls anywhere; no think tags in the text."""
+    strict = dict(CLOCK, function=dict(CLOCK["function"], strict=True))
+    named = constraint_of({"tools": [WEATHER, CLOCK], "tool_choice": {"type": "function",
+                                                                      "function": {"name": "get_time"}}}, "llama3_json")
+    required = constraint_of({"tools": [WEATHER, strict], "tool_choice": "required"}, "llama3_json")
+    auto = constraint_of({"tools": [WEATHER, strict], "tool_choice": "auto"}, "llama3_json")
+    assert (named.kind, required.kind, auto.kind) == ("llama3_json",) * 3
+    assert constraint_of({"tools": [WEATHER, CLOCK], "tool_choice": "auto"}, "llama3_json") is None  # none strict
+    call = '{"name": "get_time", "parameters": {"zone": "UTC"}}'
+    other = '{"name": "get_weather", "parameters": {"city": "Oslo"}}'
+    assert check_output(named, call) is None
+    assert check_output(named, call + " ok") == f"text after the call (from character {len(call)})"
+    assert check_output(named, other) == "at 0/name: 'get_weather' is not a tool (get_time)"
+    assert check_output(required, call + "; " + other) is None and check_output(required, call + " Done.") is None
+    assert check_output(required, "Sure. " + call) == "the output does not open with a call ('{\"name\": ')"
+    assert check_output(required, "") == "the output does not open with a call ('{\"name\": ')"
+    assert check_output(required, call.replace("UTC", "PST")) == \
+        "at 0/parameters/zone: 'PST' is not one of ['UTC', 'CET']"
+    assert check_output(required, call + " and <think>") == "<think> in the text after the calls"
+    assert check_output(auto, "") is None and check_output(auto, "Sure. " + call + " Done.") is None
+    assert check_output(auto, "a </think> " + call) == "</think> in the text before call 0"
+    assert check_output(auto, 'x {"name": y').startswith("at 0: not JSON: ")
+    assert check_output(auto, '{"name": "get_time", "arguments": {}}') == \
+        "at 0: a tool call is an object with exactly 'name' and 'parameters'"
 
 
 @pytest.fixture(scope="module")

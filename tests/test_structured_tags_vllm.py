@@ -1,8 +1,10 @@
-"""The tool-call grammars the embedded engine decodes under accept exactly what vLLM 0.32's own
-structural tags accept (xgrammar, the tags built by vLLM's registry for the parser, tools and
-tool_choice given), string for string, over calls in every form the tag allows and near misses:
-text around calls, the two newline forms and a mix, other names, strict and loose arguments,
-properties a strict schema does not name, free whitespace, unclosed calls.
+"""The tool-call grammars the embedded engine decodes under (`--tool-call-parser hermes` and
+`llama3_json`) accept exactly what vLLM 0.32's own structural tags accept (xgrammar, the tags
+built by vLLM's registry for the parser, tools and tool_choice given), string for string, over
+calls in every form the tag allows and near misses: text around calls, hermes' two newline
+forms and a mix, llama's "; " between calls and the think tags kept out of its text, other
+names, strict and loose arguments, properties a strict schema does not name, free whitespace,
+unclosed calls.
 
 vLLM is never a dependency of specbench: it lives in its own virtualenv, named by
 SPECBENCH_VLLM_PYTHON (.ci/run builds one); without it this module is skipped. One subprocess
@@ -56,6 +58,22 @@ def hermes_strings() -> list[str]:
             calls[0] + " Done.", "a <tool_call> b", calls[1] + calls[4], calls[0] + calls[0]]
 
 
+def llama(name: str, args: str) -> str:
+    return f'{{"name": "{name}", "parameters": {args}}}'
+
+
+def llama_strings() -> list[str]:
+    good = '{"zone": "UTC"}'
+    calls = [llama("get_time", good), llama("get_weather", '{"city": "Oslo"}'), llama("get_time", '{ "zone" :"CET" }'),
+             llama("get_time", '{"zone": "PST", "more": [1, 2]}'), llama("get_time", "[1]"), llama("get_date", good)]
+    near = ['{"name":"get_time", "parameters": {"zone": "UTC"}}', '{"name": "get_time", "arguments": {"zone": "UTC"}}',
+            '{"name": "get_time", "parameters": {"zone": "UTC"}', '{"name": "get_time"}', '{"name": ',
+            '{"zone": "UTC"}', '{ "name": "get_time", "parameters": {}}']
+    return ["", "Just text.", *calls, *near, calls[0] + "; " + calls[1], calls[0] + calls[0], "Sure. " + calls[0],
+            calls[0] + " Done.", calls[0] + " then <think>", "<think> " + calls[0], "a </think> b", calls[1] + "; " + calls[3],
+            'x {"name": y']
+
+
 CASES = [  # (parser, tools, tool_choice)
     ("hermes", [tool("get_time", ZONE), tool("get_weather", CITY)], {"type": "function", "function": {"name": "get_time"}}),
     ("hermes", [tool("get_time", ZONE, strict=True), tool("get_weather", CITY)],
@@ -64,7 +82,16 @@ CASES = [  # (parser, tools, tool_choice)
     ("hermes", [tool("get_time", ZONE), tool("get_weather", CITY, strict=False)], "required"),
     ("hermes", [tool("get_time", ZONE, strict=True), tool("get_weather", CITY)], "auto"),
     ("hermes", [tool("get_time", ZONE), tool("get_weather", CITY)], "auto"),  # no strict tool: no tag
+    ("llama3_json", [tool("get_time", ZONE), tool("get_weather", CITY)],
+     {"type": "function", "function": {"name": "get_time"}}),
+    ("llama3_json", [tool("get_time", ZONE, strict=True), tool("get_weather", CITY)],
+     {"type": "function", "function": {"name": "get_time"}}),
+    ("llama3_json", [tool("get_time", ZONE, strict=True), tool("get_weather", CITY)], "required"),
+    ("llama3_json", [tool("get_time", ZONE), tool("get_weather", CITY, strict=False)], "required"),
+    ("llama3_json", [tool("get_time", ZONE, strict=True), tool("get_weather", CITY)], "auto"),
+    ("llama3_json", [tool("get_time", ZONE), tool("get_weather", CITY)], "auto"),
 ]
+MODELS = {"hermes": "hermes", "llama3_json": "llama"}  # vLLM's parser -> its structural_tag_model
 
 
 def reference(cases: list[dict]) -> list:
@@ -87,12 +114,13 @@ def ours(compiler: Compiler, tok, constraint, text: str) -> bool:
 def test_the_tool_call_grammars_accept_what_vllm_structural_tags_accept():
     tok = tiny.make_tokenizer()
     compiler = Compiler(tok, len(tok))
-    strings = hermes_strings()
-    cases = [{"model": parser, "tools": tools, "tool_choice": choice, "strings": strings}
+    strings = {"hermes": hermes_strings(), "llama3_json": llama_strings()}
+    cases = [{"model": MODELS[parser], "tools": tools, "tool_choice": choice, "strings": strings[parser]}
              for parser, tools, choice in CASES]
     answers = reference(cases)
     checked = 0
-    for (parser, tools, choice), expected in zip(CASES, answers):
+    for (parser, tools, choice), case, expected in zip(CASES, cases, answers):
+        strings = case["strings"]
         constraint = constraint_of({"tools": tools, "tool_choice": choice}, parser)
         assert (constraint is None) == (expected is None), (parser, choice, "vLLM builds a tag" if expected else "no tag")
         if expected is None:
@@ -102,4 +130,4 @@ def test_the_tool_call_grammars_accept_what_vllm_structural_tags_accept():
         assert not differ, (parser, choice, differ)
         assert any(expected) and not all(expected)  # the strings tell accepting from refusing here
         checked += len(strings)
-    assert checked == 5 * len(strings)
+    assert checked == 5 * len(hermes_strings()) + 5 * len(llama_strings())

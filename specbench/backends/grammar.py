@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,7 +26,8 @@ import torch
 import transformers
 
 from specbench.errors import WorkloadError
-from specbench.structured import HERMES_CLOSE, HERMES_OPEN, OutputConstraint, hermes_head
+from specbench.structured import (HERMES_CLOSE, HERMES_OPEN, LLAMA_EXCLUDED, LLAMA_TRIGGER, TAG_PARSERS,
+                                  OutputConstraint, hermes_head, llama_head)
 
 JSON_OPTIONS = {"whitespace_flexible": False}
 
@@ -36,8 +38,8 @@ def grammar_text(constraint: OutputConstraint) -> str:
         return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_OPTIONS)
     if constraint.kind in ("json_schema", "tool_calls"):
         return llguidance.LLMatcher.grammar_from_json_schema(constraint.schema, overrides=JSON_OPTIONS)
-    if constraint.kind == "hermes":
-        return hermes_grammar(json.loads(constraint.source))
+    if constraint.kind in TAG_PARSERS:
+        return tool_tag_grammar(constraint.kind, json.loads(constraint.source))
     if constraint.kind == "regex":
         return llguidance.LLMatcher.grammar_from_regex(constraint.source)
     if constraint.kind == "choice":
@@ -48,32 +50,46 @@ def grammar_text(constraint: OutputConstraint) -> str:
     raise ValueError(f"unknown constraint kind {constraint.kind!r}")
 
 
-def hermes_grammar(spec: dict[str, Any]) -> str:
-    """vLLM 0.32's structural tag of `--tool-call-parser hermes` as a Lark grammar: one call
-    (`forced`) or one or more, each `<tool_call>` + `{"name": "NAME", "arguments": ` + ARGS +
-    `}` + `</tool_call>`, with a newline after the opening tag and before the closing one or
-    neither. ARGS is any JSON unless the tool is strict: then its parameters schema, with no
-    property an object does not name (xgrammar's strict mode, which llguidance's JSON does not
-    assume); whitespace in it is free, as xgrammar has it there.
+def tool_tag_grammar(parser: str, spec: dict[str, Any]) -> str:
+    """vLLM 0.32's structural tag of `--tool-call-parser hermes` or `llama3_json` as a Lark
+    grammar (specbench.structured says what each allows). A hermes call is `<tool_call>` +
+    `{"name": "NAME", "arguments": ` + ARGS + `}` + `</tool_call>`, with a newline after the
+    opening tag and before the closing one or neither; a llama3_json call is
+    `{"name": "NAME", "parameters": ` + ARGS + `}`. ARGS is any JSON unless the tool is strict:
+    then its parameters schema, with no property an object does not name (xgrammar's strict
+    mode, which llguidance's JSON does not assume); whitespace in it is free, as xgrammar has it
+    there.
 
-    `auto` (an "auto" tool_choice with a strict tool: xgrammar's TriggeredTags): free text,
-    zero or more calls, each opened by the first `<tool_call>` of the text before it (a lazy
-    lexeme, as llguidance's own structural tags have it), then free text."""
+    A named choice (`forced`) is one call; hermes' "required" one or more and nothing else;
+    calls amid free text (an "auto" choice with a strict tool, and llama3_json's "required"
+    after its first call: xgrammar's TriggeredTags) are each opened by the first trigger
+    (`<tool_call>`, `{"name": `) of the text before them, a lazy lexeme as llguidance's own
+    structural tags have it, and the text after the last call is free (without the trigger,
+    and for llama3_json without the think tags)."""
+    if parser == "hermes":
+        trigger, excluded = HERMES_OPEN, ()
+    else:
+        trigger, excluded = LLAMA_TRIGGER, LLAMA_EXCLUDED
     rules = []
-    opener = "trig" if spec.get("auto") else json.dumps(HERMES_OPEN)
     for i, (name, tool) in enumerate(spec["tools"].items()):
         schema = _closed(tool["parameters"]) if tool["strict"] else {}
         schema = {**schema, "x-guidance": {"whitespace_flexible": True}}
-        forms = [f"{opener} {json.dumps(nl + hermes_head(name))} args_{i} {json.dumps('}' + nl + HERMES_CLOSE)}"
-                 for nl in ("\n", "")]
-        rules += [f"call_{i}: {' | '.join(forms)}", f"args_{i}: %json {json.dumps(schema)}"]
-    calls = " | ".join(f"call_{i}" for i in range(len(spec["tools"])))
-    if spec.get("auto"):
-        head = ("%llguidance {}\nstart: call* TEXT\nTEXT: /(.|\\n)*/\n"
-                f"trig[lazy]: TEXT {json.dumps(HERMES_OPEN)}\n")
+        if parser == "hermes":
+            forms = [(nl + hermes_head(name), "}" + nl + HERMES_CLOSE) for nl in ("\n", "")]
+        else:
+            forms = [(llama_head(name)[len(trigger):], "}")]
+        rules += [f"body_{i}: {' | '.join(f'{json.dumps(a)} args_{i} {json.dumps(b)}' for a, b in forms)}",
+                  f"args_{i}: %json {json.dumps(schema)}"]
+    bodies = " | ".join(f"body_{i}" for i in range(len(spec["tools"])))
+    amid = spec.get("auto") or (parser == "llama3_json" and not spec["forced"])
+    if not amid:
+        head = f"start: {'call' if spec['forced'] else 'call+'}\ncall: {json.dumps(trigger)} body\n"
     else:
-        head = f"start: {'call' if spec['forced'] else 'call+'}\n"
-    return llguidance.LLMatcher.grammar_from_lark(head + f"call: {calls}\n" + "\n".join(rules) + "\n")
+        text = "/(.|\\n)*/" + "".join(" & ~/(.|\\n)*" + re.escape(x).replace("/", "\\/") + "(.|\\n)*/" for x in excluded)
+        first = f"{json.dumps(trigger)} body " if not spec.get("auto") else ""  # llama3_json's "required"
+        head = (f"%llguidance {{}}\nstart: {first}call* TEXT\nTEXT: {text}\n"
+                f"trig[lazy]: TEXT {json.dumps(trigger)}\ncall: trig body\n")
+    return llguidance.LLMatcher.grammar_from_lark(head + f"body: {bodies}\n" + "\n".join(rules) + "\n")
 
 
 def _closed(schema: Any) -> Any:

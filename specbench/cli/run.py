@@ -152,7 +152,7 @@ def run(
     baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Pair each configuration with the non-speculative baseline.")] = True,
     chat_template: Annotated[bool, typer.Option("--chat-template/--no-chat-template", help="Apply the target tokenizer's chat template.")] = True,
     truncate: Annotated[bool, typer.Option(help="Left-truncate prompts longer than the context instead of skipping them.")] = False,
-    tool_call_parser: Annotated[str, typer.Option(help="The form a named or required tool_choice constrains tool calls to, as vLLM's --tool-call-parser does: json (the arguments, or an array of {name, parameters}) or hermes (<tool_call> blocks, vLLM 0.32's structural tag; Qwen2.5, Hermes; also an auto choice with a strict tool: calls amid free text). Give the server's own parser with --backend openai: outputs are checked in its form.")] = "json",
+    tool_call_parser: Annotated[str, typer.Option(help="The form a named or required tool_choice constrains tool calls to, as vLLM's --tool-call-parser does: json (the arguments, or an array of {name, parameters}), hermes (<tool_call> blocks, vLLM 0.32's structural tag; Qwen2.5, Hermes) or llama3_json ({name, parameters} objects, xgrammar's llama tag; Llama 3.x); under the last two also an auto choice with a strict tool (calls amid free text). Give the server's own parser with --backend openai: outputs are checked in its form.")] = "json",
     trust_remote_code: Annotated[bool, typer.Option(help=HELP["trust_remote_code"])] = False,
 ) -> None:
     """Run a prompt set through the engine, paired with the baseline; write per-sample Parquet."""

@@ -193,8 +193,9 @@ class WorkloadOptions:
     truncate: bool = option("--truncate", SWITCH, "Left-truncate prompts longer than the context.", False)
     tool_call_parser: str = option(
         "--tool-call-parser", STRING,
-        "The form a named or required tool_choice constrains tool calls to, as vLLM's --tool-call-parser: json or "
-        "hermes (<tool_call> blocks, vLLM 0.32's structural tag); give the servers' own (default: json).", "json")
+        "The form a named or required tool_choice constrains tool calls to, as vLLM's --tool-call-parser: json, "
+        "hermes (<tool_call> blocks) or llama3_json ({\"name\", \"parameters\"} objects), vLLM 0.32's structural "
+        "tags, which also constrain an auto choice with a strict tool; give the servers' own (default: json).", "json")
     warmup: int = option("--warmup", INTEGER, "Warm-up requests per trial, excluded from records (default: 1).",
                          1, bound=(">=", 0))
 

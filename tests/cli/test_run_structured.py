@@ -175,3 +175,29 @@ def test_tool_calls_take_the_hermes_form_under_its_parser(tiny_pair, tmp_path):
     assert (df["finish_reason"] == "stop").any()  # a complete call was checked, not only cut-off ones
     base, spec = (df[df["is_baseline"] == b]["output_token_ids"].map(list).tolist() for b in (True, False))
     assert base == spec
+
+
+def test_tool_calls_take_the_llama3_json_form_under_its_parser(tiny_pair, tmp_path):
+    """--tool-call-parser llama3_json: "required" opens the output with a `{"name", "parameters"}`
+    call (xgrammar's llama tag), checked in that form; greedy speculation equals the baseline."""
+    prompts = tmp_path / "tools.jsonl"
+    prompts.write_text(json.dumps({"id": "clock", "messages": [{"role": "user", "content": "Time in Paris?"}],
+                                   "tools": [dict(CLOCK, function=dict(CLOCK["function"], strict=True))],
+                                   "tool_choice": "required"}) + "\n")
+    out = tmp_path / "run"
+    res = specbench("run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--method", "draft_model",
+                    "-k", "3", "--workload", str(prompts), *FAST, "--max-new-tokens", "60",
+                    "--tool-call-parser", "llama3_json", "--out", str(out))
+    assert res.code == 0, res.output
+    df, meta = read_run(out)
+    assert meta["config"]["tool_call_parser"] == "llama3_json"
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_pair[0])
+    for _, row in df.iterrows():
+        text = tok.decode(list(row["output_token_ids"]), skip_special_tokens=True)
+        assert text.startswith('{"name": "get_time", "parameters": '), text
+        assert row["finish_reason"] == "length" or row["output_valid"], text
+    base = df[df["config_id"].str.startswith("baseline")].sort_values("prompt_id")["output_token_ids"].map(list)
+    spec = df[~df["config_id"].str.startswith("baseline")].sort_values("prompt_id")["output_token_ids"].map(list)
+    assert base.tolist() == spec.tolist() and len(base) == 1

@@ -103,3 +103,14 @@ def test_an_auto_choice_with_a_strict_tool_is_checked_as_its_content_then_the_pa
     assert output_text(req, "No call.", {}) == "No call." and check_output(req.constraint, "No call.") is None
     assert check_output(req.constraint, output_text(req, "", {0: ["get_time", '{"zone": "PST"}']})) == \
         "at 0/arguments/zone: 'PST' is not one of ['UTC', 'CET']"
+
+
+def test_under_the_llama3_json_parser_the_parsed_calls_are_checked_as_its_objects():
+    fields = {"tools": [CLOCK], "tool_choice": "required"}
+    req = Request(id="p1", prompt_ids=(1, 2), sampling=SamplingParams(), structured=fields,
+                  constraint=constraint_of(fields, "llama3_json"), scenario=scenario_of(fields))
+    text = output_text(req, "", {0: ["get_time", '{"zone": "UTC"}'], 1: ["get_time", '{"zone":"CET"}']})
+    assert text == '{"name": "get_time", "parameters": {"zone": "UTC"}}; {"name": "get_time", "parameters": {"zone":"CET"}}'
+    assert check_output(req.constraint, text) is None
+    assert check_output(req.constraint, output_text(req, "", {0: ["get_time", '{"zone": "PST"}']})) == \
+        "at 0/parameters/zone: 'PST' is not one of ['UTC', 'CET']"

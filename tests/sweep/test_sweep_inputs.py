@@ -181,7 +181,7 @@ def test_unknown_sampler(storage):
 
 def test_unknown_tool_call_parser(storage):
     out = refused(*NO_MODEL, "--storage", storage, "--tool-call-parser", "mistral")
-    assert "workload.tool_call_parser (--tool-call-parser) must be one of json, hermes, got 'mistral'" in out
+    assert "workload.tool_call_parser (--tool-call-parser) must be one of json, hermes, llama3_json, got 'mistral'" in out
 
 
 @pytest.mark.parametrize("url, needle", [

@@ -13,8 +13,8 @@ Tools exist only on chat completions: a tool prompt on `--endpoint completions` 
 A server streams a tool call as `delta.tool_calls` (a name, then its arguments' JSON in
 pieces): those are output tokens and the text checked, rebuilt as specbench.structured
 expects it (a named tool: its arguments; "required": the array of `{"name", "parameters"}`;
-under `--tool-call-parser hermes` the `<tool_call>` blocks, after the content for an "auto"
-choice).
+under `--tool-call-parser hermes` the `<tool_call>` blocks, under `llama3_json` the
+`{"name", "parameters"}` objects separated by "; ", after the content for an "auto" choice).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from specbench.errors import ConfigError
-from specbench.structured import HERMES_CLOSE, HERMES_OPEN, hermes_head
+from specbench.structured import HERMES_CLOSE, HERMES_OPEN, TAG_PARSERS, hermes_head, llama_head
 from specbench.types import Request
 
 
@@ -77,8 +77,11 @@ def output_text(request: Request, content: str, tool_calls: dict[int, list[str]]
     calls = [tool_calls[i] for i in sorted(tool_calls)]
     if c.kind == "json_schema":  # a named tool: its arguments
         return calls[0][1]
-    if c.kind == "hermes":  # the calls in the model's form, as the server's hermes parser read them
-        blocks = "".join(f"{HERMES_OPEN}\n{hermes_head(name)}{arguments}}}\n{HERMES_CLOSE}" for name, arguments in calls)
+    if c.kind in TAG_PARSERS:  # the calls in the model's form, as the server's parser read them
+        if c.kind == "hermes":
+            blocks = "".join(f"{HERMES_OPEN}\n{hermes_head(name)}{arguments}}}\n{HERMES_CLOSE}" for name, arguments in calls)
+        else:  # llama3_json: calls separated by "; ", as vLLM's llama parser splits them
+            blocks = "; ".join(f"{llama_head(name)}{arguments}}}" for name, arguments in calls)
         # an "auto" choice: the parser's content is the text before the calls
         return (content if json.loads(c.source).get("auto") else "") + blocks
     parsed = []
