@@ -109,6 +109,7 @@ def test_a_request_rate_given_twice_counts_once():
     (["--temperature", "1e-320"], ["--temperature", "0 or at least 1e-05"]),
     (["--warmup", "99999999999999999999"], ["--warmup", "<= 1000"]),
     (["--repeats", "99999999999999999999"], ["--repeats", "<= 1000"]),
+    (["--tool-call-parser", "mistral"], ["--tool-call-parser must be one of json, hermes, llama3_json, got 'mistral'"]),
 ])
 def test_run_refuses_in_one_line(args, needles, tmp_path):
     specbench("run", *args, "--out" if "--out" not in args else "--seed", *(
