@@ -43,7 +43,6 @@ class TreeStep:
     dtree: Any
     threshold: float
     medusa: Any
-
     head: Any
 
     def _tree_root(self, B: int, heads: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -100,7 +99,7 @@ class TreeStep:
         fed, each seeing the context and its fed ancestors. A node exists where its parent
         does, its depth is within the row's draft length and its probability is not zero; a
         node below the confidence threshold gets no children."""
-        tree, ctx = self.tree, self.ctx[:B]
+        tree = self.tree
         heads = self._medusa_logits(B) if self.medusa is not None else None  # [B, heads, V]: every depth's
         dist, hidden = self._tree_root(B, heads)  # [B, 1, V]
         front_ok = torch.ones(B, 1, dtype=torch.bool, device=self.dev)
@@ -133,7 +132,7 @@ class TreeStep:
         candidate exists where its parent does, within the row's draft length, with a non-zero
         probability; a frontier node below the confidence threshold gets none. Returns the
         kept nodes and their index tables (`_keep_nodes`)."""
-        dt, ctx, dev = self.dtree, self.ctx[:B], self.dev
+        dt, dev = self.dtree, self.dev
         c = dt.topk
         ks = self.ks[:B].view(B, 1, 1)
         heads = self._medusa_logits(B) if self.medusa is not None else None
