@@ -148,27 +148,32 @@ def test_a_grammar_llguidance_refuses_stops_the_run_before_it_measures(tiny_pair
     assert not (tmp_path / "run" / "samples.parquet").exists()
 
 
+def tool_run(tiny_pair, tmp_path, tool_choice, parser: str, max_new_tokens: int):
+    """One prompt offering the strict clock tool, run baseline and draft_model k=3 under
+    `--tool-call-parser parser`: (records, run.json, each output's text)."""
+    strict = dict(CLOCK, function=dict(CLOCK["function"], strict=True))
+    prompts = tmp_path / "tools.jsonl"
+    prompts.write_text(json.dumps({"id": "clock", "messages": [{"role": "user", "content": "Time in Paris?"}],
+                                   "tools": [strict], "tool_choice": tool_choice}) + "\n")
+    out = tmp_path / "run"
+    res = specbench("run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--method", "draft_model",
+                    "-k", "3", "--workload", str(prompts), *FAST, "--max-new-tokens", str(max_new_tokens),
+                    "--tool-call-parser", parser, "--out", str(out))
+    assert res.code == 0, res.output
+    df, meta = read_run(out)
+    assert meta["config"]["tool_call_parser"] == parser
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_pair[0])
+    return df, meta, [tok.decode(list(ids), skip_special_tokens=True) for ids in df["output_token_ids"]]
+
+
 def test_tool_calls_take_the_hermes_form_under_its_parser(tiny_pair, tmp_path):
     """--tool-call-parser hermes: the named tool's call is a `<tool_call>` block (vLLM 0.32's
     structural tag) checked in that form, the run says which form, and greedy speculation
     still equals the baseline."""
-    strict = dict(CLOCK, function=dict(CLOCK["function"], strict=True))
-    prompts = tmp_path / "tools.jsonl"
-    prompts.write_text(json.dumps({"id": "clock", "messages": [{"role": "user", "content": "Time in Paris?"}],
-                                   "tools": [strict], "tool_choice": {"type": "function",
-                                                                      "function": {"name": "get_time"}}}) + "\n")
-    out = tmp_path / "run"
-    res = specbench("run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--method", "draft_model",
-                    "-k", "3", "--workload", str(prompts), *FAST, "--max-new-tokens", "120",
-                    "--tool-call-parser", "hermes", "--out", str(out))
-    assert res.code == 0, res.output
-    df, meta = read_run(out)
-    assert meta["config"]["tool_call_parser"] == "hermes"
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_pair[0])
-    for _, row in df.iterrows():
-        text = tok.decode(list(row["output_token_ids"]), skip_special_tokens=True)
+    df, _, texts = tool_run(tiny_pair, tmp_path, {"type": "function", "function": {"name": "get_time"}}, "hermes", 120)
+    for (_, row), text in zip(df.iterrows(), texts):
         assert text.startswith('<tool_call>\n{"name": "get_time", "arguments": ') or \
             text.startswith('<tool_call>{"name": "get_time", "arguments": '), text
         assert row["finish_reason"] == "length" or (row["output_valid"] and not isinstance(row["validation_error"], str)), text
@@ -180,24 +185,9 @@ def test_tool_calls_take_the_hermes_form_under_its_parser(tiny_pair, tmp_path):
 def test_tool_calls_take_the_llama3_json_form_under_its_parser(tiny_pair, tmp_path):
     """--tool-call-parser llama3_json: "required" opens the output with a `{"name", "parameters"}`
     call (xgrammar's llama tag), checked in that form; greedy speculation equals the baseline."""
-    prompts = tmp_path / "tools.jsonl"
-    prompts.write_text(json.dumps({"id": "clock", "messages": [{"role": "user", "content": "Time in Paris?"}],
-                                   "tools": [dict(CLOCK, function=dict(CLOCK["function"], strict=True))],
-                                   "tool_choice": "required"}) + "\n")
-    out = tmp_path / "run"
-    res = specbench("run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--method", "draft_model",
-                    "-k", "3", "--workload", str(prompts), *FAST, "--max-new-tokens", "60",
-                    "--tool-call-parser", "llama3_json", "--out", str(out))
-    assert res.code == 0, res.output
-    df, meta = read_run(out)
-    assert meta["config"]["tool_call_parser"] == "llama3_json"
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_pair[0])
-    for _, row in df.iterrows():
-        text = tok.decode(list(row["output_token_ids"]), skip_special_tokens=True)
+    df, _, texts = tool_run(tiny_pair, tmp_path, "required", "llama3_json", 60)
+    for (_, row), text in zip(df.iterrows(), texts):
         assert text.startswith('{"name": "get_time", "parameters": '), text
         assert row["finish_reason"] == "length" or row["output_valid"], text
-    base = df[df["config_id"].str.startswith("baseline")].sort_values("prompt_id")["output_token_ids"].map(list)
-    spec = df[~df["config_id"].str.startswith("baseline")].sort_values("prompt_id")["output_token_ids"].map(list)
-    assert base.tolist() == spec.tolist() and len(base) == 1
+    base, spec = (df[df["is_baseline"] == b]["output_token_ids"].map(list).tolist() for b in (True, False))
+    assert base == spec and len(base) == 1

@@ -249,36 +249,32 @@ def test_compiled_step_matches_and_never_recompiles_for_a_length(models):
     assert sum(len(g.built) for g in graphs) <= 1 + 2 * 2 + 2 * 2 * 3 + 2 * 2 * 3 + 2 * 2 * 2
 
 
-@pytest.mark.parametrize("spec", [E3_SPECS[0], E3_SPECS[4], E3_SPECS[6]], ids=["chain", "tree", "dynamic_tree"])
-def test_compiled_eagle3_step_matches_and_never_recompiles_for_a_length(e3_models, spec):
-    target, head = e3_models
+def assert_compiled_heads_step_is_the_eager_one(target, head, spec, requests, **engine_kw):
+    """The heads' step traced whole (fullgraph) decodes the eager step's records at concurrency
+    1 and 3, and builds one graph per key: no guard failed and recompiled, and the keys are
+    bounded by (draft, verify) x (drafting, not drafting) x buckets 1, 2, 4."""
     backend = CountingBackend()
-    engine = Engine(target, head=head, static="compile", compile_backend=backend)
-    eager = Engine(target, head=head, pack=False)
+    engine = Engine(target, head=head, static="compile", compile_backend=backend, **engine_kw)
+    eager = Engine(target, head=head, pack=False, **engine_kw)
     for concurrency in (1, 3):
-        reqs = e3_requests(5, seed=concurrency)
+        reqs = requests(5, seed=concurrency)
         assert trace(scheduler.run(engine, reqs, spec, concurrency=concurrency)[0]) == \
             trace(scheduler.run(eager, reqs, spec, concurrency=concurrency)[0])
     (batch,) = engine._static_batches.values()
-    assert backend.graphs <= batch.graphs.builds  # no guard failed and recompiled
-    assert len(batch.graphs.built) <= 2 * 2 * 3  # (draft, verify) x (k + 1, 1) x buckets 1, 2, 4
+    assert backend.graphs <= batch.graphs.builds
+    assert len(batch.graphs.built) <= 2 * 2 * 3
+
+
+@pytest.mark.parametrize("spec", [E3_SPECS[0], E3_SPECS[4], E3_SPECS[6]], ids=["chain", "tree", "dynamic_tree"])
+def test_compiled_eagle3_step_matches_and_never_recompiles_for_a_length(e3_models, spec):
+    assert_compiled_heads_step_is_the_eager_one(*e3_models, spec, e3_requests)
 
 
 @pytest.mark.parametrize("spec", [medusa_tree(), medusa(3, topk=2, num_draft_tokens=5)], ids=["tree", "dynamic_tree"])
 def test_compiled_medusa_tree_matches_and_never_recompiles_for_a_length(models, spec):
-    """Medusa trees traced whole (fullgraph): the eager step's records, one graph per key."""
     target, _ = models
-    heads = medusa_heads_for(target, 3)
-    backend = CountingBackend()
-    engine = Engine(target, head=heads, static="compile", compile_backend=backend, eos_token_ids=[3])
-    eager = Engine(target, head=heads, pack=False, eos_token_ids=[3])
-    for concurrency in (1, 3):
-        reqs = ragged_requests(5, seed=concurrency)
-        assert trace(scheduler.run(engine, reqs, spec, concurrency=concurrency)[0]) == \
-            trace(scheduler.run(eager, reqs, spec, concurrency=concurrency)[0])
-    (batch,) = engine._static_batches.values()
-    assert backend.graphs <= batch.graphs.builds  # no guard failed and recompiled
-    assert len(batch.graphs.built) <= 2 * 2 * 3  # (draft, verify) x (tree, no draft) x buckets 1, 2, 4
+    assert_compiled_heads_step_is_the_eager_one(target, medusa_heads_for(target, 3), spec, ragged_requests,
+                                                eos_token_ids=[3])
 
 
 def test_the_graph_counter_sees_a_recompile():
