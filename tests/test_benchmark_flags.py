@@ -6,9 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,3 +142,24 @@ def test_structured_vllm_refuses_bad_flags_before_starting_vllm(tmp_path, monkey
     refused(mod.main, needle)
     assert not started and not (tmp_path / "run").exists()
 
+
+
+def test_host_overhead_times_the_compiled_graphs_apart_from_the_rest_of_the_step():
+    """What the compile path's `outside_ms` subtracts: the time inside Inductor's compiled
+    graphs, counted while the context is open and only then."""
+    mod = load("host_overhead")
+    from torch._inductor.output_code import CompiledFxGraph
+
+    real = CompiledFxGraph.__call__
+    f = torch.compile(lambda x: (x @ x.T).relu().sum(), fullgraph=True, dynamic=False)
+    x = torch.randn(256, 256)
+    f(x)  # built outside the window
+    with mod.graph_time() as inside:
+        t = time.perf_counter()
+        for _ in range(5):
+            f(x)
+        wall = time.perf_counter() - t
+    assert 0 < inside[0] < wall and CompiledFxGraph.__call__ is real
+    before = inside[0]
+    f(x)
+    assert inside[0] == before  # nothing counted once closed
