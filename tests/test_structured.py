@@ -168,6 +168,32 @@ def test_a_grammar_that_does_not_compile_names_the_prompt():
         compiler.matcher(OutputConstraint("grammar", "start: nothing_here", "grammar"), "p7")
 
 
+def test_the_model_spells_the_text_a_grammar_forces():
+    """As under xgrammar (vLLM's default backend), where a schema forces `{"name":` the mask
+    allows the merged token `{"` and the lone `{` alike, and either path goes on; llguidance's
+    default allows only the canonical `{"` (the check fails on that variant)."""
+    import llguidance
+
+    from specbench.backends import grammar
+
+    tok = tiny.make_tokenizer(merges=(("{", '"'),))
+    merged, brace, quote = (tok.convert_tokens_to_ids(t) for t in ('{"', "{", '"'))
+    assert tok.encode('{"a', add_special_tokens=False)[0] == merged
+    c = OutputConstraint("json_schema", json.dumps({"type": "object", "properties": {"name": {"type": "string"}},
+                                                    "required": ["name"]}), "json")
+    compiler = Compiler(tok, len(tok))
+    first = compiler.matcher(c, "p").allowed(len(tok))
+    assert first[merged] and first[brace] and int(first.sum()) == 2
+    for path in ([merged], [brace, quote]):
+        m = compiler.matcher(c, "p")
+        ids = path + tok.encode('name":"Al"}', add_special_tokens=False)
+        assert m.advance(ids) == len(ids) and m.allowed(len(tok))[tok.eos_token_id]
+    forced = llguidance.LLMatcher(compiler.tokenizer, llguidance.LLMatcher.grammar_from_lark(
+        grammar._lark(c)), log_level=0)  # the same grammar, llguidance's default forcing
+    canonical = grammar.Matcher(forced, compiler.stop_ids, compiler.n_vocab).allowed(len(tok))
+    assert canonical[merged] and not canonical[brace]
+
+
 def test_the_matcher_rolls_back_exactly(pair):
     tok = pair[0]
     m = Compiler(tok, 259).matcher(CONSTRAINTS["json"], "p")
@@ -317,8 +343,9 @@ def test_the_hermes_grammar_spells_its_tags_out_and_takes_both_forms(tagged):
                      ('{"zone": {"id": "x", "more": 1}}', False)]:  # strict: no property the schema does not name
         ids = spell('<tool_call>{"name": "get_time", "arguments": ' + args + '}</tool_call>')
         assert (compiler.matcher(closed, "p").advance(ids) == len(ids)) == ok, args
-    # only the hermes grammar spells text without the added tokens: a regex still takes them
-    assert compiler.matcher(OutputConstraint("regex", "<tool_call>x", "regex"), "p").allowed(len(tok))[special]
+    # no grammar takes an added token as text (a regex neither); the model spells it
+    regex = compiler.matcher(OutputConstraint("regex", "<tool_call>x", "regex"), "p").allowed(len(tok))
+    assert not regex[special] and regex[tok.convert_tokens_to_ids("<")]
     mixed = spell('<tool_call>\n{"name": "get_time", "arguments": {}}</tool_call>')
     assert compiler.matcher(loose, "p").advance(mixed) < len(mixed)
     twice = spell('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>' * 2)

@@ -47,8 +47,9 @@ def perturbed_copy(model: Qwen2ForCausalLM, noise: float, seed: int = 1) -> Qwen
     return copy
 
 
-def make_tokenizer() -> PreTrainedTokenizerFast:
-    """Byte-level BPE with no merges: every UTF-8 byte is a token, plus three specials."""
+def make_tokenizer(merges: tuple[tuple[str, str], ...] = ()) -> PreTrainedTokenizerFast:
+    """Byte-level BPE with no merges: every UTF-8 byte is a token, plus three specials (and a
+    token for each pair of `merges`, after them, merged where the tokenizer meets it)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
@@ -56,7 +57,9 @@ def make_tokenizer() -> PreTrainedTokenizerFast:
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     for s in specials:
         vocab[s] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges)))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(specials)

@@ -9,11 +9,19 @@ dependency-free abi3 wheel (xgrammar, the other candidate, needs triton on Linux
 
 JSON is compact (no whitespace between tokens, llguidance's `whitespace_flexible` off, as
 vLLM's `disable_any_whitespace`): free whitespace lets a weak model pad forever.
+
+The model picks how text the grammar forces is spelled (llguidance's `no_forcing`), as under
+xgrammar, vLLM's and SGLang's default backend: where a schema forces `{"name":`, the mask
+allows `{` as well as `{"`. llguidance's default (vLLM's `guidance` backend) allows only the
+canonical tokenization of forced text: on the json set, Qwen2.5-Coder-1.5B's outputs under it
+left vLLM's (xgrammar) at the first token, `{"` where vLLM's model wrote `{`. Added tokens that are not special
+(Qwen2.5's `<tool_call>`) are never allowed as text; xgrammar allows them, and the model gives
+`<tool_call>` probability ~0 where it spells the tag `<`, `tool`, `_call`, `>` (what vLLM 0.32
+emitted): a model trained to emit the added token would be refused it here.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Iterable
@@ -23,36 +31,43 @@ import llguidance
 import llguidance.hf
 import llguidance.torch
 import torch
-import transformers
 
 from specbench.errors import WorkloadError
 from specbench.structured import (HERMES_CLOSE, HERMES_OPEN, LLAMA_EXCLUDED, LLAMA_TRIGGER, TAG_PARSERS,
                                   OutputConstraint, hermes_head, llama_head)
 
-JSON_OPTIONS = {"whitespace_flexible": False}
+# every grammar starts with this: the model spells forced text (as under xgrammar)
+UNFORCED = '%llguidance {"no_forcing": true}\n'
 
 
 def grammar_text(constraint: OutputConstraint) -> str:
-    """The llguidance grammar of `constraint`."""
+    """The llguidance grammar of `constraint`, as Lark (`UNFORCED` first)."""
+    return llguidance.LLMatcher.grammar_from_lark(UNFORCED + _lark(constraint))
+
+
+def _json(schema: Any, flexible: bool = False) -> str:
+    """A `%json` rule body: `schema` with its whitespace (compact unless `flexible`)."""
+    return "%json " + json.dumps({**schema, "x-guidance": {"whitespace_flexible": flexible}})
+
+
+def _lark(constraint: OutputConstraint) -> str:
     if constraint.kind == "json_object":
-        return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_OPTIONS)
+        return f"start: {_json({'type': 'object'})}\n"
     if constraint.kind in ("json_schema", "tool_calls"):
-        return llguidance.LLMatcher.grammar_from_json_schema(constraint.schema, overrides=JSON_OPTIONS)
+        return f"start: {_json(constraint.schema)}\n"
     if constraint.kind in TAG_PARSERS:
         return tool_tag_grammar(constraint.kind, json.loads(constraint.source))
-    if constraint.kind == "regex":
-        return llguidance.LLMatcher.grammar_from_regex(constraint.source)
+    if constraint.kind == "regex":  # llguidance's own escaping of the regex as a Lark terminal
+        return json.loads(llguidance.LLMatcher.grammar_from_regex(constraint.source))["grammars"][0]["lark_grammar"]
     if constraint.kind == "choice":
-        alternatives = " | ".join(json.dumps(c) for c in json.loads(constraint.source))
-        return llguidance.LLMatcher.grammar_from_lark(f"start: {alternatives}")
+        return "start: " + " | ".join(json.dumps(c) for c in json.loads(constraint.source)) + "\n"
     if constraint.kind == "grammar":
-        return llguidance.LLMatcher.grammar_from_lark(constraint.source)
+        return constraint.source
     raise ValueError(f"unknown constraint kind {constraint.kind!r}")
 
 
 def tool_tag_grammar(parser: str, spec: dict[str, Any]) -> str:
-    """vLLM 0.32's structural tag of `--tool-call-parser hermes` or `llama3_json` as a Lark
-    grammar (specbench.structured says what each allows). A hermes call is `<tool_call>` +
+    """vLLM 0.32's structural tag of `--tool-call-parser hermes` or `llama3_json` as Lark (specbench.structured says what each allows). A hermes call is `<tool_call>` +
     `{"name": "NAME", "arguments": ` + ARGS + `}` + `</tool_call>`, with a newline after the
     opening tag and before the closing one or neither; a llama3_json call is
     `{"name": "NAME", "parameters": ` + ARGS + `}`. ARGS is any JSON unless the tool is strict:
@@ -73,13 +88,12 @@ def tool_tag_grammar(parser: str, spec: dict[str, Any]) -> str:
     rules = []
     for i, (name, tool) in enumerate(spec["tools"].items()):
         schema = _closed(tool["parameters"]) if tool["strict"] else {}
-        schema = {**schema, "x-guidance": {"whitespace_flexible": True}}
         if parser == "hermes":
             forms = [(nl + hermes_head(name), "}" + nl + HERMES_CLOSE) for nl in ("\n", "")]
         else:
             forms = [(llama_head(name)[len(trigger):], "}")]
         rules += [f"body_{i}: {' | '.join(f'{json.dumps(a)} args_{i} {json.dumps(b)}' for a, b in forms)}",
-                  f"args_{i}: %json {json.dumps(schema)}"]
+                  f"args_{i}: {_json(schema, flexible=True)}"]
     bodies = " | ".join(f"body_{i}" for i in range(len(spec["tools"])))
     amid = spec.get("auto") or (parser == "llama3_json" and not spec["forced"])
     if not amid:
@@ -87,9 +101,9 @@ def tool_tag_grammar(parser: str, spec: dict[str, Any]) -> str:
     else:
         text = "/(.|\\n)*/" + "".join(" & ~/(.|\\n)*" + re.escape(x).replace("/", "\\/") + "(.|\\n)*/" for x in excluded)
         first = f"{json.dumps(trigger)} body " if not spec.get("auto") else ""  # llama3_json's "required"
-        head = (f"%llguidance {{}}\nstart: {first}call* TEXT\nTEXT: {text}\n"
+        head = (f"start: {first}call* TEXT\nTEXT: {text}\n"
                 f"trig[lazy]: TEXT {json.dumps(trigger)}\ncall: trig body\n")
-    return llguidance.LLMatcher.grammar_from_lark(head + f"body: {bodies}\n" + "\n".join(rules) + "\n")
+    return head + f"body: {bodies}\n" + "\n".join(rules) + "\n"
 
 
 def _closed(schema: Any) -> Any:
@@ -106,25 +120,6 @@ def _closed(schema: Any) -> Any:
     if (schema.get("type") == "object" or "properties" in schema) and "additionalProperties" not in schema:
         out["additionalProperties"] = False
     return out
-
-
-def text_tokenizer(tokenizer: Any, n_vocab: int) -> llguidance.LLTokenizer:
-    """llguidance's view of a fast tokenizer without its added tokens that are not special
-    (Qwen2.5's `<tool_call>` and `</tool_call>`), for the hermes grammar. llguidance allows
-    only a fixed string's canonical tokenization, where xgrammar (vLLM's default backend)
-    allows every spelling of it and the model picks; the tokenizer encodes the text
-    `<tool_call>` as the added token, to which Qwen2.5-Coder-1.5B gives probability ~0 on the
-    shipped tools prompts and 0.03-0.08 to `<`, and vLLM 0.32 emitted `<`, `tool`, `_call`,
-    `>\\n`. Without the added tokens, the canonical spelling is that one. (A model trained to
-    emit the added token would be refused it here, where xgrammar lets it.)"""
-    if not isinstance(tokenizer, transformers.PreTrainedTokenizerFast):
-        raise ValueError("only fast tokenizers are supported")
-    backend = copy.copy(tokenizer.backend_tokenizer)
-    backend.no_padding()
-    backend.no_truncation()
-    spec = json.loads(backend.to_str())
-    spec["added_tokens"] = [t for t in spec.get("added_tokens", []) if t.get("special")]
-    return llguidance.LLTokenizer(json.dumps(spec), n_vocab=n_vocab, eos_token=tokenizer.eos_token_id)
 
 
 class Matcher:
@@ -191,21 +186,12 @@ class Compiler:
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         self.stop_ids = frozenset(eos | set(eos_token_ids))
         self._grammars: dict[OutputConstraint, str] = {}
-        self._hf, self._text = tokenizer, None
-
-    def _text_view(self) -> llguidance.LLTokenizer:
-        """The tokenizer without its added tokens that are not special (`text_tokenizer`),
-        built on first use."""
-        if self._text is None:
-            self._text = text_tokenizer(self._hf, self.n_vocab)
-        return self._text
 
     def matcher(self, constraint: OutputConstraint, prompt_id: str) -> Matcher:
         """A fresh matcher for one request (`prompt_id` names it in an error)."""
         if constraint not in self._grammars:
             self._grammars[constraint] = grammar_text(constraint)
-        m = llguidance.LLMatcher(self._text_view() if constraint.kind == "hermes" else self.tokenizer,
-                                 self._grammars[constraint], log_level=0)
+        m = llguidance.LLMatcher(self.tokenizer, self._grammars[constraint], log_level=0)
         if m.is_error():
             raise WorkloadError(f"prompt {prompt_id!r}: its {constraint.kind} does not compile: "
                                 f"{m.get_error().splitlines()[0]}")
