@@ -157,7 +157,8 @@ class Point:
                              compile_options={"cpp_wrapper": True} if cpp_wrapper and path == "compile" else None)
         self.batch = self.engine.batch(spec)
         k = spec.num_speculative_tokens
-        sp = sampling.with_(max_new_tokens=(steps + 8) * (k + 1) + 8, ignore_eos=True)
+        self.split_steps = max(4, steps // 2)  # the compile path's steps timed apart (`measure`)
+        sp = sampling.with_(max_new_tokens=(steps + self.split_steps + 8) * (k + 1) + 8, ignore_eos=True)
         g = torch.Generator().manual_seed(batch)
         prompts = [torch.randint(0, vocab, (prompt_len,), generator=g).tolist() for _ in range(batch)]
         self.batch.reserve(batch, prompt_len + sp.max_new_tokens)
@@ -184,10 +185,9 @@ class Point:
         graphs = getattr(self.batch, "graphs", None)
         graph_ms = outside_ms = None
         if self.path == "compile":
-            steps = max(4, len(self.times) // 2)
             with graph_time() as inside:
-                wall = sum(self.step() for _ in range(steps))
-            graph_ms, outside_ms = 1e3 * inside[0] / steps, 1e3 * (wall - inside[0]) / steps
+                wall = sum(self.step() for _ in range(self.split_steps))
+            graph_ms, outside_ms = 1e3 * inside[0] / self.split_steps, 1e3 * (wall - inside[0]) / self.split_steps
         return {"path": self.path, "method": self.spec.method, "k": self.spec.num_speculative_tokens,
                 "batch": self.batch_size, "sampling": "sampled" if self.label.endswith("sampled") else "greedy",
                 "tree": self.spec.draft_nodes if self.spec.is_tree else None, "topk": self.spec.topk,
