@@ -144,6 +144,18 @@ def test_structured_vllm_refuses_bad_flags_before_starting_vllm(tmp_path, monkey
 
 
 
+def test_host_overhead_reports_the_compile_paths_time_outside_its_graphs(capsys):
+    """The default step count on the compile path (its extra steps timed apart fit the
+    requests' budget), a one-layer model: the graphs' time and the rest add up to a step."""
+    mod = load("host_overhead")
+    mod.main(["--paths", "eager,compile", "--layers", "1,1", "--batch", "1", "--configs", "baseline", "--prompt", "8",
+              "--json"])
+    eager, compiled = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert eager["outside_ms"] is None and eager["outside_vs_eager"] is None
+    assert compiled["path"] == "compile" and 0 < compiled["outside_ms"] and 0 < compiled["graph_ms"]
+    assert compiled["outside_vs_eager"] == round(compiled["outside_ms"] / eager["host_ms"], 3)
+
+
 def test_host_overhead_times_the_compiled_graphs_apart_from_the_rest_of_the_step():
     """What the compile path's `outside_ms` subtracts: the time inside Inductor's compiled
     graphs, counted while the context is open and only then."""
