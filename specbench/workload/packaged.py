@@ -185,10 +185,15 @@ def sharegpt_prompts(n: int = SHAREGPT_DEFAULT_COUNT, seed: int = 0) -> list[Pro
 
 # ---- long contexts: real code that ships with every Python -------------------------------------
 
-# nominal context sizes (tokens) and the characters that make them with a BPE tokenizer (code
-# runs about 4 characters a token; the records' input_tokens say what each really was)
+# the context windows the prompts are sized for (tokens), and the characters that fill them with
+# a BPE tokenizer (code runs about 4 characters a token; the records' input_tokens say what each
+# really was)
 LONG_CONTEXT_TOKENS = (4096, 8192, 16384, 32768)
 CHARS_PER_TOKEN = 4.4  # measured: Qwen2.5 tokenizes this code at 4.2-4.8 characters a token
+# the code takes 90% of its window: the question, the chat template and the answer fit in the
+# rest even where the tokenizer reads 4.2 characters a token (a window-sized prompt never fits
+# a model of that context, e.g. the default target's 32,768)
+LONG_CONTEXT_FILL = 0.9
 LONG_CONTEXT_SOURCES = (  # (name, standard-library modules read in order, the question asked after them)
     ("typing-inspect", ("typing.py", "inspect.py"),
      "List every public class defined above, each with one line on what it is for."),
@@ -211,14 +216,15 @@ def _stdlib_text(modules: tuple[str, ...], chars: int) -> str:
 
 
 def long_context_prompts() -> list[Prompt]:
-    """Questions over the start of standard-library source files, at about 4K, 8K, 16K and 32K
-    tokens (category `ctx-4k`...`ctx-32k`): real text at a known length, where acceptance can
+    """Questions over the start of standard-library source files, sized to fit 4K, 8K, 16K and
+    32K-token context windows (category `ctx-4k`...`ctx-32k`; the code is 90% of the window,
+    about 3.7K to 29.5K tokens): real text at a known length, where acceptance can
     drift as the context grows (the reason EAGLE 3.1 exists). The text is the running Python's
     own source, so the prompts follow its version (run.json records it)."""
     out = []
     for name, modules, question in LONG_CONTEXT_SOURCES:
         for tokens in LONG_CONTEXT_TOKENS:
-            code = _stdlib_text(modules, int(tokens * CHARS_PER_TOKEN))
+            code = _stdlib_text(modules, int(tokens * LONG_CONTEXT_FILL * CHARS_PER_TOKEN))
             out.append(Prompt(id=f"long-{name}-{tokens // 1024}k", category=f"ctx-{tokens // 1024}k",
                               messages=({"role": "user", "content": f"```python\n{code}```\n\n{question}"},)))
     return out

@@ -89,7 +89,7 @@ NAMED: dict[str, _Named] = {n.name: n for n in (
            "tool calls: one call, picking the tool, several calls, a named tool (tools, tool_choice)",
            "workloads/tools.jsonl", {}, _tools),
     _Named("long-context", "real",
-           "questions over standard-library source at about 4K, 8K, 16K and 32K tokens (ctx-4k ... ctx-32k)",
+           "questions over standard-library source sized for 4K, 8K, 16K and 32K-token windows (ctx-4k ... ctx-32k)",
            "the running Python's standard library", {}, packaged.long_context_prompts),
 )}
 REAL_PARTS = ("humaneval", "sharegpt", "business")
