@@ -11,7 +11,9 @@ The profile is written once per study, by the last worker to finish: a finishing
 first marks itself done, then looks for other live workers, so at least one of the workers
 finishing together sees none. When another worker finished within the last few seconds,
 both may see none: they then claim the write (each sets `specbench_profile_claim`, waits
-`SETTLE_S`, and only the one whose claim stands writes). Claims made within SETTLE_S of each
+`SETTLE_S`, and only the one whose claim stands writes: the storage orders the claims, so the
+writer is the last to claim, not always the last to finish by a host's clock, which hosts
+need not agree on). Claims made within SETTLE_S of each
 other resolve to one writer; two workers whose claims are further apart than that would both
 write the same, complete profile (each write is atomic).
 
