@@ -14,7 +14,9 @@ The model picks how text the grammar forces is spelled (llguidance's `no_forcing
 xgrammar, vLLM's and SGLang's default backend: where a schema forces `{"name":`, the mask
 allows `{` as well as `{"`. llguidance's default (vLLM's `guidance` backend) allows only the
 canonical tokenization of forced text: on the json set, Qwen2.5-Coder-1.5B's outputs under it
-left vLLM's (xgrammar) at the first token, `{"` where vLLM's model wrote `{`. Added tokens that are not special
+left vLLM's (xgrammar) at the first token, `{"` where vLLM's model wrote `{` (3 of 16 greedy
+draft_model k=4 outputs equal to vLLM 0.32 CPU's, bf16; 14 of 16 without forcing, the other two
+parting at tokens 6 and 19, and acceptance 0.832 against vLLM's 0.823). Added tokens that are not special
 (Qwen2.5's `<tool_call>`) are never allowed as text; xgrammar allows them, and the model gives
 `<tool_call>` probability ~0 where it spells the tag `<`, `tool`, `_call`, `>` (what vLLM 0.32
 emitted): a model trained to emit the added token would be refused it here.
