@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from specbench.backends.openai.client import OpenAIBackend
 from specbench.backends.openai.sse import Attempt, handle_event
 from specbench.backends.openai.structured import body_fields, check, dialect, output_text
 from specbench.config import SamplingParams
@@ -114,3 +115,29 @@ def test_under_the_llama3_json_parser_the_parsed_calls_are_checked_as_its_object
     assert check_output(req.constraint, text) is None
     assert check_output(req.constraint, output_text(req, "", {0: ["get_time", '{"zone": "PST"}']})) == \
         "at 0/parameters/zone: 'PST' is not one of ['UTC', 'CET']"
+
+
+@pytest.mark.parametrize("parser", ["hermes", "llama3_json"])
+def test_an_auto_call_streamed_after_content_is_checked_with_its_arguments_once(parser):
+    """The client's result checks the streamed content, then the calls the server parsed: a
+    chat chunk's text also holds the arguments (they are output tokens), which must not come
+    back as content too (an argument `{"name": ...` would read as a second llama call)."""
+    user = {"type": "function", "function": {"name": "add_user", "strict": True, "parameters": {
+        "type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}}}
+    fields = {"tools": [user], "tool_choice": "auto"}
+    req = Request(id="p1", prompt_ids=(1, 2), sampling=SamplingParams(), structured=fields,
+                  constraint=constraint_of(fields, parser), scenario=scenario_of(fields))
+    att = Attempt(sent=0.0)
+    for i, delta in enumerate([{"content": "Adding. "},
+                               {"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                                "function": {"name": "add_user", "arguments": ""}}]},
+                               {"tool_calls": [{"index": 0, "function": {"arguments": '{"name": "Bob"}'}}]}]):
+        handle_event(event(delta), float(i), True, att)
+    handle_event(json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+                             "usage": {"completion_tokens": 3}}).encode(), 3.0, True, att)
+    assert att.content == "Adding. " and "".join(c.text for c in att.chunks) == 'Adding. {"name": "Bob"}'
+    res = OpenAIBackend("http://127.0.0.1:1", "m", endpoint="chat")._result(req, 0.0, att, 1)
+    call = ('<tool_call>\n{"name": "add_user", "arguments": {"name": "Bob"}}\n</tool_call>' if parser == "hermes"
+            else '{"name": "add_user", "parameters": {"name": "Bob"}}')
+    assert res.output_text == "Adding. " + call
+    assert check_output(req.constraint, res.output_text) is None

@@ -425,8 +425,7 @@ class OpenAIBackend:
             reported_acceptance=reported,
             extra={"attempts": attempts, "usage": att.usage, "server_finish_reason": att.finish,
                    "output_tokens": len(times), "token_count_delta": delta},
-            output_text=structured.output_text(request, "".join(c.text for c in att.chunks),
-                                               att.tool_calls),
+            output_text=structured.output_text(request, att.content, att.tool_calls),
         )
         if error is not None:
             res.finish_reason, res.error = "error", error

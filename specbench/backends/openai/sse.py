@@ -54,6 +54,7 @@ class Attempt:
     vllm_spec: dict | None = None  # vLLM's `metrics.speculative_decoding`
     meta_info: dict | None = None  # SGLang's `meta_info`
     tool_calls: dict[int, list[str]] = field(default_factory=dict)  # index -> [name, arguments] streamed
+    content: str = ""  # the text streamed as content (a chat's, without its tool calls' arguments)
 
 
 def error_message(body: str) -> str:
@@ -247,6 +248,7 @@ def handle_event(raw: bytes, now: float, chat: bool, att: Attempt) -> bool:
         if not isinstance(choice, dict):
             continue
         text, ids, n = chunk_tokens(choice, chat)
+        att.content += ((choice.get("delta") or {}).get("content") or "") if chat else text
         for index, name, args in tool_call_pieces(choice) if chat else ():
             call = att.tool_calls.setdefault(index, ["", ""])
             call[0] += name
