@@ -307,7 +307,9 @@ def hermes_calls(text: str, amid_text: bool = False) -> list[Any] | str:
     and nothing else, each `<tool_call>\\n` JSON `\\n</tool_call>` or the same without the two
     newlines (the two forms vLLM's structural tag allows), the JSON one object. `amid_text`
     (an "auto" tool_choice): zero or more such blocks with any text around them, where every
-    `<tool_call>` opens one."""
+    `<tool_call>` opens one. A block ends at the first close after its opening, as vLLM's
+    parser (a non-greedy regex) ends it: a `<tool_call>` inside an argument string is text, a
+    `</tool_call>` inside one ends the block (the grammar allows both in strings)."""
     calls, at = [], 0
     while at < len(text) or not (calls or amid_text):
         if amid_text:
@@ -320,11 +322,13 @@ def hermes_calls(text: str, amid_text: bool = False) -> list[Any] | str:
         start = at + len(HERMES_OPEN)
         close = "\n" + HERMES_CLOSE if text.startswith("\n", start) else HERMES_CLOSE
         end = text.find(close, start)
-        if end < 0 or HERMES_OPEN in text[start:end]:  # (not closed before the next one opens)
+        if end < 0:
             return f"at {len(calls)}: no {close!r} closes the {HERMES_OPEN} at character {at}"
-        try:
+        try:  # up to the first close, as vLLM's hermes parser reads it: a tag in a string is text
             calls.append(json.loads(text[start:end]))
         except json.JSONDecodeError as exc:
+            if HERMES_OPEN in text[start:end]:  # (not closed before the next one opens)
+                return f"at {len(calls)}: no {close!r} closes the {HERMES_OPEN} at character {at}"
             return f"at {len(calls)}: not JSON: {exc.msg} at character {exc.pos}"
         at = end + len(close)
     return calls

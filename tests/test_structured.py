@@ -236,6 +236,13 @@ def test_the_hermes_form_of_tool_calls():
     assert check_output(required, mixed + call) == "at 0: no '\\n</tool_call>' closes the <tool_call> at character 0"
     assert check_output(required, call + "<tool_call>{") == \
         f"at 1: no '</tool_call>' closes the <tool_call> at character {len(call)}"
+    # a block ends at its first close, as vLLM's parser reads it: an opening tag in an argument
+    # string is text (the grammar allows it), a closing one ends the block there
+    free = {"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}
+    echo = constraint_of({"tools": [free], "tool_choice": "required"}, "hermes")
+    assert check_output(echo, '<tool_call>{"name": "echo", "arguments": {"q": "<tool_call>"}}</tool_call>') is None
+    assert check_output(echo, '<tool_call>{"name": "echo", "arguments": {"q": "a</tool_call>b"}}</tool_call>'
+                        ).startswith("at 0: not JSON: Unterminated string")
     bare = {"type": "function", "function": {"name": "ping", "strict": True}}  # strict, no parameters: any JSON
     assert json.loads(constraint_of({"tools": [bare], "tool_choice": "required"}, "hermes").source)[
         "tools"]["ping"] == {"parameters": {}, "strict": True}
