@@ -350,6 +350,16 @@ def test_the_hermes_grammar_spells_its_tags_out_and_takes_both_forms(tagged):
                      ('{"zone": {"id": "x", "more": 1}}', False)]:  # strict: no property the schema does not name
         ids = spell('<tool_call>{"name": "get_time", "arguments": ' + args + '}</tool_call>')
         assert (compiler.matcher(closed, "p").advance(ids) == len(ids)) == ok, args
+    # an allOf's parts each name some of the properties: closed apart, no object could hold them all
+    parts = {"type": "function", "function": {"name": "get_time", "strict": True, "parameters": {"allOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}},
+        {"type": "object", "properties": {"b": {"type": "integer"}, "c": {"type": "object", "properties": {}}}}]}}}
+    joined = constraint_of({"tools": [parts], "tool_choice": tool_choice}, "hermes")
+    for args, ok in [('{"a": 1, "b": 2}', True), ('{"a": 1, "c": {}}', True), ('{"a": 1, "c": {"x": 1}}', False)]:
+        ids = spell('<tool_call>{"name": "get_time", "arguments": ' + args + '}</tool_call>')
+        assert (compiler.matcher(joined, "p").advance(ids) == len(ids)) == ok, args
+        if ok:  # and the check, which holds the schema as written, takes what the grammar took
+            assert check_output(joined, '<tool_call>{"name": "get_time", "arguments": ' + args + '}</tool_call>') is None
     # no grammar takes an added token as text (a regex neither); the model spells it
     regex = compiler.matcher(OutputConstraint("regex", "<tool_call>x", "regex"), "p").allowed(len(tok))
     assert not regex[special] and regex[tok.convert_tokens_to_ids("<")]

@@ -108,18 +108,24 @@ def tool_tag_grammar(parser: str, spec: dict[str, Any]) -> str:
     return head + f"body: {bodies}\n" + "\n".join(rules) + "\n"
 
 
-def _closed(schema: Any) -> Any:
+def _closed(schema: Any, close: bool = True) -> Any:
     """`schema` with `additionalProperties: false` on every object schema that says nothing
-    of it (and every subschema walked the same way)."""
+    of it (and every subschema walked the same way). Not where closing would change more than
+    the properties an object may add: an `allOf` and its branches each see only their own
+    properties (closed apart, they could never hold together), and a `not` closed would
+    refuse less, not more."""
     if isinstance(schema, list):
-        return [_closed(s) for s in schema]
+        return [_closed(s, close) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    values = ("enum", "const", "default", "examples", "properties")  # not subschemas (properties: below)
+    values = ("enum", "const", "default", "examples", "properties", "not")  # not walked (properties: below)
     out = {k: _closed(v) if isinstance(v, (dict, list)) and k not in values else v for k, v in schema.items()}
     if isinstance(schema.get("properties"), dict):  # names to subschemas, not a schema itself
         out["properties"] = {k: _closed(v) for k, v in schema["properties"].items()}
-    if (schema.get("type") == "object" or "properties" in schema) and "additionalProperties" not in schema:
+    if isinstance(schema.get("allOf"), list):
+        out["allOf"] = [_closed(s, close=False) for s in schema["allOf"]]
+    close = close and "allOf" not in schema
+    if close and (schema.get("type") == "object" or "properties" in schema) and "additionalProperties" not in schema:
         out["additionalProperties"] = False
     return out
 
