@@ -105,13 +105,18 @@ def tool_call_pieces(choice: dict) -> list[tuple[int, str, str]]:
     return out
 
 
+def choice_content(choice: dict, chat: bool) -> str:
+    """The text one streamed choice carries as content (a chat's delta content, without the
+    arguments of its tool calls; a completion's text)."""
+    return ((choice.get("delta") or {}).get("content") or "") if chat else (choice.get("text") or "")
+
+
 def chunk_tokens(choice: dict, chat: bool) -> tuple[str, list[int] | None, int | None]:
     """(text, token ids or None, token count or None) of one streamed choice. A chat choice's
     text is its content and any tool-call arguments it streams: both are output tokens."""
+    text = choice_content(choice, chat)
     if chat:
-        text = ((choice.get("delta") or {}).get("content") or "") + "".join(a for _, _, a in tool_call_pieces(choice))
-    else:
-        text = choice.get("text") or ""
+        text += "".join(a for _, _, a in tool_call_pieces(choice))
     ids = choice.get("token_ids")
     if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
         return text, list(ids), len(ids)
@@ -248,7 +253,7 @@ def handle_event(raw: bytes, now: float, chat: bool, att: Attempt) -> bool:
         if not isinstance(choice, dict):
             continue
         text, ids, n = chunk_tokens(choice, chat)
-        att.content += ((choice.get("delta") or {}).get("content") or "") if chat else text
+        att.content += choice_content(choice, chat)
         for index, name, args in tool_call_pieces(choice) if chat else ():
             call = att.tool_calls.setdefault(index, ["", ""])
             call[0] += name
