@@ -322,13 +322,14 @@ def hermes_calls(text: str, amid_text: bool = False) -> list[Any] | str:
         start = at + len(HERMES_OPEN)
         close = "\n" + HERMES_CLOSE if text.startswith("\n", start) else HERMES_CLOSE
         end = text.find(close, start)
+        unclosed = f"at {len(calls)}: no {close!r} closes the {HERMES_OPEN} at character {at}"
         if end < 0:
-            return f"at {len(calls)}: no {close!r} closes the {HERMES_OPEN} at character {at}"
+            return unclosed
         try:  # up to the first close, as vLLM's hermes parser reads it: a tag in a string is text
             calls.append(json.loads(text[start:end]))
-        except json.JSONDecodeError as exc:
-            if HERMES_OPEN in text[start:end]:  # (not closed before the next one opens)
-                return f"at {len(calls)}: no {close!r} closes the {HERMES_OPEN} at character {at}"
+        except json.JSONDecodeError as exc:  # an opening inside: not closed before the next one opened
+            if HERMES_OPEN in text[start:end]:
+                return unclosed
             return f"at {len(calls)}: not JSON: {exc.msg} at character {exc.pos}"
         at = end + len(close)
     return calls

@@ -115,17 +115,16 @@ def _closed(schema: Any, close: bool = True) -> Any:
     properties (closed apart, they could never hold together), and a `not` closed would
     refuse less, not more."""
     if isinstance(schema, list):
-        return [_closed(s, close) for s in schema]
+        return [_closed(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    values = ("enum", "const", "default", "examples", "properties", "not")  # not walked (properties: below)
+    values = ("enum", "const", "default", "examples", "properties", "not", "allOf")  # not walked (some: below)
     out = {k: _closed(v) if isinstance(v, (dict, list)) and k not in values else v for k, v in schema.items()}
     if isinstance(schema.get("properties"), dict):  # names to subschemas, not a schema itself
         out["properties"] = {k: _closed(v) for k, v in schema["properties"].items()}
     if isinstance(schema.get("allOf"), list):
         out["allOf"] = [_closed(s, close=False) for s in schema["allOf"]]
-    close = close and "allOf" not in schema
-    if close and (schema.get("type") == "object" or "properties" in schema) and "additionalProperties" not in schema:
+    if close and "allOf" not in schema and (schema.get("type") == "object" or "properties" in schema) and "additionalProperties" not in schema:
         out["additionalProperties"] = False
     return out
 
