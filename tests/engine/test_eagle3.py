@@ -2,7 +2,7 @@
 and 4 (reduced draft vocabularies included); rolling back after a partial acceptance leaves
 the head's features and cache exactly as if the rejected tokens had never been drafted; and
 sampled outputs follow the target's exact distribution (temperature, top-k, top-p), also with
-a draft vocabulary that does not cover the target's support, at concurrency 16 (alone, a request
+a draft vocabulary that does not cover the target's support, at concurrency 64 (alone, a request
 draws the very tokens it draws there), while the same test catches a drafter that hides its q
 from the verifier."""
 
@@ -137,7 +137,7 @@ def _small_head(target, draft_vocab: int, seed: int):
 
 CASES = [  # (concurrency, sampling, draft vocabulary, k, dynamic_k)
     (BATCH, "temperature", 3, 3, False),  # 3 of 6 tokens: the target's support is not covered
-    (BATCH, "top_p", 2, 3, False),  # at concurrency 16, ragged companions join and leave
+    (BATCH, "top_p", 2, 3, False),  # at concurrency 64, ragged companions join and leave
     (BATCH, "all", 3, 3, True),  # k changes per row too
     (BATCH, "top_k", V, 2, False),  # the full vocabulary
 ]

@@ -2,7 +2,7 @@
 output tokens, drawn with speculation, follow the target's exact joint distribution
 (enumerated on a 6-token vocabulary), and tokens 4, 5 and 6 their exact marginals, under
 temperature, top-k and top-p, for the draft model, n-gram lookup and adversarial drafters,
-in a continuous batch at concurrency 16 with ragged companions that join and leave mid-batch,
+in a continuous batch at concurrency 64 with ragged companions that join and leave mid-batch,
 with dynamic k; alone (concurrency 1) a request draws exactly the tokens it draws in that batch
 (so, seed for seed, the same distribution); and the same test catches a deliberately wrong
 verifier. (Trees: tests/engine/test_tree_sampling.py.)"""
@@ -34,16 +34,19 @@ N = 1200
 # step drafts at most (tokens left - 1), so the first step of k = 3 drafts all three (k + 2
 # <= 6) and every draft position is verified; tokens 4-6 come from later steps.
 MAX_NEW = 6
-# The batched cases' concurrency, in every statistical module. 16 rows with ragged companions
+# The batched cases' concurrency, in every statistical module. 64 rows with ragged companions
 # (half again as many requests, other prompts, lengths and samplings) join and leave at almost
-# every step, so batch positions, padding and per-row k are exercised harder than at 4; and a
-# draw costs about a quarter of one drawn alone (the step's host work is shared by the batch:
-# ~6 ms against ~23 ms a request on a 2-core Xeon), which cut the six statistical modules from
-# about 933 to 642 worker-seconds. Alone (concurrency 1) a request draws, seed for seed, the
-# very tokens it draws in the batch (its uniforms are its own: ENGINE.md), so each module checks
-# that on ALONE seeds instead of drawing a distribution alone (a case alone cost ~25 s, as it
-# pays a whole step per request): identical outputs have the batch's distribution.
-BATCH = 16
+# every step, so batch positions, padding and per-row k are exercised harder than at 4; and the
+# step's host work is shared by the batch, so a draw costs less the wider it is: at 16 a draw
+# cost about a quarter of one drawn alone (~6 ms against ~23 ms a request on a 2-core Xeon,
+# which cut the six statistical modules from about 933 to 642 worker-seconds), and 64 cut
+# them again from 335 to 233 (2-core EPYC, float32, run back to back). A request's draws do not
+# depend on its batch (below; suffix decoding's global tree aside), so the counts, and the
+# p-values, are the same at any concurrency. Alone (concurrency 1) a request draws, seed for
+# seed, the very tokens it draws in the batch (its uniforms are its own: ENGINE.md), so each
+# module checks that on ALONE seeds instead of drawing a distribution alone (a case alone cost
+# ~25 s, as it pays a whole step per request): identical outputs have the batch's distribution.
+BATCH = 64
 ALONE = 64
 LATER = (3, 4, 5)  # output positions (0-based) whose exact marginals are checked too
 

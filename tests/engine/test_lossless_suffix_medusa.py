@@ -1,6 +1,6 @@
 """Losslessness under sampling for the deterministic drafters suffix decoding and Medusa
 (one-hot q): the engine's first three output tokens follow the target's exact joint
-distribution (enumerated on a 6-token vocabulary), alone and at concurrency 16 with ragged
+distribution (enumerated on a 6-token vocabulary), alone and at concurrency 64 with ragged
 companions. Suffix decoding drafts from a global tree that fills with the earlier requests'
 outputs, so its proposals depend on what came before: the rule must stay exact anyway. The
 same test rejects a verifier that resamples from p (not p without the rejected token) after a

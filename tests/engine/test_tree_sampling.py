@@ -3,7 +3,7 @@ draft trees (topk 2 and 4, the draft model's deterministic top-k trees, a static
 SpecInfer-style trees of children drawn i.i.d. from a fixed q, and a Medusa tree of head
 ranks), the engine's first three
 output tokens follow the target's exact joint distribution (enumerated on an 8-token
-vocabulary) and tokens 4-6 their exact marginals at concurrency 16 with ragged companions
+vocabulary) and tokens 4-6 their exact marginals at concurrency 64 with ragged companions
 (alone, a request draws the very tokens it draws there); and the same test rejects a verifier
 that does not update p between siblings."""
 
@@ -90,7 +90,7 @@ def drafter_for(name: str, topk: int):
 
 
 STATIC = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
-BATCH = lossless.BATCH  # 16, and why: test_lossless_sampling
+BATCH = lossless.BATCH  # 64, and why: test_lossless_sampling
 CASES = [  # (concurrency, sampling, drafter, topk)
     (BATCH, "temperature", "draft_model", 2),
     (BATCH, "all", "draft_model", 4),
