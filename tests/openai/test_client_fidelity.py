@@ -45,9 +45,9 @@ def backend(srv, endpoint="completions", tokenizer=None, retries=0) -> OpenAIBac
     return be
 
 
-def errors(srv, reqs, results) -> tuple[list[float], list[float]]:
+def errors(srv, reqs, results, tokens: int = TOKENS) -> tuple[list[float], list[float]]:
     """Per request: measured - true TTFT, and measured - true chunk gaps (paired by prompt)."""
-    log = {json.dumps(s["prompt"]): s for s in srv.log() if s["tokens"] == TOKENS}
+    log = {json.dumps(s["prompt"]): s for s in srv.log() if s["tokens"] == tokens}
     ttft, itl = [], []
     for req, res in zip(reqs, results):
         s = log[json.dumps(list(req.prompt_ids) if isinstance(next(iter(log.values()))["prompt"][0], int)
@@ -379,7 +379,8 @@ def test_chunks_are_stamped_when_the_connection_receives_them_not_when_their_tas
         if self.watch is not None:
             time.sleep(0.030)  # other connections' work, before this one's task runs
     monkeypatch.setattr(sse.StampingHandler, "data_received", then_busy)
-    reqs = requests(3, tokens=TOKENS)
+    tokens = 12  # 90 ms a token here (each gap and its 30 ms of work): 24 took 13 s
+    reqs = requests(3, tokens=tokens)
 
     def measure():
         srv.reset()
@@ -388,7 +389,7 @@ def test_chunks_are_stamped_when_the_connection_receives_them_not_when_their_tas
             results, _ = be.run(reqs, SpeculativeConfig(), concurrency=1)
         finally:
             be.close()
-        return errors(srv, reqs, results)
+        return errors(srv, reqs, results, tokens)
 
     ttft, itl = measure()
     assert max(ttft) < 0.012 and min(ttft) >= 0, ttft
