@@ -102,7 +102,10 @@ def test_sweep_over_real_vllm_servers(vllm_models, started, tmp_path):
     study = tmp_path / "study"
     res = cli_harness.specbench(
         "sweep", RECIPE, "--target", target, "--draft", draft, "--dtype", "float32", "--workload", prompts,
-        "--no-chat-template", "--warmup", "0", "--max-new-tokens", "16", "--concurrency", "2",
+        # 48 tokens: with 16, an n-gram server that accepts all four drafts answers in four
+        # steps, and on a loaded machine vLLM's API server sent all of them as one chunk for
+        # every prompt (TPOT 0: the trial's speedup undefined, the sweep one trial short)
+        "--no-chat-template", "--warmup", "0", "--max-new-tokens", "48", "--concurrency", "2",
         "--storage", f"sqlite:///{tmp_path}/vllm.db", "--out", study,
         # one launch per trial: paired launches (A | B B | A) would take three vLLM starts per
         # speculative trial, ~4 more minutes; pairing is tested on `specbench serve` servers
