@@ -81,8 +81,8 @@ def bench(tmp_path_factory) -> Path:
     # inductor-compiled kernels (the same ops; minutes less to start on 2 cores).
     # VLLM_ENABLE_V1_MULTIPROCESSING=0: the model runs in the engine-core process, not in a
     # worker process of its own (the same model runner; 65 -> 52 s for this module alone on a
-    # 2-core EPYC). The numerics are what is compared here; stopping vLLM's whole process
-    # tree is tests/sweep/test_sweep_vllm.py's, which keeps vLLM's default processes.
+    # 2-core EPYC). The numerics are what is compared here; stopping vLLM's process tree (the
+    # API server and its engine core) is tests/sweep/test_sweep_vllm.py's.
     env = {**os.environ, "PYTHON": sys.executable, "SPECBENCH": str(Path(sys.executable).parent / "specbench"),
            "OMP_NUM_THREADS": "2", "VLLM_CPU_CI_ENV": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     res = subprocess.run(
