@@ -31,7 +31,7 @@ from typing import Any
 
 import llguidance
 import llguidance.hf
-import llguidance.torch
+import llguidance.numpy  # not llguidance.torch: that one torch.compiles a kernel we never use at import
 import torch
 
 from specbench.errors import WorkloadError
@@ -139,7 +139,8 @@ class Matcher:
         self.stop_ids = stop_ids
         self.n_vocab = n_vocab  # the matcher's vocabulary (the model's, or the tokenizer's where larger)
         self.ended = False  # a stop id was accepted after a complete output
-        self._bits = llguidance.torch.allocate_token_bitmask(1, n_vocab)
+        self._bits_np = llguidance.numpy.allocate_token_bitmask(1, n_vocab)
+        self._bits = torch.from_numpy(self._bits_np)  # the same memory: the matcher fills it
         self._shift = torch.arange(32, dtype=torch.int32)
         self._stops = torch.zeros(n_vocab, dtype=torch.bool)
         self._stops[[i for i in stop_ids if i < n_vocab]] = True
@@ -147,7 +148,7 @@ class Matcher:
     def allowed(self, vocab_size: int) -> torch.Tensor:
         if self.ended:  # never sampled from (the request ends at its stop id), but a distribution
             return self._stops[:vocab_size].clone()
-        llguidance.torch.fill_next_token_bitmask(self.m, self._bits)
+        llguidance.numpy.fill_next_token_bitmask(self.m, self._bits_np)
         if self.m.is_error():
             raise RuntimeError(f"output constraint: {self.m.get_error()}")
         bits = ((self._bits[0].view(-1, 1) >> self._shift) & 1).view(-1).bool()
