@@ -345,14 +345,16 @@ def test_a_request_alone_draws_what_it_draws_in_the_batch(static_engine, samplin
 def test_compiled_sampling_draws_what_the_functions_draw(static_engine, tiny_target):
     """The traced graphs (dynamo's, run without Inductor) sample as the functions do: seed for
     seed the same tokens as the static engine, whose distribution the cases above check, in
-    every bucket a ragged batch of BATCH passes through."""
+    every bucket a ragged batch passes through. At concurrency 16, not BATCH: a request draws
+    the same tokens in any batch, and each bucket more is a trace of every graph (alone, 2-core
+    EPYC: 17.5-17.8 s at 64, 10.5-14.9 s at 16)."""
     engine = Engine(tiny_target, static_engine.draft, static="compile", compile_backend="eager")
     sp = SAMPLINGS["all"]
-    compiled = sample_outputs(engine, sp, chain(3), None, BATCH, n=2 * lossless.ALONE)
-    functions = sample_outputs(static_engine, sp, chain(3), None, BATCH, n=2 * lossless.ALONE)
+    compiled = sample_outputs(engine, sp, chain(3), None, 16, n=2 * lossless.ALONE)
+    functions = sample_outputs(static_engine, sp, chain(3), None, 16, n=2 * lossless.ALONE)
     lossless.assert_same_draws(functions, compiled, "through the traced graphs")
     # traced for every bucket the batch shrank through (draft and verify graphs of each)
-    assert {key[1] for key in engine._static_batches[chain(3)].graphs.built} == {2 ** i for i in range(BATCH.bit_length())}
+    assert {key[1] for key in engine._static_batches[chain(3)].graphs.built} == {1, 2, 4, 8, 16}
 
 
 def test_static_baseline_sampling_follows_the_target_distribution(static_engine, tiny_target):
