@@ -3,6 +3,8 @@ virtualenv holding speculators==0.9.0 (never specbench's own: speculators pins a
 transformers). It imports nothing from specbench; files are the only interface.
 
     python speculators_ref.py JOBS.json     (a list of jobs, run in order in one process)
+    python speculators_ref.py -             (a list of jobs per line of stdin, each answered
+                                             "done" on stdout: one import for several lists)
 
     {"op": "build", "spec": {...}, "out": DIR}
         a random EAGLE-3 head built with speculators' own classes (Eagle3SpeculatorConfig,
@@ -111,7 +113,16 @@ def convert(src: str, out: str, base_model: str) -> None:
     Eagle3Converter().convert(src, out, base_model=base_model, validate=True)
 
 
-if __name__ == "__main__":
-    for job in json.loads(open(sys.argv[1]).read()):
+def run(jobs: list[dict]) -> None:
+    for job in jobs:
         op = job.pop("op")
         {"build": build, "logits": logits, "convert": convert}[op](**job)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "-":
+        for line in sys.stdin:
+            run(json.loads(line))
+            print("done", flush=True)
+    else:
+        run(json.loads(open(sys.argv[1]).read()))

@@ -59,13 +59,37 @@ pytestmark = pytest.mark.skipif(
 Row = namedtuple("Row", "ids sampling gen")
 
 
-def run_speculators(jobs: list[dict], tmp: Path, name: str) -> None:
-    path = tmp / f"{name}.json"
-    path.write_text(json.dumps(jobs))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
-    res = subprocess.run([SPECULATORS_PYTHON, str(HERE / "speculators_ref.py"), str(path)], capture_output=True,
-                         text=True, env=env, timeout=1200)
-    assert res.returncode == 0, f"speculators ({name}) failed:\n{res.stderr[-3000:]}"
+class Speculators:
+    """One process of speculators_ref.py in the speculators virtualenv, given a list of jobs at
+    a time (the heads it builds are read here before it computes their logits): importing
+    speculators, its transformers and torch once, not per list."""
+
+    def __init__(self, tmp: Path):
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+        self.err = (tmp / "speculators.stderr").open("w+")
+        self.proc = subprocess.Popen([SPECULATORS_PYTHON, str(HERE / "speculators_ref.py"), "-"], env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err)
+
+    def run(self, jobs: list[dict], name: str) -> None:
+        self.proc.stdin.write(json.dumps(jobs) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if answer.strip() != "done":
+            self.close()
+            raise AssertionError(f"speculators ({name}) failed:\n{self.stderr()[-3000:]}")
+
+    def stderr(self) -> str:
+        with open(self.err.name, errors="replace") as f:
+            return f.read()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.err.close()
 
 
 def layer_spec(**extra) -> dict:
@@ -165,59 +189,63 @@ def cases_for(side: dict, features: torch.Tensor, seqs: list[list[int]]) -> dict
 def compared(tmp_path_factory, tiny_pair) -> dict[str, tuple[dict, dict]]:
     """name -> (specbench side, speculators side) for every head."""
     tmp = tmp_path_factory.mktemp("speculators")
-    target = tiny.make_model(vocab_size=300, hidden=64, layers=8, seed=3)  # 8 layers: default ids 2, 4, 5
-    target.save_pretrained(tmp / "target")
-    small = tiny_pair[0]  # the 2-layer target train_eagle3.py trains for
-    from transformers import AutoModelForCausalLM
+    speculators = Speculators(tmp)  # its imports run while the heads below are made
+    try:
+        target = tiny.make_model(vocab_size=300, hidden=64, layers=8, seed=3)  # 8 layers: default ids 2, 4, 5
+        target.save_pretrained(tmp / "target")
+        small = tiny_pair[0]  # the 2-layer target train_eagle3.py trains for
+        from transformers import AutoModelForCausalLM
 
-    small_model = AutoModelForCausalLM.from_pretrained(small, dtype="float32").eval()
+        small_model = AutoModelForCausalLM.from_pretrained(small, dtype="float32").eval()
 
-    write_original_layout(tmp / "original", seed=11)
-    train_script_head(small, tmp / "trained")
-    written = tiny.make_head(target, draft_vocab_size=60, aux_layers=(1, 3, 6), seed=5, norm_before_residual=True,
-                             std=0.15, fit=False)
-    with torch.no_grad():
-        for name, p in written.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-    save_head(written, tmp / "written", verifier=str(tmp / "target"))
+        write_original_layout(tmp / "original", seed=11)
+        train_script_head(small, tmp / "trained")
+        written = tiny.make_head(target, draft_vocab_size=60, aux_layers=(1, 3, 6), seed=5, norm_before_residual=True,
+                                 std=0.15, fit=False)
+        with torch.no_grad():
+            for name, p in written.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.copy_(1 + 0.3 * torch.randn_like(p))
+        save_head(written, tmp / "written", verifier=str(tmp / "target"))
 
-    built = {
-        "speculators-reduced-vocab": {"seed": 1, "draft_vocab_size": 80, "norm_before_residual": True,
-                                      "aux_layers": [1, 4, 6], "layer": layer_spec()},
-        "speculators-full-vocab": {"seed": 2, "draft_vocab_size": 300, "norm_before_residual": False,
-                                   "aux_layers": [0, 3, 7], "layer": layer_spec()},
-        "speculators-attention-bias": {"seed": 3, "draft_vocab_size": 70, "norm_before_residual": True,
-                                       "aux_layers": [2, 4, 5], "layer": layer_spec(attention_bias=True)},
-        "speculators-qwen3-layer": {"seed": 4, "draft_vocab_size": 75, "norm_before_residual": False,
-                                    "aux_layers": [1, 2, 3], "model_type": "qwen3", "layer": layer_spec()},
-    }
-    jobs = [{"op": "build", "spec": {**spec, "verifier": str(tmp / "target")}, "out": str(tmp / name)}
-            for name, spec in built.items()]
-    jobs.append({"op": "convert", "src": str(tmp / "original"), "out": str(tmp / "converted"),
-                 "base_model": str(tmp / "target")})
-    run_speculators(jobs, tmp, "build")
+        built = {
+            "speculators-reduced-vocab": {"seed": 1, "draft_vocab_size": 80, "norm_before_residual": True,
+                                          "aux_layers": [1, 4, 6], "layer": layer_spec()},
+            "speculators-full-vocab": {"seed": 2, "draft_vocab_size": 300, "norm_before_residual": False,
+                                       "aux_layers": [0, 3, 7], "layer": layer_spec()},
+            "speculators-attention-bias": {"seed": 3, "draft_vocab_size": 70, "norm_before_residual": True,
+                                           "aux_layers": [2, 4, 5], "layer": layer_spec(attention_bias=True)},
+            "speculators-qwen3-layer": {"seed": 4, "draft_vocab_size": 75, "norm_before_residual": False,
+                                        "aux_layers": [1, 2, 3], "model_type": "qwen3", "layer": layer_spec()},
+        }
+        jobs = [{"op": "build", "spec": {**spec, "verifier": str(tmp / "target")}, "out": str(tmp / name)}
+                for name, spec in built.items()]
+        jobs.append({"op": "convert", "src": str(tmp / "original"), "out": str(tmp / "converted"),
+                     "base_model": str(tmp / "target")})
+        speculators.run(jobs, "build")
 
-    # name: (directory specbench reads, directory speculators reads, target)
-    heads = {name: (tmp / name, tmp / name, target) for name in built}
-    heads.update({"specbench-train-script": (tmp / "trained", tmp / "trained", small_model),
-                  "specbench-save-head": (tmp / "written", tmp / "written", target),
-                  "original-layout": (tmp / "original", tmp / "converted", target),
-                  "converted-by-speculators": (tmp / "converted", tmp / "converted", target)})
-    g = torch.Generator().manual_seed(7)
-    sides, jobs = {}, []
-    for name, (ours, theirs, tgt) in heads.items():
-        head = load_head(ours, tgt, target_name="tiny")
-        F = head.fc.in_features
-        features = torch.randn(len(PROMPT_LENGTHS), max(PROMPT_LENGTHS) + K, F, generator=g)
-        seqs = [torch.randint(0, head.config.vocab_size, (P + 1,), generator=g).tolist() for P in PROMPT_LENGTHS]
-        side = specbench_side(head, features, seqs)
-        sides[name] = side
-        save_file(cases_for(side, features, seqs), tmp / f"{name}.cases.safetensors")
-        jobs.append({"op": "logits", "head": str(theirs), "cases": str(tmp / f"{name}.cases.safetensors"),
-                     "out": str(tmp / f"{name}.logits.safetensors")})
-    run_speculators(jobs, tmp, "logits")
-    return {name: (sides[name], load_file(tmp / f"{name}.logits.safetensors")) for name in heads}
+        # name: (directory specbench reads, directory speculators reads, target)
+        heads = {name: (tmp / name, tmp / name, target) for name in built}
+        heads.update({"specbench-train-script": (tmp / "trained", tmp / "trained", small_model),
+                      "specbench-save-head": (tmp / "written", tmp / "written", target),
+                      "original-layout": (tmp / "original", tmp / "converted", target),
+                      "converted-by-speculators": (tmp / "converted", tmp / "converted", target)})
+        g = torch.Generator().manual_seed(7)
+        sides, jobs = {}, []
+        for name, (ours, theirs, tgt) in heads.items():
+            head = load_head(ours, tgt, target_name="tiny")
+            F = head.fc.in_features
+            features = torch.randn(len(PROMPT_LENGTHS), max(PROMPT_LENGTHS) + K, F, generator=g)
+            seqs = [torch.randint(0, head.config.vocab_size, (P + 1,), generator=g).tolist() for P in PROMPT_LENGTHS]
+            side = specbench_side(head, features, seqs)
+            sides[name] = side
+            save_file(cases_for(side, features, seqs), tmp / f"{name}.cases.safetensors")
+            jobs.append({"op": "logits", "head": str(theirs), "cases": str(tmp / f"{name}.cases.safetensors"),
+                         "out": str(tmp / f"{name}.logits.safetensors")})
+        speculators.run(jobs, "logits")
+        return {name: (sides[name], load_file(tmp / f"{name}.logits.safetensors")) for name in heads}
+    finally:
+        speculators.close()
 
 
 HEADS = ["speculators-reduced-vocab", "speculators-full-vocab", "speculators-attention-bias",
