@@ -24,13 +24,15 @@ def test_template_is_split_before_substitution_and_keeps_json_braces():
         render("serve {draft}", {"target": "x"})
 
 
-def test_launcher_reports_a_server_that_exits_early():
+def test_launcher_reports_a_server_that_exits_early(tmp_path):
+    log = tmp_path / "server.log"
     launcher = ServerLauncher("{python} -c 'import sys; print(\"boom\"); sys.exit(3)' {port}",
-                              {"python": sys.executable}, ready_timeout_s=60)
-    with pytest.raises(BackendError, match="exited with code 3"):
+                              {"python": sys.executable}, ready_timeout_s=60, log_path=log)
+    with pytest.raises(BackendError, match="exited with code 3") as info:
         launcher.start()
+    assert f"log {log}: 'boom'" in str(info.value)  # where its output went, and how it ended
     with pytest.raises(ConfigError, match="no-such-server-binary"):
-        ServerLauncher("no-such-server-binary --port {port}").start()
+        ServerLauncher("no-such-server-binary --port {port}", log_path=tmp_path / "none.log").start()
 
 
 GROUP_SERVER = """
@@ -60,7 +62,8 @@ def test_stop_returns_once_the_whole_process_group_is_gone(tmp_path):
     script, pidfile = tmp_path / "srv.py", tmp_path / "child.pid"
     script.write_text(GROUP_SERVER)
     launcher = ServerLauncher("{python} {script} {port} {pidfile}",
-                              {"python": sys.executable, "script": script, "pidfile": pidfile}, ready_timeout_s=60)
+                              {"python": sys.executable, "script": script, "pidfile": pidfile}, ready_timeout_s=60,
+                              log_path=tmp_path / "server.log")
     launcher.start()
     child = int(pidfile.read_text())
     try:

@@ -17,11 +17,11 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMER
 
 
 @pytest.fixture(scope="module")
-def server(request, tiny_pair):
+def server(request, tiny_pair, tmp_path_factory):
     flags = getattr(request.module, "SERVE_FLAGS", "")
     launcher = ServerLauncher(f"{SERVE} {flags}".strip(),
                               {"python": sys.executable, "target": tiny_pair[0], "draft": tiny_pair[1]},
-                              ready_timeout_s=180, env=ENV)
+                              ready_timeout_s=180, env=ENV, log_path=tmp_path_factory.mktemp("server") / "server.log")
     launcher.start()
     yield launcher
     launcher.stop()

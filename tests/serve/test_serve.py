@@ -285,7 +285,7 @@ def test_launched_ngram_server_serves_its_configuration_and_stops(tiny_pair, pro
     template = ("{python} -m specbench.server --target {target} --dtype float32 --device cpu --port {port} "
                 "--speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": {k}}'")
     launcher = ServerLauncher(template, {"python": sys.executable, "target": tiny_pair[0], "k": 2},
-                              ready_timeout_s=180, env=ENV)
+                              ready_timeout_s=180, env=ENV, log_path=tmp_path / "server.log")
     with launcher:
         card = httpx.get(launcher.base_url + "/v1/models").json()["data"][0]
         assert card["id"] == str(tiny_pair[0])  # served under --target as given, as vLLM does
