@@ -42,20 +42,19 @@ _TESTS = Path(__file__).parent
 # handed out last. pytest-xdist hands modules out in this order only under
 # --no-loadscope-reorder (addopts): by default (since 3.5) it orders them by their number of
 # tests, which put test_sweep_vllm.py (one test, two minutes) last and left one worker idle
-# for its last 114 s. The modules of 15 s or more, by their wall time in the full suite with
-# every reference virtualenv (.ci/run's), 2-core EPYC, December 2026: 158 s (test_static) down
-# to 15 s; the rest (14 s or less each) follow in collection order.
+# for its last 114 s. The modules of 12 s or more, by their wall time in the full suite with
+# every reference virtualenv (.ci/run's), 2-core EPYC, December 2026: 131 s (test_static) down
+# to 12 s; the rest (under 12 s each) follow in collection order.
 LONGEST = (
-    "engine/test_static.py", "sweep/test_sweep_vllm.py", "models/test_eagle3_vllm.py",
-    "sweep/test_sweep_server.py", "sweep/test_sweep_postgres.py", "openai/test_client_fidelity.py",
-    "sweep/test_sweep_killed_worker.py", "cli/test_run_durability.py", "engine/test_tree_sampling.py",
-    "engine/test_tree_greedy.py", "sweep/test_sweep_server_faults.py", "serve/test_serve_load.py",
-    "openai/test_openai_backend.py", "engine/test_lossless_sampling.py", "models/test_eagle3_speculators.py",
-    "sweep/test_sweep_level.py", "engine/test_eagle3.py", "serve/test_serve_hostile.py", "sweep/test_sweep_run.py",
-    "report/test_report_browser.py", "serve/test_serve.py", "sweep/test_concurrent_writers.py",
-    "engine/test_eagle3_training.py", "engine/test_batching.py", "engine/test_constrained.py",
-    "sweep/test_sweep_serving.py", "sweep/test_sweep_workers.py", "sweep/test_sweep_journal.py",
-    "serve/test_serve_batching.py",
+    "engine/test_static.py", "sweep/test_sweep_vllm.py", "sweep/test_sweep_postgres.py",
+    "models/test_eagle3_vllm.py", "sweep/test_sweep_server.py", "openai/test_client_fidelity.py",
+    "engine/test_lossless_sampling.py", "openai/test_openai_backend.py", "engine/test_tree_sampling.py",
+    "serve/test_serve_load.py", "engine/test_tree_greedy.py", "sweep/test_sweep_server_faults.py",
+    "cli/test_run_durability.py", "sweep/test_sweep_killed_worker.py", "sweep/test_sweep_run.py",
+    "sweep/test_sweep_level.py", "report/test_report_browser.py", "serve/test_serve_hostile.py",
+    "engine/test_eagle3_training.py", "engine/test_eagle3.py", "sweep/test_concurrent_writers.py",
+    "serve/test_serve.py", "sweep/test_sweep_workers.py", "engine/test_batching.py",
+    "engine/test_lossless_suffix_medusa.py", "sweep/test_sweep_journal.py",
 )
 
 
