@@ -31,7 +31,9 @@ from typing import Any
 
 import llguidance
 import llguidance.hf
-import llguidance.numpy  # not llguidance.torch: that one torch.compiles a kernel we never use at import
+# llguidance.numpy, not llguidance.torch: importing that one applies torch.compile (and so imports
+# Inductor) to a kernel never called here, about a CPU-second of every process's start
+import llguidance.numpy
 import torch
 
 from specbench.errors import WorkloadError

@@ -1,6 +1,7 @@
 """The speculators side of tests/models/test_eagle3_speculators.py: run with the python of a
 virtualenv holding speculators==0.9.0 (never specbench's own: speculators pins an older
-transformers). It imports nothing from specbench; files are the only interface.
+transformers). It imports nothing from specbench; files (and with `-`, lines of stdin) are the
+only interface.
 
     python speculators_ref.py JOBS.json     (a list of jobs, run in order in one process)
     python speculators_ref.py -             (a list of jobs per line of stdin, each answered
@@ -24,6 +25,7 @@ transformers). It imports nothing from specbench; files are the only interface.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -121,8 +123,10 @@ def run(jobs: list[dict]) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "-":
+        answers = sys.stdout
         for line in sys.stdin:
-            run(json.loads(line))
-            print("done", flush=True)
+            with contextlib.redirect_stdout(sys.stderr):  # whatever the jobs print is not an answer
+                run(json.loads(line))
+            print("done", file=answers, flush=True)
     else:
         run(json.loads(open(sys.argv[1]).read()))
