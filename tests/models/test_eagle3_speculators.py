@@ -66,7 +66,8 @@ class Speculators:
 
     def __init__(self, tmp: Path):
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
-        self.err = (tmp / "speculators.stderr").open("w+")
+        self.err_path = tmp / "speculators.stderr"
+        self.err = self.err_path.open("w")
         self.proc = subprocess.Popen([SPECULATORS_PYTHON, str(HERE / "speculators_ref.py"), "-"], env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err)
 
@@ -76,11 +77,7 @@ class Speculators:
         answer = self.proc.stdout.readline()
         if answer.strip() != "done":
             self.close()
-            raise AssertionError(f"speculators ({name}) failed:\n{self.stderr()[-3000:]}")
-
-    def stderr(self) -> str:
-        with open(self.err.name, errors="replace") as f:
-            return f.read()
+            raise AssertionError(f"speculators ({name}) failed:\n{self.err_path.read_text(errors='replace')[-3000:]}")
 
     def close(self) -> None:
         self.proc.stdin.close()
